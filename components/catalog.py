@@ -1,0 +1,226 @@
+"""Instance catalog: the one place where hardware numbers are typed.
+
+Everything else (GPU and EFA requests, CPU/memory sizing, NVMe layout, NCCL settings, cost) is
+derived from these entries, so a stack that switches from p4de to p5 cannot keep a stale
+"4 EFA devices" from a copied manifest (SEED-DEFECTS D9).
+
+Sources (see ../shared/FACTS.md):
+- vCPU, memory, GPUs, NVMe: AWS instance type pages, skypilot catalog `catalogs/v8/aws/vms.csv`.
+- EFA devices / network cards: awsome-distributed-training `2.gpu-cluster-healthcheck` instance
+  profiles; terraform-aws-eks `modules/eks-managed-node-group` (one interface per network card).
+- max pods: amazon-eks-ami nodeadm `internal/kubelet` defaults.
+- NCCL bus bandwidth (2 nodes, all_reduce_perf, 1 GiB): awsome-distributed-training
+  `micro-benchmarks/nccl-tests/README.md`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+GIB_IN_MIB = 1024
+
+# AL2023 nodeadm kubelet defaults (FACTS.md "Node allocatable").
+_EVICTION_HARD_MIB = 100
+_KUBE_RESERVED_MIB_PER_POD = 11
+_KUBE_RESERVED_MIB_BASE = 255
+# Memory the hypervisor and kernel keep: Karpenter assumes 7.5 %; used for the conservative figure.
+VM_MEMORY_OVERHEAD = 0.075
+
+# DaemonSets on every GPU node (aws-node, kube-proxy, EFA plugin, FSx CSI node, NVIDIA plugin,
+# dcgm-exporter), chart-default requests summed (FACTS.md).
+DAEMONSET_CPU_MILLI = 165
+DAEMONSET_MEMORY_MIB = 124
+
+
+@dataclass(frozen=True)
+class Price:
+    usd_per_hour: float
+    date: str
+    source: str
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    vcpu: int
+    memory_gib: int
+    gpu_model: str
+    gpu_count: int
+    gpu_memory_gib: int
+    efa_devices: int
+    network_cards: int
+    network_gbps: int
+    nvme_disks: int
+    nvme_disk_gib: int
+    max_pods: int
+    # GPUDirect RDMA over EFA (p4d and newer); g5/g6 EFA carries host-staged traffic only.
+    gpudirect_rdma: bool
+    price: Optional[Price]
+    # Published NCCL all_reduce_perf bus bandwidth for 2 nodes at 1 GiB, GB/s, with its source.
+    nccl_busbw_2node_gbps: Optional[float] = None
+    nccl_busbw_source: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".")[0]
+
+    @property
+    def has_efa(self) -> bool:
+        return self.efa_devices > 0
+
+    @property
+    def has_nvme(self) -> bool:
+        return self.nvme_disks > 0
+
+    @property
+    def nvme_total_gib(self) -> int:
+        return self.nvme_disks * self.nvme_disk_gib
+
+    def allocatable(self) -> "Allocatable":
+        return node_allocatable(self)
+
+
+@dataclass(frozen=True)
+class Allocatable:
+    """What the kubelet offers to pods on one node."""
+
+    cpu_milli: int
+    # Nominal: capacity minus kube-reserved and eviction threshold.
+    memory_mib: int
+    # Conservative: as above, after the VM overhead the instance never exposes.
+    memory_mib_conservative: int
+
+    @property
+    def cpu(self) -> float:
+        return self.cpu_milli / 1000
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_mib / GIB_IN_MIB
+
+    @property
+    def memory_gib_conservative(self) -> float:
+        return self.memory_mib_conservative / GIB_IN_MIB
+
+
+def kube_reserved_cpu_milli(vcpu: int) -> int:
+    """nodeadm: 6 % of core 1, 1 % of core 2, 0.5 % of cores 3-4, 0.25 % of every further core.
+
+    Computed in tenths of a millicore so the sum is exact.
+    """
+    tenths = 0
+    for core in range(1, vcpu + 1):
+        if core == 1:
+            tenths += 600
+        elif core == 2:
+            tenths += 100
+        elif core <= 4:
+            tenths += 50
+        else:
+            tenths += 25
+    return math.ceil(tenths / 10)
+
+
+def kube_reserved_memory_mib(max_pods: int) -> int:
+    return _KUBE_RESERVED_MIB_PER_POD * max_pods + _KUBE_RESERVED_MIB_BASE
+
+
+def node_allocatable(it: InstanceType) -> Allocatable:
+    cpu = it.vcpu * 1000 - kube_reserved_cpu_milli(it.vcpu)
+    reserved = kube_reserved_memory_mib(it.max_pods) + _EVICTION_HARD_MIB
+    capacity_mib = it.memory_gib * GIB_IN_MIB
+    nominal = capacity_mib - reserved
+    conservative = math.floor(capacity_mib * (1 - VM_MEMORY_OVERHEAD)) - reserved
+    return Allocatable(cpu_milli=cpu, memory_mib=nominal, memory_mib_conservative=conservative)
+
+
+_SKY = "skypilot catalog catalogs/v8/aws/vms.csv, us-east-1 on-demand"
+_NCCL_SRC = "awsome-distributed-training micro-benchmarks/nccl-tests/README.md"
+
+_TYPES = (
+    InstanceType(
+        name="p4d.24xlarge", vcpu=96, memory_gib=1152, gpu_model="A100-SXM4-40GB", gpu_count=8,
+        gpu_memory_gib=40, efa_devices=4, network_cards=4, network_gbps=400, nvme_disks=8,
+        nvme_disk_gib=1000, max_pods=737, gpudirect_rdma=True,
+        # The mid-2025 price cut lowered P4 prices; only the older list price was seen for p4d.
+        price=Price(32.77, "2023-06", "AWS list price before the 2025-06 P4/P5 cut: re-check"),
+        nccl_busbw_2node_gbps=76.8, nccl_busbw_source=f"{_NCCL_SRC} (p4de figure, same network)",
+    ),
+    InstanceType(
+        name="p4de.24xlarge", vcpu=96, memory_gib=1152, gpu_model="A100-SXM4-80GB", gpu_count=8,
+        gpu_memory_gib=80, efa_devices=4, network_cards=4, network_gbps=400, nvme_disks=8,
+        nvme_disk_gib=1000, max_pods=737, gpudirect_rdma=True,
+        price=Price(27.45, "2025-06", _SKY),
+        nccl_busbw_2node_gbps=76.8, nccl_busbw_source=_NCCL_SRC,
+    ),
+    InstanceType(
+        name="p5.48xlarge", vcpu=192, memory_gib=2048, gpu_model="H100-SXM5-80GB", gpu_count=8,
+        gpu_memory_gib=80, efa_devices=32, network_cards=32, network_gbps=3200, nvme_disks=8,
+        nvme_disk_gib=3840, max_pods=100, gpudirect_rdma=True,
+        price=Price(55.04, "2025-06", _SKY),
+        nccl_busbw_2node_gbps=437.0, nccl_busbw_source=_NCCL_SRC,
+    ),
+    InstanceType(
+        name="p5e.48xlarge", vcpu=192, memory_gib=2048, gpu_model="H200-141GB", gpu_count=8,
+        gpu_memory_gib=141, efa_devices=32, network_cards=32, network_gbps=3200, nvme_disks=8,
+        nvme_disk_gib=3840, max_pods=100, gpudirect_rdma=True,
+        # Sold through Capacity Blocks only: no on-demand price to quote.
+        price=None,
+        nccl_busbw_2node_gbps=437.0, nccl_busbw_source=f"{_NCCL_SRC} (p5 figure, same network)",
+        notes=("capacity blocks only; no on-demand price",),
+    ),
+    InstanceType(
+        name="p5en.48xlarge", vcpu=192, memory_gib=2048, gpu_model="H200-141GB", gpu_count=8,
+        gpu_memory_gib=141, efa_devices=16, network_cards=16, network_gbps=3200, nvme_disks=8,
+        nvme_disk_gib=3840, max_pods=198, gpudirect_rdma=True,
+        price=Price(63.30, "2025-06", _SKY),
+        nccl_busbw_2node_gbps=437.0, nccl_busbw_source=f"{_NCCL_SRC} (p5 figure, same bandwidth)",
+    ),
+    InstanceType(
+        name="g6.12xlarge", vcpu=48, memory_gib=192, gpu_model="L4-24GB", gpu_count=4,
+        gpu_memory_gib=24, efa_devices=1, network_cards=1, network_gbps=40, nvme_disks=4,
+        nvme_disk_gib=940, max_pods=234, gpudirect_rdma=False,
+        price=Price(4.60, "2025-06", _SKY),
+    ),
+    InstanceType(
+        # No EFA: the smallest GPU type, for single-GPU smoke tests.
+        name="g5.xlarge", vcpu=4, memory_gib=16, gpu_model="A10G-24GB", gpu_count=1,
+        gpu_memory_gib=24, efa_devices=0, network_cards=1, network_gbps=10, nvme_disks=1,
+        nvme_disk_gib=250, max_pods=58, gpudirect_rdma=False,
+        price=Price(1.006, "2025-06", _SKY),
+    ),
+    InstanceType(
+        name="g5.12xlarge", vcpu=48, memory_gib=192, gpu_model="A10G-24GB", gpu_count=4,
+        gpu_memory_gib=24, efa_devices=1, network_cards=1, network_gbps=40, nvme_disks=1,
+        nvme_disk_gib=3800, max_pods=737, gpudirect_rdma=False,
+        price=Price(5.67, "2025-06", _SKY),
+    ),
+)
+
+CATALOG: dict[str, InstanceType] = {t.name: t for t in _TYPES}
+INSTANCE_TYPES: tuple[str, ...] = tuple(CATALOG)
+
+
+def get(name: str) -> InstanceType:
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise KeyError(f"unknown instance type {name!r}; known: {', '.join(INSTANCE_TYPES)}") from None
+
+
+def nccl_env(it: InstanceType, efa_devices_requested: int) -> dict[str, str]:
+    """NCCL/libfabric settings for a container on `it` that requests `efa_devices_requested`.
+
+    Set only when EFA devices are requested: EFA variables without the devices make NCCL fall back
+    to TCP silently (~3 GB/s instead of ~440 on p5; KNOWN-FAILURES F5).
+    """
+    env = {"NCCL_DEBUG": "WARN"}
+    if efa_devices_requested <= 0:
+        return env
+    env.update({"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1"})
+    if it.gpudirect_rdma:
+        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    return env

@@ -1,0 +1,98 @@
+"""EksCluster: the EKS control plane, a small CPU system node group and the Kubernetes provider.
+
+`pulumi_eks.Cluster` wraps what needs no review (control-plane plumbing); what decides safety is
+declared here and visible in the render: the customer-managed KMS key for Secrets, the endpoint
+access, the log types, the Pod Identity agent and the system node group's role.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+from pydantic import BaseModel, ConfigDict
+
+from . import iam
+
+LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+
+
+class EksClusterArgs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_name: str
+    kubernetes_version: str
+    endpoint_public_access: bool
+    public_access_cidrs: tuple[str, ...]
+    admin_role_arns: tuple[str, ...] = ()
+    system_instance_type: str
+    system_node_count: int
+
+
+class EksCluster(pulumi.ComponentResource):
+    provider: k8s.Provider
+    cluster: eks.Cluster
+    cluster_name: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+
+    def __init__(self, name: str, args: EksClusterArgs, *, vpc_id: pulumi.Input[str],
+                 private_subnet_ids: list[pulumi.Input[str]], public_subnet_ids: list[pulumi.Input[str]],
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:index:EksCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        # Envelope encryption of Kubernetes Secrets (the training tokens) with a key we own.
+        key = aws.kms.Key(f"{name}-secrets-key", description=f"{args.cluster_name} Kubernetes Secrets",
+                          enable_key_rotation=True, deletion_window_in_days=30,
+                          opts=pulumi.ResourceOptions(parent=self, protect=True))
+        access = {
+            f"admin-{i}": eks.AccessEntryArgs(
+                principal_arn=arn,
+                access_policies={"admin": eks.AccessPolicyAssociationArgs(
+                    policy_arn=CLUSTER_ADMIN_POLICY,
+                    access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"))})
+            for i, arn in enumerate(args.admin_role_arns)
+        }
+        self.cluster = eks.Cluster(
+            f"{name}-eks",
+            name=args.cluster_name,
+            version=args.kubernetes_version,
+            vpc_id=vpc_id,
+            private_subnet_ids=private_subnet_ids,
+            public_subnet_ids=public_subnet_ids or None,
+            authentication_mode=eks.AuthenticationMode.API,
+            access_entries=access or None,
+            endpoint_private_access=True,
+            endpoint_public_access=args.endpoint_public_access,
+            public_access_cidrs=list(args.public_access_cidrs) or None,
+            enabled_cluster_log_types=list(LOG_TYPES),
+            encryption_config_key_arn=key.arn,
+            skip_default_node_group=True,
+            create_oidc_provider=False,
+            opts=child,
+        )
+        self.cluster_name = pulumi.Output.from_input(args.cluster_name)
+        # Pod Identity: the training and FSx CSI roles are handed to service accounts by EKS.
+        self.pod_identity_agent = aws.eks.Addon(
+            f"{name}-pod-identity-agent", cluster_name=args.cluster_name,
+            addon_name="eks-pod-identity-agent", opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]))
+        system_role = iam.node_role(f"{name}-system-node-role", self)
+        self.system_nodes = eks.ManagedNodeGroup(
+            f"{name}-system",
+            cluster=self.cluster,
+            node_role=system_role,
+            instance_types=[args.system_instance_type],
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                desired_size=args.system_node_count, min_size=args.system_node_count,
+                max_size=args.system_node_count + 2),
+            subnet_ids=private_subnet_ids,
+            labels={"role": "system"},
+            opts=child,
+        )
+        self.kubeconfig = pulumi.Output.secret(self.cluster.kubeconfig_json)
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig,
+                                     enable_server_side_apply=True, opts=child)
+        self.register_outputs({"clusterName": self.cluster_name, "kubeconfig": self.kubeconfig})

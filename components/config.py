@@ -1,0 +1,566 @@
+"""Stack configuration: one pydantic model tree, validated before any resource exists.
+
+Each top-level section is one structured key of `Pulumi.<stack>.yaml` (`rltrain:gpuNodes`, ...).
+Models are frozen and reject unknown keys. `load()` collects *every* problem, each named by its key
+path as written in the stack file (`rltrain:gpuNodes.instanceType`), the bad value and what is
+allowed, and raises one `ConfigError`. The README documents every key with its default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+from typing import Any, Literal, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from . import catalog
+
+NAMESPACE = "rltrain"
+SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads")
+KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")  # EKS standard support, 2026-11 (FACTS.md)
+# FSx for Lustre PERSISTENT_2 (FACTS.md).
+FSX_THROUGHPUTS = (125, 250, 500, 1000)
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Env names that look like credentials must come from secret config, never plain values (D16).
+_SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.I)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# cluster
+
+
+class ExistingCluster(_Model):
+    """Bring your own cluster: no AWS resource is created."""
+
+    kubeconfig_secret: str = Field("kubeconfig", description="secret config key holding the kubeconfig")
+    context: Optional[str] = None
+
+
+class SystemNodes(_Model):
+    instance_type: str = "m6i.xlarge"
+    count: int = Field(2, ge=1, le=20)
+
+
+class ClusterConfig(_Model):
+    name: Optional[str] = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9-]{0,99}$")
+    kubernetes_version: Literal["1.34", "1.35", "1.36"] = "1.35"
+    endpoint_public_access: bool = True
+    public_access_cidrs: tuple[str, ...] = ()
+    # IAM roles given cluster-admin through EKS access entries (authentication mode API).
+    admin_role_arns: tuple[str, ...] = ()
+    system_nodes: SystemNodes = SystemNodes()
+    existing: Optional[ExistingCluster] = None
+
+    @field_validator("admin_role_arns")
+    @classmethod
+    def _arns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in v:
+            if not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$", arn):
+                raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/NAME)")
+        return v
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in v:
+            try:
+                net = ipaddress.ip_network(cidr, strict=True)
+            except ValueError as e:
+                raise ValueError(f"{cidr!r} is not a CIDR block ({e})") from None
+            if net.prefixlen == 0:
+                raise ValueError(
+                    f"{cidr!r} opens the API endpoint to the whole internet; "
+                    "list your office/VPN CIDRs, or set endpointPublicAccess: false"
+                )
+        return v
+
+
+# ---------------------------------------------------------------------------------------------
+# network
+
+
+class ExistingNetwork(_Model):
+    vpc_id: str = Field(pattern=r"^vpc-[0-9a-f]+$")
+    private_subnet_ids: tuple[str, ...] = Field(min_length=2)
+    gpu_subnet_id: str = Field(pattern=r"^subnet-[0-9a-f]+$")
+
+
+class NetworkConfig(_Model):
+    vpc_cidr: str = "10.0.0.0/16"
+    availability_zones: tuple[str, ...] = Field(("us-east-1a", "us-east-1b"), min_length=2, max_length=3)
+    # GPU nodes, their placement group and the FSx file system share this one AZ (EFA needs it).
+    gpu_availability_zone: Optional[str] = None
+    existing: Optional[ExistingNetwork] = None
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _vpc_cidr(cls, v: str) -> str:
+        try:
+            net = ipaddress.ip_network(v, strict=True)
+        except ValueError as e:
+            raise ValueError(f"{v!r} is not a CIDR block ({e})") from None
+        if not 16 <= net.prefixlen <= 20:
+            raise ValueError(f"{v!r}: prefix must be /16 to /20 to fit the subnets")
+        return v
+
+    @property
+    def gpu_az(self) -> str:
+        return self.gpu_availability_zone or self.availability_zones[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU nodes
+
+
+class Capacity(_Model):
+    type: Literal["on-demand", "capacity-block", "odcr"] = "on-demand"
+    reservation_id: Optional[str] = Field(None, pattern=r"^cr-[0-9a-f]+$")
+
+
+class RootVolume(_Model):
+    # Large training images (15-20 GB) pull faster from a fast root volume; SOCI parallel pull
+    # wants >= 600 MiB/s (FACTS.md "Start-up latency").
+    size_gib: int = Field(500, ge=100, le=16384, alias="sizeGiB")
+    throughput_mibps: int = Field(1000, ge=125, le=1000, alias="throughputMiBps")
+    iops: int = Field(16000, ge=3000, le=16000)
+
+
+class GpuNodesConfig(_Model):
+    instance_type: str
+    count: int = Field(ge=1, le=256)
+    # None = automatic: on for EFA-capable types with two or more nodes.
+    efa: Optional[bool] = None
+    capacity: Capacity = Capacity()
+    root_volume: RootVolume = RootVolume()
+    local_storage: Literal["raid0", "none"] = "raid0"
+    fast_image_pull: bool = False
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        if v not in catalog.CATALOG:
+            raise ValueError(f"unknown instance type; allowed: {', '.join(catalog.INSTANCE_TYPES)}")
+        return v
+
+    @property
+    def instance(self) -> catalog.InstanceType:
+        return catalog.get(self.instance_type)
+
+    @property
+    def efa_enabled(self) -> bool:
+        if self.efa is None:
+            return self.instance.has_efa and self.count >= 2
+        return self.efa
+
+    @property
+    def efa_devices_per_node(self) -> int:
+        return self.instance.efa_devices if self.efa_enabled else 0
+
+    @property
+    def total_gpus(self) -> int:
+        return self.instance.gpu_count * self.count
+
+
+# ---------------------------------------------------------------------------------------------
+# storage
+
+
+class FsxS3(_Model):
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    prefix: str = "checkpoints/"
+    file_system_path: str = Field("/checkpoints", pattern=r"^/")
+
+
+class FsxConfig(_Model):
+    storage_capacity_gib: int = Field(1200, alias="storageCapacityGiB")
+    per_unit_storage_throughput: int = 250
+    # None = automatic metadata mode.
+    metadata_iops: Optional[int] = None
+    backup_retention_days: int = Field(7, ge=0, le=90)
+    s3: Optional[FsxS3] = None
+
+    @field_validator("storage_capacity_gib")
+    @classmethod
+    def _capacity(cls, v: int) -> int:
+        if v not in (1200, 2400) and (v <= 0 or v % 2400):
+            raise ValueError("PERSISTENT_2 capacity must be 1200, 2400 or a multiple of 2400 GiB")
+        return v
+
+    @field_validator("per_unit_storage_throughput")
+    @classmethod
+    def _throughput(cls, v: int) -> int:
+        if v not in FSX_THROUGHPUTS:
+            raise ValueError(f"allowed MB/s/TiB: {', '.join(map(str, FSX_THROUGHPUTS))}")
+        return v
+
+    @field_validator("metadata_iops")
+    @classmethod
+    def _metadata(cls, v: Optional[int]) -> Optional[int]:
+        if v is not None and v not in (1500, 3000, 6000) and (v <= 0 or v % 12000):
+            raise ValueError("allowed: 1500, 3000, 6000, 12000 or a multiple of 12000")
+        return v
+
+
+class StorageConfig(_Model):
+    fsx: Optional[FsxConfig] = FsxConfig()
+    claim_name: str = Field("fsx-claim", pattern=_DNS_LABEL)
+    # Bring your own cluster: use this existing claim, or create one from this storage class.
+    existing_claim: Optional[str] = Field(None, pattern=_DNS_LABEL)
+    storage_class: Optional[str] = None
+    claim_size_gib: int = Field(1200, ge=1, alias="claimSizeGiB")
+    # Opt-in for a change that replaces the FSx file system (its data is lost).
+    allow_replacement: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# training namespace
+
+
+class S3Access(_Model):
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    prefix: str = "rltrain/"
+
+
+class TrainingConfig(_Model):
+    namespace: str = Field("rltrain", pattern=_DNS_LABEL)
+    service_account: str = Field("training-sa", pattern=_DNS_LABEL)
+    pod_security: Literal["baseline", "restricted"] = "baseline"
+    s3: Optional[S3Access] = None
+    # Container env var -> name of a secret config key (`pulumi config set --secret rltrain:KEY`).
+    secret_env: dict[str, str] = {}
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_env(cls, v: dict[str, str]) -> dict[str, str]:
+        for env, key in v.items():
+            if not re.match(_ENV_NAME, env):
+                raise ValueError(f"{env!r} is not an environment variable name")
+            if key in SECTIONS or not re.match(r"^[A-Za-z][A-Za-z0-9_-]*$", key):
+                raise ValueError(f"{key!r} cannot name a secret config key")
+        return v
+
+
+# ---------------------------------------------------------------------------------------------
+# workloads
+
+
+class Toggle(_Model):
+    enabled: bool = False
+
+
+class MultiNode(_Model):
+    enabled: bool = False
+    form: Literal["indexed-job", "statefulset"] = "indexed-job"
+    # None = every GPU node.
+    nodes: Optional[int] = Field(None, ge=2)
+    ray_port: int = Field(6379, ge=1024, le=65535)
+    node_wait_seconds: int = Field(300, ge=10, le=3600)
+
+
+class NcclTest(_Model):
+    enabled: bool = False
+    install_mpi_operator: bool = True
+    image: str = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.42.0-ofiv1.16.0-ncclv2.27.5-1-testsv2.16.4"
+    message_size_bytes: int = Field(1 << 30, ge=8)
+    # Pass when bus bandwidth >= this fraction of the published 2-node figure of the instance type.
+    min_bus_bw_fraction: float = Field(0.9, gt=0, le=1.5)
+
+
+class WorkloadsConfig(_Model):
+    image: str
+    command: tuple[str, ...] = ("bash", "/workspace/eks/scripts/run_training_eks.sh")
+    config_name: str = "maniskill_openvla_ppo"
+    venv_name: str = "openvla"
+    model_path: str = "/fsx/models/openvla-7b"
+    experiment_name: str = "maniskill-openvlaoft-ppo"
+    mlflow_tracking_uri: Optional[str] = None
+    env: dict[str, str] = {}
+    # None = derived from the instance type (see components/workloads/pod.py).
+    shm_size_gib: Optional[int] = Field(None, ge=1, alias="shmSizeGiB")
+    termination_grace_period_seconds: int = Field(300, ge=30, le=3600)
+    max_run_minutes: int = Field(1440, ge=5)
+    ttl_seconds_after_finished: int = Field(86400, ge=0)
+    retries: int = Field(3, ge=0, le=20)
+    fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
+    priority: int = Field(1000000, ge=0, le=1000000000)
+    single_node: Toggle = Toggle(enabled=True)
+    multi_node: MultiNode = MultiNode()
+    nccl_test: NcclTest = NcclTest()
+    validation: Toggle = Toggle(enabled=True)
+
+    @field_validator("image")
+    @classmethod
+    def _pinned_image(cls, v: str) -> str:
+        return check_pinned_image(v)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not re.match(_ENV_NAME, name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if _SECRET_LIKE.search(name):
+                raise ValueError(
+                    f"{name!r} looks like a credential: put it in secret config and map it with "
+                    "rltrain:training.secretEnv instead of a plain env value"
+                )
+        return v
+
+
+def check_pinned_image(v: str) -> str:
+    """A specific tag or digest: `:latest` or no tag makes pods of one run differ (D7)."""
+    if "@sha256:" in v:
+        return v
+    last = v.rsplit("/", 1)[-1]
+    if ":" not in last:
+        raise ValueError("image has no tag: use a specific tag or @sha256 digest, not the implicit :latest")
+    if last.rsplit(":", 1)[1] in ("latest", ""):
+        raise ValueError(":latest is not allowed: use a specific tag or @sha256 digest")
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole stack
+
+
+class StackConfig(_Model):
+    cluster: ClusterConfig = ClusterConfig()
+    network: NetworkConfig = NetworkConfig()
+    gpu_nodes: GpuNodesConfig
+    storage: StorageConfig = StorageConfig()
+    training: TrainingConfig = TrainingConfig()
+    workloads: WorkloadsConfig
+
+    @property
+    def byo_cluster(self) -> bool:
+        return self.cluster.existing is not None
+
+    @property
+    def multi_node_count(self) -> int:
+        return self.workloads.multi_node.nodes or self.gpu_nodes.count
+
+
+class ConfigError(Exception):
+    """Every problem of one stack config, each as (key path, message)."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [f"invalid stack config ({len(self.problems)} problem(s)):"]
+        lines += [f"  {path}: {msg}" for path, msg in self.problems]
+        return "\n".join(lines)
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Aliases of the model found by walking `loc` (minus its last part) from `model`."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            continue
+        field = next(
+            (f for n, f in current.model_fields.items() if part in (n, f.alias)), None
+        )
+        if field is None:
+            return []
+        ann = field.annotation
+        inner = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+        current = inner[0] if inner else ann
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = f"{NAMESPACE}:{loc[0]}" if loc else NAMESPACE
+    for part in loc[1:]:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _problems_from(err: ValidationError) -> list[tuple[str, str]]:
+    problems = []
+    for e in err.errors(include_url=False):
+        loc = tuple(e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed_keys(StackConfig, loc)
+            msg = f"unknown key; allowed here: {', '.join(allowed)}"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            msg = f"{msg} (got {e['input']!r})"
+        problems.append((_path(loc), msg))
+    return problems
+
+
+def _cross_checks(cfg: StackConfig, region: Optional[str], config_keys: set[str],
+                  secret_keys: set[str]) -> list[tuple[str, str]]:
+    p: list[tuple[str, str]] = []
+    g = cfg.gpu_nodes
+    it = g.instance
+    if g.efa and not it.has_efa:
+        efa_types = [t for t, v in catalog.CATALOG.items() if v.has_efa]
+        p.append((_path(("gpuNodes", "efa")),
+                  f"{it.name} has no EFA devices; EFA types: {', '.join(efa_types)}"))
+    cap = g.capacity
+    if cap.type == "on-demand" and cap.reservation_id:
+        p.append((_path(("gpuNodes", "capacity", "reservationId")),
+                  "a reservation id needs capacity.type capacity-block or odcr (got on-demand)"))
+    if cap.type != "on-demand" and not cap.reservation_id:
+        p.append((_path(("gpuNodes", "capacity", "reservationId")),
+                  f"capacity.type {cap.type} needs the reservation id (cr-...)"))
+
+    c = cfg.cluster
+    if not c.endpoint_public_access and c.public_access_cidrs:
+        p.append((_path(("cluster", "publicAccessCidrs")),
+                  "set while endpointPublicAccess is false (private-only endpoint); remove them"))
+    if c.endpoint_public_access and not c.public_access_cidrs and not cfg.byo_cluster:
+        p.append((_path(("cluster", "publicAccessCidrs")),
+                  "required while endpointPublicAccess is true: list the CIDRs allowed to reach "
+                  "the API server, or set endpointPublicAccess: false"))
+
+    n = cfg.network
+    if region and not cfg.byo_cluster:
+        for i, az in enumerate(n.availability_zones):
+            if not re.fullmatch(re.escape(region) + r"[a-z]", az):
+                p.append((_path(("network", "availabilityZones", i)),
+                          f"{az!r} is not an availability zone of region {region} "
+                          f"(expected {region}a, {region}b, ...)"))
+    if n.gpu_availability_zone and n.gpu_availability_zone not in n.availability_zones:
+        p.append((_path(("network", "gpuAvailabilityZone")),
+                  f"{n.gpu_availability_zone!r} is not one of availabilityZones "
+                  f"({', '.join(n.availability_zones)}); GPU nodes and FSx must share one of them"))
+    if n.existing and n.existing.gpu_subnet_id not in n.existing.private_subnet_ids:
+        p.append((_path(("network", "existing", "gpuSubnetId")),
+                  "must be one of privateSubnetIds"))
+
+    s = cfg.storage
+    if cfg.byo_cluster:
+        if not (s.existing_claim or s.storage_class):
+            p.append((_path(("storage",)),
+                      "with cluster.existing no FSx file system is created: set existingClaim "
+                      "or storageClass"))
+        if c.existing and c.existing.kubeconfig_secret not in secret_keys:
+            p.append((_path((c.existing.kubeconfig_secret,)),
+                      "missing or not secret: pulumi config set --secret "
+                      f"{NAMESPACE}:{c.existing.kubeconfig_secret} \"$(cat kubeconfig)\""))
+    elif s.existing_claim or s.storage_class:
+        p.append((_path(("storage", "existingClaim" if s.existing_claim else "storageClass")),
+                  "only with cluster.existing; this stack creates its own FSx file system"))
+    elif s.fsx is None:
+        p.append((_path(("storage", "fsx")), "required unless cluster.existing is set"))
+    if s.existing_claim and s.storage_class:
+        p.append((_path(("storage", "storageClass")), "set either existingClaim or storageClass"))
+
+    for env, key in cfg.training.secret_env.items():
+        if key not in secret_keys:
+            state = "is not secret" if key in config_keys else "is missing"
+            p.append((_path((key,)),
+                      f"{state} (named by training.secretEnv.{env}): "
+                      f"pulumi config set --secret {NAMESPACE}:{key} VALUE"))
+
+    w = cfg.workloads
+    if w.multi_node.enabled and cfg.multi_node_count > g.count:
+        p.append((_path(("workloads", "multiNode", "nodes")),
+                  f"{cfg.multi_node_count} pods need {cfg.multi_node_count} GPU nodes, "
+                  f"gpuNodes.count is {g.count}"))
+    if w.multi_node.enabled and g.count < 2:
+        p.append((_path(("workloads", "multiNode", "enabled")),
+                  "multi-node training needs gpuNodes.count >= 2"))
+    if w.nccl_test.enabled:
+        if g.count < 2:
+            p.append((_path(("workloads", "ncclTest", "enabled")),
+                      "the NCCL test measures the network between nodes: gpuNodes.count >= 2"))
+        if it.nccl_busbw_2node_gbps is None:
+            p.append((_path(("workloads", "ncclTest", "enabled")),
+                      f"no published bus bandwidth for {it.name} to check against; "
+                      f"types with one: {', '.join(t for t, v in catalog.CATALOG.items() if v.nccl_busbw_2node_gbps)}"))
+    try:
+        check_pinned_image(w.nccl_test.image)
+    except ValueError as e:
+        p.append((_path(("workloads", "ncclTest", "image")), str(e)))
+    return p
+
+
+def parse_value(raw: Any) -> Any:
+    """Pulumi hands structured config to the program as JSON text."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def load(values: Mapping[str, Any], *, secret_keys: set[str] | frozenset[str] = frozenset(),
+         region: Optional[str] = None) -> StackConfig:
+    """Validate the `rltrain:` config of one stack.
+
+    `values` maps keys without the `rltrain:` prefix to their (parsed or JSON) values;
+    `secret_keys` are the keys (without prefix) that are Pulumi secrets.
+    """
+    problems: list[tuple[str, str]] = []
+    data = {k: parse_value(v) for k, v in values.items() if k in SECTIONS}
+    referenced = set()
+    secret_env = (data.get("training") or {}).get("secretEnv") if isinstance(data.get("training"), dict) else None
+    if isinstance(secret_env, dict):
+        referenced |= {v for v in secret_env.values() if isinstance(v, str)}
+    existing = (data.get("cluster") or {}).get("existing") if isinstance(data.get("cluster"), dict) else None
+    if isinstance(existing, dict):
+        referenced.add(existing.get("kubeconfigSecret", "kubeconfig"))
+    for key in sorted(set(values) - set(SECTIONS)):
+        if key in referenced:
+            continue
+        problems.append((_path((key,)),
+                         f"unknown key; allowed: {', '.join(SECTIONS)}, or a secret named by "
+                         "training.secretEnv / cluster.existing.kubeconfigSecret"))
+    cfg = None
+    try:
+        cfg = StackConfig.model_validate(data)
+    except ValidationError as e:
+        problems += _problems_from(e)
+    if cfg is not None:
+        problems += _cross_checks(cfg, region, set(values), set(secret_keys))
+    if problems:
+        raise ConfigError(problems)
+    assert cfg is not None
+    return cfg
+
+
+def shm_default_gib(it: catalog.InstanceType) -> int:
+    """/dev/shm size when not configured: 1/16 of node memory, 8-256 GiB.
+
+    It counts against the pod's memory limit (FACTS.md), so it is kept to a small share of the
+    node; the reference's 64 GiB sits between the p4de (72) and p5 (128) figures this gives.
+    """
+    return max(8, min(256, math.floor(it.memory_gib / 16)))
+
+
+def from_pulumi() -> StackConfig:
+    """Read and validate the `rltrain:` config handed to the running program.
+
+    The Pulumi CLI passes config through the environment (PULUMI_CONFIG); the offline render sets
+    it in-process. Both are read, so unknown top-level keys are caught either way.
+    """
+    import pulumi
+    from pulumi.runtime import config as rc
+
+    prefix = f"{NAMESPACE}:"
+    merged = {**rc.get_config_env(), **rc.CONFIG.get()}
+    values = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
+    secret = set(rc.get_config_secret_keys_env()) | set(rc._SECRET_KEYS.get())
+    secret_keys = {k[len(prefix):] for k in secret if k.startswith(prefix)}
+    return load(values, secret_keys=secret_keys, region=pulumi.Config("aws").get("region"))

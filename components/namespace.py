@@ -1,0 +1,101 @@
+"""TrainingNamespace: where every training workload of the stack runs.
+
+A dedicated namespace (the reference ran in `default`, SEED-DEFECTS D12) with Pod Security
+Admission labels, a GPU quota sized from the GPU node group, a service account whose API token is
+not mounted, and one Secret built from Pulumi secret config (never plain env values, D16).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Mapping, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import BaseModel, ConfigDict, Field
+
+SECRET_NAME = "training-secrets"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "rltrain"}
+
+
+class TrainingNamespaceArgs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: str
+    service_account: str
+    # PSA level enforced; `restricted` is always warned and audited so gaps show before enforcing.
+    pod_security: Literal["baseline", "restricted"] = "baseline"
+    kubernetes_version: str
+    # Sum of GPUs on the GPU node group: no namespace can queue more than the stack provides.
+    gpu_quota: int = Field(ge=0)
+    secret_keys: tuple[str, ...] = ()
+    # IAM role for EKS Pod Identity, shown on the service account for people reading the cluster.
+    role_annotation: Optional[str] = None
+
+
+def namespace_args(a: TrainingNamespaceArgs) -> k8s.core.v1.NamespaceInitArgs:
+    version = f"v{a.kubernetes_version}"
+    labels = {
+        **MANAGED_BY,
+        "pod-security.kubernetes.io/enforce": a.pod_security,
+        "pod-security.kubernetes.io/enforce-version": version,
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/warn-version": version,
+        "pod-security.kubernetes.io/audit": "restricted",
+        "pod-security.kubernetes.io/audit-version": version,
+    }
+    return k8s.core.v1.NamespaceInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=a.namespace, labels=labels)
+    )
+
+
+def gpu_quota_args(a: TrainingNamespaceArgs) -> k8s.core.v1.ResourceQuotaInitArgs:
+    return k8s.core.v1.ResourceQuotaInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name="gpu-quota", namespace=a.namespace, labels=MANAGED_BY),
+        spec=k8s.core.v1.ResourceQuotaSpecArgs(hard={"requests.nvidia.com/gpu": str(a.gpu_quota)}),
+    )
+
+
+def service_account_args(a: TrainingNamespaceArgs) -> k8s.core.v1.ServiceAccountInitArgs:
+    annotations = {"rltrain/pod-identity-role": a.role_annotation} if a.role_annotation else None
+    return k8s.core.v1.ServiceAccountInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=a.service_account, namespace=a.namespace, labels=MANAGED_BY, annotations=annotations
+        ),
+        # Training pods do not talk to the API server; a mounted token would only be a credential
+        # to steal (checkov CKV_K8S_38).
+        automount_service_account_token=False,
+    )
+
+
+def secret_args(a: TrainingNamespaceArgs,
+                values: Mapping[str, pulumi.Input[str]]) -> k8s.core.v1.SecretInitArgs:
+    return k8s.core.v1.SecretInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=SECRET_NAME, namespace=a.namespace, labels=MANAGED_BY),
+        type="Opaque",
+        string_data={k: pulumi.Output.secret(values[k]) for k in a.secret_keys},
+    )
+
+
+class TrainingNamespace(pulumi.ComponentResource):
+    """Namespace, GPU quota, service account and training Secret."""
+
+    namespace: pulumi.Output[str]
+    service_account: pulumi.Output[str]
+    secret_name: Optional[pulumi.Output[str]]
+
+    def __init__(self, name: str, args: TrainingNamespaceArgs,
+                 secret_values: Mapping[str, pulumi.Input[str]],
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:index:TrainingNamespace", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        ns = k8s.core.v1.Namespace(f"{name}-namespace", namespace_args(args), child)
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", gpu_quota_args(args), in_ns)
+        sa = k8s.core.v1.ServiceAccount(f"{name}-sa", service_account_args(args), in_ns)
+        self.namespace = ns.metadata.name
+        self.service_account = sa.metadata.name
+        self.secret_name = None
+        if args.secret_keys:
+            secret = k8s.core.v1.Secret(f"{name}-secrets", secret_args(args, secret_values), in_ns)
+            self.secret_name = secret.metadata.name
+        self.register_outputs({"namespace": self.namespace, "serviceAccount": self.service_account})

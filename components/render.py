@@ -1,0 +1,175 @@
+"""Offline render: run the real program against the recording engine and write what it creates.
+
+    python -m components.render --stack p5 [--out DIR]     # DIR defaults to rendered/p5
+    python -m components.render --all
+
+Writes DIR/manifests.yaml (every Kubernetes object, one document each, sorted by kind, namespace,
+name) and DIR/resources.json (every registered resource, components included). Secrets show as
+`[secret]`, cloud-only values as `[known after deploy: ...]`. Needs no Pulumi CLI, credentials or
+network. Exit 2 on invalid config (nothing written), 1 on any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from . import config as config_mod
+from . import stackfile
+from .mock_engine import ROOT, Record, RunResult, run_program
+
+_K8S_OBJECT = re.compile(r"^kubernetes:(?!helm\.sh|yaml|kustomize)[^:]+:[A-Za-z]+$")
+_HEAD_KEYS = ("apiVersion", "kind", "metadata")
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def is_k8s_object(r: Record) -> bool:
+    return r.custom and bool(_K8S_OBJECT.match(r.type)) and "kind" in r.inputs
+
+
+def manifest_of(r: Record) -> dict[str, Any]:
+    doc = {k: r.inputs[k] for k in _HEAD_KEYS if k in r.inputs}
+    doc.update({k: v for k, v in sorted(r.inputs.items()) if k not in _HEAD_KEYS})
+    return doc
+
+
+def _sort_key(doc: dict[str, Any]) -> tuple[str, str, str]:
+    meta = doc.get("metadata") or {}
+    return (str(doc.get("kind", "")), str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+def manifests(result: RunResult) -> list[dict[str, Any]]:
+    return sorted((manifest_of(r) for r in result.records if is_k8s_object(r)), key=_sort_key)
+
+
+def manifests_yaml(docs: list[dict[str, Any]]) -> str:
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+                         width=100, explicit_start=True)
+
+
+def resources_json(result: RunResult) -> str:
+    rows = sorted((r.as_json() for r in result.records), key=lambda r: (r["type"], r["name"]))
+    return json.dumps(rows, indent=2, sort_keys=False) + "\n"
+
+
+@dataclass
+class Rendered:
+    stack: str
+    cfg: config_mod.StackConfig
+    result: RunResult
+    manifests: list[dict[str, Any]]
+
+
+def load_stack(stack: str, root: Path = ROOT) -> tuple[dict[str, str], set[str], config_mod.StackConfig]:
+    """Read and validate one stack file; raises ConfigError / StackFileError."""
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        raise stackfile.StackFileError(
+            f"no stack file {path.name}; stacks: {', '.join(stackfile.stack_names(root)) or 'none'}")
+    cfg_values, secret = stackfile.read(path)
+    prefix = f"{config_mod.NAMESPACE}:"
+    cfg = config_mod.load(
+        {k[len(prefix):]: v for k, v in cfg_values.items() if k.startswith(prefix)},
+        secret_keys={k[len(prefix):] for k in secret if k.startswith(prefix)},
+        region=cfg_values.get("aws:region"),
+    )
+    return cfg_values, secret, cfg
+
+
+def render_stack(stack: str, root: Path = ROOT) -> Rendered:
+    cfg_values, secret, cfg = load_stack(stack, root)
+    result = run_program(stack=stack, config=cfg_values, secret_keys=secret, project_dir=root)
+    return Rendered(stack=stack, cfg=cfg, result=result, manifests=manifests(result))
+
+
+def write(rendered: Rendered, out: Path) -> None:
+    """Write both files, replacing the old ones only once both are complete."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"manifests.yaml": manifests_yaml(rendered.manifests),
+             "resources.json": resources_json(rendered.result)}
+    tmp = {}
+    for name, text in files.items():
+        with tempfile.NamedTemporaryFile("w", dir=out, prefix=f".{name}.", delete=False) as f:
+            f.write(text)
+            tmp[name] = Path(f.name)
+    for name, path in tmp.items():
+        path.replace(out / name)
+
+
+def summary(rendered: Rendered) -> str:
+    cfg, result = rendered.cfg, rendered.result
+    by_type = collections.Counter(r.type for r in result.records)
+    g = cfg.gpu_nodes
+    cost = result.stack_outputs.get("estimatedCostPerHour") or {}
+    usd = cost.get("usd")
+    lines = [
+        f"stack {rendered.stack}: {len(result.records)} resources, "
+        f"{len(rendered.manifests)} Kubernetes objects",
+        f"  GPU nodes: {g.count} x {g.instance_type} = {g.total_gpus} GPUs "
+        f"({g.instance.gpu_model}), EFA {'on, ' + str(g.efa_devices_per_node) + ' devices/node' if g.efa_enabled else 'off'}",
+        "  estimated cost: " + (f"${usd:,.2f}/h ({cost.get('priceDate')}, {cost.get('priceSource')})"
+                                if isinstance(usd, (int, float)) else str(cost.get("note", "unknown"))),
+        "  resources by type:",
+    ]
+    lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m components.render", description=__doc__.split("\n")[0])
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--stack", help="stack name (reads Pulumi.STACK.yaml)")
+    which.add_argument("--all", action="store_true", help="every Pulumi.*.yaml stack")
+    ap.add_argument("--out", type=Path, help="output directory (default rendered/STACK); only with --stack")
+    ap.add_argument("--project-dir", type=Path, default=ROOT,
+                    help="directory holding Pulumi.yaml, __main__.py and the stack files (default: this repo)")
+    args = ap.parse_args(argv)
+    if args.out and args.all:
+        ap.error("--out goes with --stack")
+    root = args.project_dir.resolve()
+    stacks = stackfile.stack_names(root) if args.all else [args.stack]
+
+    # Validate every stack before rendering any: a bad config writes nothing at all.
+    failed = False
+    for stack in stacks:
+        try:
+            load_stack(stack, root)
+        except config_mod.ConfigError as e:
+            print(f"Pulumi.{stack}.yaml: {e.render()}", file=sys.stderr)
+            failed = True
+        except stackfile.StackFileError as e:
+            print(str(e), file=sys.stderr)
+            failed = True
+    if failed:
+        return 2
+    for stack in stacks:
+        rendered = render_stack(stack, root)
+        out = args.out or root / "rendered" / stack
+        write(rendered, out)
+        print(summary(rendered))
+        print(f"  wrote {out}/manifests.yaml, {out}/resources.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Read a `Pulumi.<stack>.yaml` the way the Pulumi CLI hands it to the program."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .mock_engine import ROOT, SECRET
+
+
+class StackFileError(Exception):
+    pass
+
+
+def stack_names(root: Path = ROOT) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+
+
+def _has_secure(value: Any) -> bool:
+    if isinstance(value, dict):
+        return "secure" in value or any(_has_secure(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_secure(v) for v in value)
+    return False
+
+
+def read(path: Path) -> tuple[dict[str, str], set[str]]:
+    """Return (config with full keys and string values, secret keys).
+
+    `secure:` values are replaced by a placeholder: the render never sees a real secret.
+    """
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise StackFileError(f"{path}: cannot read stack file: {e}") from None
+    raw = doc.get("config") or {}
+    if not isinstance(raw, dict):
+        raise StackFileError(f"{path}: 'config' must be a mapping")
+    config: dict[str, str] = {}
+    secret: set[str] = set()
+    for key, value in raw.items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            config[key] = SECRET
+            secret.add(key)
+        elif _has_secure(value):
+            raise StackFileError(
+                f"{path}: {key}: secrets must be top-level keys (pulumi config set --secret KEY), "
+                "not nested inside an object"
+            )
+        elif isinstance(value, (dict, list)):
+            config[key] = json.dumps(value)
+        elif isinstance(value, bool):
+            config[key] = "true" if value else "false"
+        else:
+            config[key] = str(value)
+    return config, secret

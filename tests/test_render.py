@@ -1,0 +1,138 @@
+"""The offline render contract (issue 2 §3) and the training namespace, through the mock engine."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from components import render
+from components.mock_engine import ROOT, SECRET
+
+from support import STACKS, obj, rendered
+
+
+def run_render(*args):
+    return subprocess.run([sys.executable, "-m", "components.render", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_namespace_in_every_stack(any_stack):
+    ns = obj(any_stack, "Namespace", "rltrain")
+    labels = ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce-version"] == f"v{any_stack.cfg.cluster.kubernetes_version}"
+    sa = obj(any_stack, "ServiceAccount", "training-sa")
+    assert sa["metadata"]["namespace"] == "rltrain"
+    assert sa["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("stack,gpus", [("dev", 8), ("p4de", 16), ("p5", 16)])
+def test_gpu_quota_sized_from_node_group(stack, gpus):
+    quota = obj(rendered(stack), "ResourceQuota", "gpu-quota")
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": str(gpus)}
+
+
+def test_secret_values_hidden_keys_shown(p5):
+    secret = obj(p5, "Secret", "training-secrets")
+    assert secret["stringData"] == {"hfToken": SECRET}
+    text = json.dumps([r.as_json() for r in p5.result.records])
+    assert "REPLACE-with" not in text
+
+
+def test_components_parent_their_children(p5):
+    by_name = {r.name: r for r in p5.result.records}
+    ns = by_name["training-namespace"]
+    assert ns.parent == "training"
+    assert by_name["training"].type == "rltrain:index:TrainingNamespace"
+    assert by_name["training"].parent is None
+    # every resource but the top-level components and the stack-level provider has a parent
+    orphans = [r.name for r in p5.result.records if r.parent is None and not r.type.startswith("rltrain:")]
+    assert orphans == []
+
+
+def test_resources_json_shape(p5):
+    rows = json.loads(render.resources_json(p5.result))
+    assert rows == sorted(rows, key=lambda r: (r["type"], r["name"]))
+    for row in rows:
+        assert set(row) == {"type", "name", "parent", "custom", "options", "inputs"}
+        assert set(row["options"]) == {"protect", "retainOnDelete", "deleteBeforeReplace"}
+    key = next(r for r in rows if r["type"] == "aws:kms/key:Key")
+    assert key["options"]["protect"] is True and key["custom"] is True
+    comp = next(r for r in rows if r["type"] == "rltrain:index:TrainingNamespace")
+    assert comp["custom"] is False
+
+
+def test_integers_stay_integers_and_unknowns_are_readable(p5):
+    rows = json.loads(render.resources_json(p5.result))
+    key = next(r for r in rows if r["type"] == "aws:kms/key:Key")
+    assert key["inputs"]["deletionWindowInDays"] == 30 and isinstance(key["inputs"]["deletionWindowInDays"], int)
+    cluster = next(r for r in rows if r["type"] == "eks:index:Cluster")
+    assert cluster["inputs"]["encryptionConfigKeyArn"] == "[known after deploy: cluster-secrets-key.arn]"
+
+
+def test_manifests_sorted_by_kind_namespace_name(any_stack):
+    keys = [render._sort_key(m) for m in any_stack.manifests]
+    assert keys == sorted(keys)
+    assert all(m["apiVersion"] and m["kind"] for m in any_stack.manifests)
+
+
+def test_stack_outputs(p5):
+    out = p5.result.stack_outputs
+    assert out["kubeconfig"] == SECRET
+    assert out["estimatedCostPerHour"]["usd"] == pytest.approx(2 * 55.04)
+    assert out["gpuNodes"] == {"instanceType": "p5.48xlarge", "count": 2, "gpus": 16}
+
+
+def test_render_all_is_byte_identical_twice(tmp_path):
+    first = run_render("--stack", "p4de", "--out", str(tmp_path / "a"))
+    second = run_render("--stack", "p4de", "--out", str(tmp_path / "b"))
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    for name in ("manifests.yaml", "resources.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert "GPU nodes: 2 x p4de.24xlarge = 16 GPUs" in first.stdout
+    assert "estimated cost: $54.90/h" in first.stdout
+    docs = list(yaml.safe_load_all((tmp_path / "a" / "manifests.yaml").read_text()))
+    assert {d["kind"] for d in docs} >= {"Namespace", "ServiceAccount", "ResourceQuota"}
+
+
+def _bad_stack(tmp_path, stack, mutate):
+    doc = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    mutate(doc["config"])
+    (tmp_path / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc))
+    return doc
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda c: c["rltrain:gpuNodes"].update(instanceType="p5.48xlarg"), "rltrain:gpuNodes.instanceType"),
+    (lambda c: c["rltrain:gpuNodes"].update(cuont=2), "rltrain:gpuNodes.cuont"),
+])
+def test_invalid_config_exits_2_and_writes_nothing(tmp_path, mutate, needle):
+    # Run the renderer on a copy of the project whose stack file is broken.
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for f in ("__main__.py", "Pulumi.yaml"):
+        (proj / f).write_text((ROOT / f).read_text())
+    (proj / "components").symlink_to(ROOT / "components")
+    _bad_stack(proj, "p5", mutate)
+    out = tmp_path / "out"
+    res = run_render("--stack", "p5", "--out", str(out), "--project-dir", str(proj))
+    assert res.returncode == 2
+    assert needle in res.stderr
+    if "instanceType" in needle:
+        assert "p4de.24xlarge, p5.48xlarge" in res.stderr
+    assert not out.exists()
+    assert res.stdout == ""
+
+
+def test_unknown_stack_exits_2():
+    res = run_render("--stack", "nope", "--out", "/nonexistent/x")
+    assert res.returncode == 2 and "no stack file Pulumi.nope.yaml" in res.stderr
+
+
+def test_all_stacks_listed():
+    from components import stackfile
+    assert tuple(stackfile.stack_names()) == STACKS
