@@ -1,52 +1,52 @@
-"""rltrain: a GPU training environment on EKS and the RL workloads that run on it, in one stack."""
+"""rltrain: a GPU training environment on EKS and the RL workloads that run on it, in one stack.
+
+Order: config -> network -> cluster -> GPU node group -> add-ons -> FSx -> namespace -> workloads.
+With `rltrain:cluster.existing` only the Kubernetes part is deployed, onto that cluster.
+"""
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components import config
-from components.cluster import EksCluster, EksClusterArgs
-from components.namespace import TrainingNamespace, TrainingNamespaceArgs
-from components.network import ExistingNetwork, Network, NetworkArgs
+from components.addons import ClusterAddons, ClusterAddonsArgs
+from components.namespace import TrainingNamespace
 from components.outputs import cost_per_hour
+from components.platform import build_aws_platform, namespace_args, storage_claim_args
+from components.storage import DynamicClaim
 
 cfg = config.from_pulumi()  # every config problem is reported here, before any resource exists
-stack = pulumi.get_stack()
 rl = pulumi.Config("rltrain")
-cluster_name = cfg.cluster.name or f"rltrain-{stack}"
+cluster_name = cfg.cluster.name or f"rltrain-{pulumi.get_stack()}"
 
 if cfg.byo_cluster:
     existing = cfg.cluster.existing
     provider = k8s.Provider("existing-cluster", kubeconfig=rl.require_secret(existing.kubeconfig_secret),
                             context=existing.context, enable_server_side_apply=True)
+    platform = None
 else:
-    net_cfg = cfg.network
-    if net_cfg.existing:
-        network = ExistingNetwork(net_cfg.existing.vpc_id, net_cfg.existing.private_subnet_ids,
-                                  net_cfg.existing.gpu_subnet_id)
-    else:
-        network = Network("network", NetworkArgs(
-            vpc_cidr=net_cfg.vpc_cidr, availability_zones=net_cfg.availability_zones,
-            gpu_availability_zone=net_cfg.gpu_az, cluster_name=cluster_name))
-    cluster = EksCluster("cluster", EksClusterArgs(
-        cluster_name=cluster_name, kubernetes_version=cfg.cluster.kubernetes_version,
-        endpoint_public_access=cfg.cluster.endpoint_public_access,
-        public_access_cidrs=cfg.cluster.public_access_cidrs, admin_role_arns=cfg.cluster.admin_role_arns,
-        system_instance_type=cfg.cluster.system_nodes.instance_type,
-        system_node_count=cfg.cluster.system_nodes.count,
-    ), vpc_id=network.vpc_id, private_subnet_ids=network.private_subnet_ids,
-        public_subnet_ids=network.public_subnet_ids)
-    provider = cluster.provider
-    pulumi.export("clusterName", cluster.cluster_name)
-    pulumi.export("kubeconfig", cluster.kubeconfig)
+    platform = build_aws_platform(cfg, cluster_name)
+    provider = platform.cluster.provider
+    pulumi.export("clusterName", platform.cluster.cluster_name)
+    pulumi.export("kubeconfig", platform.cluster.kubeconfig)
 
 k8s_opts = pulumi.ResourceOptions(provider=provider)
-training = TrainingNamespace("training", TrainingNamespaceArgs(
-    namespace=cfg.training.namespace, service_account=cfg.training.service_account,
-    pod_security=cfg.training.pod_security, kubernetes_version=cfg.cluster.kubernetes_version,
-    gpu_quota=cfg.gpu_nodes.total_gpus, secret_keys=tuple(sorted(set(cfg.training.secret_env.values()))),
-), secret_values={k: rl.require_secret(k) for k in set(cfg.training.secret_env.values())}, opts=k8s_opts)
+training = TrainingNamespace(
+    "training", namespace_args(cfg, role_arn=platform.training_role_arn if platform else None),
+    secret_values={k: rl.require_secret(k) for k in set(cfg.training.secret_env.values())}, opts=k8s_opts)
+after_ns = pulumi.ResourceOptions(provider=provider, depends_on=[training])
+addons = ClusterAddons("addons", ClusterAddonsArgs(
+    instance_type=cfg.gpu_nodes.instance_type, efa=cfg.gpu_nodes.efa_enabled,
+    cluster_name=None if cfg.byo_cluster else cluster_name),
+    opts=pulumi.ResourceOptions(provider=provider, depends_on=platform.node_groups if platform else []))
+
+claim = storage_claim_args(cfg)
+if platform:
+    volume = platform.attach_fsx(claim, after_ns)
+elif cfg.storage.storage_class:
+    volume = DynamicClaim("storage", claim, opts=after_ns)
 
 pulumi.export("namespace", training.namespace)
+pulumi.export("claimName", claim.claim_name)
 pulumi.export("gpuNodes", {"instanceType": cfg.gpu_nodes.instance_type, "count": cfg.gpu_nodes.count,
-                           "gpus": cfg.gpu_nodes.total_gpus})
+                           "gpus": cfg.gpu_nodes.total_gpus, "efaDevicesPerNode": cfg.gpu_nodes.efa_devices_per_node})
 pulumi.export("estimatedCostPerHour", cost_per_hour(cfg))

@@ -224,3 +224,13 @@ def nccl_env(it: InstanceType, efa_devices_requested: int) -> dict[str, str]:
     if it.gpudirect_rdma:
         env["FI_EFA_USE_DEVICE_RDMA"] = "1"
     return env
+
+
+# FSx for Lustre PERSISTENT_2 SSD, USD per GB-month by per-unit throughput (MB/s/TiB), us-east-1.
+FSX_PERSISTENT_2_USD_PER_GB_MONTH = {125: 0.145, 250: 0.210, 500: 0.340, 1000: 0.600}
+FSX_PRICE = Price(0.0, "2025-06", "AWS FSx for Lustre pricing page, us-east-1, PERSISTENT_2 SSD")
+HOURS_PER_MONTH = 730
+
+
+def fsx_usd_per_hour(capacity_gib: int, throughput: int) -> float:
+    return capacity_gib * FSX_PERSISTENT_2_USD_PER_GB_MONTH[throughput] / HOURS_PER_MONTH

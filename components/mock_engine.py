@@ -47,7 +47,6 @@ _OUTPUTS: dict[str, tuple[str, ...]] = {
     "eks:index:Cluster": ("kubeconfig", "kubeconfigJson", "clusterSecurityGroupId"),
     "eks:index:ManagedNodeGroup": ("nodeGroup",),
 }
-_INTEGER_OUTPUTS = {"latestVersion"}
 
 
 @dataclass
@@ -107,7 +106,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         for out in _OUTPUTS.get(args.typ, ()):
             if out == "id":
                 continue
-            state.setdefault(out, 1 if out in _INTEGER_OUTPUTS else after_deploy(args.name, out))
+            state.setdefault(out, after_deploy(args.name, out))
         if args.typ.startswith("aws:"):
             state.setdefault("arn", after_deploy(args.name, "arn"))
         rid = after_deploy(args.name, "id") if args.custom else None

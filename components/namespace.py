@@ -28,8 +28,8 @@ class TrainingNamespaceArgs(BaseModel):
     # Sum of GPUs on the GPU node group: no namespace can queue more than the stack provides.
     gpu_quota: int = Field(ge=0)
     secret_keys: tuple[str, ...] = ()
-    # IAM role for EKS Pod Identity, shown on the service account for people reading the cluster.
-    role_annotation: Optional[str] = None
+    # Whether EKS Pod Identity hands this service account an IAM role (TrainingIdentity).
+    has_pod_identity: bool = False
 
 
 def namespace_args(a: TrainingNamespaceArgs) -> k8s.core.v1.NamespaceInitArgs:
@@ -56,7 +56,7 @@ def gpu_quota_args(a: TrainingNamespaceArgs) -> k8s.core.v1.ResourceQuotaInitArg
 
 
 def service_account_args(a: TrainingNamespaceArgs) -> k8s.core.v1.ServiceAccountInitArgs:
-    annotations = {"rltrain/pod-identity-role": a.role_annotation} if a.role_annotation else None
+    annotations = {"rltrain/aws-access": "eks-pod-identity"} if a.has_pod_identity else None
     return k8s.core.v1.ServiceAccountInitArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(
             name=a.service_account, namespace=a.namespace, labels=MANAGED_BY, annotations=annotations

@@ -127,8 +127,8 @@ def summary(rendered: Rendered) -> str:
         f"{len(rendered.manifests)} Kubernetes objects",
         f"  GPU nodes: {g.count} x {g.instance_type} = {g.total_gpus} GPUs "
         f"({g.instance.gpu_model}), EFA {'on, ' + str(g.efa_devices_per_node) + ' devices/node' if g.efa_enabled else 'off'}",
-        "  estimated cost: " + (f"${usd:,.2f}/h ({cost.get('priceDate')}, {cost.get('priceSource')})"
-                                if isinstance(usd, (int, float)) else str(cost.get("note", "unknown"))),
+        "  estimated cost: " + (f"${usd:,.2f}/h = {cost.get('breakdown')} (prices of {cost.get('priceDate')})"
+                                if cost.get("priceDate") else f"{usd}/h: {cost.get('note', 'unknown')}"),
         "  resources by type:",
     ]
     lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]

@@ -7,7 +7,7 @@ import functools
 
 from components import render
 
-STACKS = ("dev", "p4de", "p5")
+STACKS = ("byo", "dev", "p4de", "p5")
 
 
 @functools.lru_cache(maxsize=None)

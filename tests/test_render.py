@@ -82,8 +82,9 @@ def test_manifests_sorted_by_kind_namespace_name(any_stack):
 def test_stack_outputs(p5):
     out = p5.result.stack_outputs
     assert out["kubeconfig"] == SECRET
-    assert out["estimatedCostPerHour"]["usd"] == pytest.approx(2 * 55.04)
-    assert out["gpuNodes"] == {"instanceType": "p5.48xlarge", "count": 2, "gpus": 16}
+    fsx = 4800 * 0.340 / 730  # PERSISTENT_2 at 500 MB/s/TiB
+    assert out["estimatedCostPerHour"]["usd"] == pytest.approx(2 * 55.04 + fsx, abs=0.01)
+    assert out["gpuNodes"] == {"instanceType": "p5.48xlarge", "count": 2, "gpus": 16, "efaDevicesPerNode": 32}
 
 
 def test_render_all_is_byte_identical_twice(tmp_path):
@@ -94,7 +95,7 @@ def test_render_all_is_byte_identical_twice(tmp_path):
     for name in ("manifests.yaml", "resources.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     assert "GPU nodes: 2 x p4de.24xlarge = 16 GPUs" in first.stdout
-    assert "estimated cost: $54.90/h" in first.stdout
+    assert "estimated cost: $55.59/h = 2 x p4de.24xlarge at $27.45/h + FSx 2400 GiB" in first.stdout
     docs = list(yaml.safe_load_all((tmp_path / "a" / "manifests.yaml").read_text()))
     assert {d["kind"] for d in docs} >= {"Namespace", "ServiceAccount", "ResourceQuota"}
 
@@ -136,3 +137,11 @@ def test_unknown_stack_exits_2():
 def test_all_stacks_listed():
     from components import stackfile
     assert tuple(stackfile.stack_names()) == STACKS
+
+
+def test_byo_cluster_creates_no_aws_resource():
+    byo = rendered("byo")
+    assert [r.type for r in byo.result.records if r.type.startswith(("aws:", "eks:"))] == []
+    claim = obj(byo, "PersistentVolumeClaim", "fsx-claim")
+    assert claim["spec"]["storageClassName"] == "fsx-sc"
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]

@@ -1,0 +1,177 @@
+"""GpuNodeGroup: the GPU nodes, with every setting that decides NCCL performance declared here.
+
+Launch template (EFA interfaces per network card, IMDSv2, gp3 root volume, nodeadm user data),
+cluster placement group, the node security group with its self rules, and an EKS managed node group
+(`aws.eks.NodeGroup`, a plain resource, so all of it shows in the render and can be tested).
+Pattern: terraform-aws-eks `modules/eks-managed-node-group` (`enable_efa_support`).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Literal, Optional
+
+import pulumi
+import pulumi_aws as aws
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import catalog, iam
+
+GPU_TAINT_KEY = "nvidia.com/gpu"
+# Labels workloads select on; `nvidia.com/gpu.present` also satisfies the NVIDIA device plugin's
+# default node affinity, which EKS does not set (FACTS.md: without it the plugin runs zero pods).
+ROLE_LABEL = {"role": "gpu-training"}
+AMI_TYPE = "AL2023_x86_64_NVIDIA"
+_BOUNDARY = "//rltrain-nodeadm//"
+
+
+class GpuNodeGroupArgs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_name: str
+    instance_type: str
+    count: int = Field(ge=1)
+    efa: bool
+    capacity_type: Literal["on-demand", "capacity-block", "odcr"] = "on-demand"
+    reservation_id: Optional[str] = None
+    root_volume_gib: int
+    root_volume_throughput: int
+    root_volume_iops: int
+    local_storage_raid0: bool
+    fast_image_pull: bool
+
+    @property
+    def instance(self) -> catalog.InstanceType:
+        return catalog.get(self.instance_type)
+
+    @property
+    def placement_group(self) -> bool:
+        # A reservation already places its instances; forcing a cluster placement group on top of
+        # it fails with InsufficientInstanceCapacity (KNOWN-FAILURES F6).
+        return self.capacity_type == "on-demand" and self.count >= 2
+
+    def labels(self) -> dict[str, str]:
+        return {**ROLE_LABEL, "rltrain/instance-type": self.instance_type, "nvidia.com/gpu.present": "true"}
+
+
+def network_interfaces(a: GpuNodeGroupArgs, security_group_ids: list[pulumi.Input[str]]
+                       ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """One interface per network card: card 0 device 0 `efa` (it also carries IP traffic), every
+    other card device 1 `efa-only` (no IP address used)."""
+    return [
+        aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            network_card_index=card,
+            device_index=0 if card == 0 else 1,
+            interface_type="efa" if card == 0 else "efa-only",
+            security_groups=security_group_ids,
+            delete_on_termination="true",
+        )
+        for card in range(a.instance.network_cards)
+    ]
+
+
+def node_config_yaml(a: GpuNodeGroupArgs) -> Optional[str]:
+    """nodeadm NodeConfig: containerd and kubelet on the local NVMe disks as RAID0, and SOCI
+    parallel pull. EKS appends the cluster part itself for managed node groups."""
+    spec = []
+    if a.local_storage_raid0 and a.instance.has_nvme:
+        spec += ["  instance:", "    localStorage:", "      strategy: RAID0"]
+    if a.fast_image_pull:
+        spec += ["  featureGates:", "    FastImagePull: true"]
+    if not spec:
+        return None
+    return "\n".join(["---", "apiVersion: node.eks.aws/v1alpha1", "kind: NodeConfig", "spec:", *spec]) + "\n"
+
+
+def user_data(a: GpuNodeGroupArgs) -> Optional[str]:
+    node_config = node_config_yaml(a)
+    if node_config is None:
+        return None
+    mime = (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{_BOUNDARY}"\n\n'
+            f"--{_BOUNDARY}\nContent-Type: application/node.eks.aws\n\n{node_config}\n--{_BOUNDARY}--\n")
+    return base64.b64encode(mime.encode()).decode()
+
+
+class GpuNodeGroup(pulumi.ComponentResource):
+    security_group_id: pulumi.Output[str]
+    node_group: aws.eks.NodeGroup
+
+    def __init__(self, name: str, args: GpuNodeGroupArgs, *, vpc_id: pulumi.Input[str],
+                 subnet_id: pulumi.Input[str], cluster_security_group_id: pulumi.Input[str],
+                 depends_on: list[pulumi.Resource], opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:index:GpuNodeGroup", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        sg = aws.ec2.SecurityGroup(f"{name}-sg", vpc_id=vpc_id, description="GPU nodes: EFA and NCCL between nodes",
+                                   tags={"Name": f"{args.cluster_name}-gpu-nodes"}, opts=child)
+        # All traffic to and from itself, ingress AND egress: EFA's SRD traffic is not carried by a
+        # CIDR egress rule, and memory registration then fails (KNOWN-FAILURES F4).
+        aws.vpc.SecurityGroupIngressRule(f"{name}-self-ingress", security_group_id=sg.id,
+                                         referenced_security_group_id=sg.id, ip_protocol="-1",
+                                         description="all traffic from GPU nodes (EFA, NCCL)", opts=child)
+        aws.vpc.SecurityGroupEgressRule(f"{name}-self-egress", security_group_id=sg.id,
+                                        referenced_security_group_id=sg.id, ip_protocol="-1",
+                                        description="all traffic to GPU nodes (EFA, NCCL)", opts=child)
+        aws.vpc.SecurityGroupEgressRule(f"{name}-internet-egress", security_group_id=sg.id, cidr_ipv4="0.0.0.0/0",
+                                        ip_protocol="-1", description="image pulls, S3, AWS APIs", opts=child)
+        self.security_group_id = sg.id
+        sg_ids = [sg.id, cluster_security_group_id]
+
+        placement = None
+        if args.placement_group:
+            pg = aws.ec2.PlacementGroup(f"{name}-placement", name=f"{args.cluster_name}-gpu", strategy="cluster",
+                                        opts=child)
+            placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name)
+        market, reservation = None, None
+        if args.capacity_type != "on-demand":
+            reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_id=args.reservation_id))
+        if args.capacity_type == "capacity-block":
+            market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+
+        lt = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            name=f"{args.cluster_name}-gpu",
+            description=f"{args.count} x {args.instance_type} training nodes",
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name="/dev/xvda",
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=args.root_volume_gib, volume_type="gp3", iops=args.root_volume_iops,
+                    throughput=args.root_volume_throughput, encrypted="true", delete_on_termination="true"))],
+            # IMDSv2 only; hop limit 1 keeps pods from borrowing the node role (they get their own
+            # through EKS Pod Identity).
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1),
+            network_interfaces=network_interfaces(args, sg_ids) if args.efa else None,
+            vpc_security_group_ids=None if args.efa else sg_ids,
+            placement=placement,
+            capacity_reservation_specification=reservation,
+            instance_market_options=market,
+            user_data=user_data(args),
+            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
+                resource_type="instance", tags={"Name": f"{args.cluster_name}-gpu"})],
+            opts=child,
+        )
+        role = iam.node_role(f"{name}-node-role", self)
+        scaling = aws.eks.NodeGroupScalingConfigArgs(desired_size=args.count, min_size=args.count,
+                                                     max_size=args.count)
+        self.node_group = aws.eks.NodeGroup(
+            f"{name}-nodes",
+            cluster_name=args.cluster_name,
+            node_group_name=f"{args.cluster_name}-gpu",
+            node_role_arn=role.arn,
+            # One subnet, one AZ: EFA needs it, and so does the FSx file system's locality.
+            subnet_ids=[subnet_id],
+            instance_types=[args.instance_type],
+            ami_type=AMI_TYPE,
+            capacity_type="CAPACITY_BLOCK" if args.capacity_type == "capacity-block" else "ON_DEMAND",
+            scaling_config=scaling,
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
+            labels=args.labels(),
+            taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+        )
+        self.register_outputs({"securityGroupId": self.security_group_id,
+                               "nodeGroupName": self.node_group.node_group_name})

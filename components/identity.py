@@ -1,0 +1,59 @@
+"""TrainingIdentity: the IAM role training pods get through EKS Pod Identity.
+
+Read/write on the configured S3 bucket and prefix (checkpoints and data), nothing else; the node
+role is never widened to serve pods.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+from pydantic import BaseModel, ConfigDict
+
+from . import iam
+
+
+class TrainingIdentityArgs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_name: str
+    namespace: str
+    service_account: str
+    bucket: str
+    prefix: str
+
+
+def s3_policy(a: TrainingIdentityArgs) -> dict:
+    prefix = a.prefix.lstrip("/")
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "ListPrefix", "Effect": "Allow", "Action": ["s3:ListBucket"],
+             "Resource": f"arn:aws:s3:::{a.bucket}",
+             "Condition": {"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}}},
+            {"Sid": "ReadWritePrefix", "Effect": "Allow",
+             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+             "Resource": f"arn:aws:s3:::{a.bucket}/{prefix}*"},
+        ],
+    }
+
+
+class TrainingIdentity(pulumi.ComponentResource):
+    role_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: TrainingIdentityArgs, *, depends_on: list[pulumi.Resource],
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:index:TrainingIdentity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        role = aws.iam.Role(f"{name}-role", assume_role_policy=iam.assume_role_policy(
+            "pods.eks.amazonaws.com", tag_session=True), opts=child)
+        aws.iam.RolePolicy(f"{name}-s3", role=role.id, policy=json.dumps(s3_policy(args)), opts=child)
+        aws.eks.PodIdentityAssociation(
+            f"{name}-association", cluster_name=args.cluster_name, namespace=args.namespace,
+            service_account=args.service_account, role_arn=role.arn,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
+        self.role_arn = role.arn
+        self.register_outputs({"roleArn": self.role_arn})

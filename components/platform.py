@@ -1,0 +1,90 @@
+"""Wiring of the AWS components from stack config, kept out of `__main__.py` so it reads in a minute."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pulumi
+
+from .cluster import EksCluster, EksClusterArgs
+from .config import StackConfig
+from .gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs
+from .identity import TrainingIdentity, TrainingIdentityArgs
+from .namespace import TrainingNamespaceArgs
+from .network import ExistingNetwork, Network, NetworkArgs
+from .storage import ClaimArgs, FsxArgs, FsxLustreVolume
+
+
+@dataclass
+class AwsPlatform:
+    cfg: StackConfig
+    cluster_name: str
+    network: object
+    cluster: EksCluster
+    gpu_nodes: GpuNodeGroup
+    training_role_arn: Optional[pulumi.Output[str]] = None
+    node_groups: list[pulumi.Resource] = field(default_factory=list)
+
+    def attach_fsx(self, claim: ClaimArgs, k8s_opts: pulumi.ResourceOptions) -> FsxLustreVolume:
+        fsx = self.cfg.storage.fsx
+        assert fsx is not None  # config validation guarantees it without cluster.existing
+        return FsxLustreVolume("storage", FsxArgs(
+            name=self.cluster_name, storage_capacity_gib=fsx.storage_capacity_gib,
+            per_unit_storage_throughput=fsx.per_unit_storage_throughput, metadata_iops=fsx.metadata_iops,
+            backup_retention_days=fsx.backup_retention_days,
+            s3_bucket=fsx.s3.bucket if fsx.s3 else None, s3_prefix=fsx.s3.prefix if fsx.s3 else "",
+            s3_file_system_path=fsx.s3.file_system_path if fsx.s3 else "/checkpoints",
+        ), claim, vpc_id=self.network.vpc_id, subnet_id=self.network.gpu_subnet_id,
+            client_security_group_id=self.gpu_nodes.security_group_id, k8s_opts=k8s_opts)
+
+
+def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
+    n = cfg.network
+    if n.existing:
+        network = ExistingNetwork(n.existing.vpc_id, n.existing.private_subnet_ids, n.existing.gpu_subnet_id)
+    else:
+        network = Network("network", NetworkArgs(vpc_cidr=n.vpc_cidr, availability_zones=n.availability_zones,
+                                                 gpu_availability_zone=n.gpu_az, cluster_name=cluster_name))
+    c = cfg.cluster
+    cluster = EksCluster("cluster", EksClusterArgs(
+        cluster_name=cluster_name, kubernetes_version=c.kubernetes_version,
+        endpoint_public_access=c.endpoint_public_access, public_access_cidrs=c.public_access_cidrs,
+        admin_role_arns=c.admin_role_arns, system_instance_type=c.system_nodes.instance_type,
+        system_node_count=c.system_nodes.count,
+    ), vpc_id=network.vpc_id, private_subnet_ids=network.private_subnet_ids,
+        public_subnet_ids=network.public_subnet_ids)
+    g = cfg.gpu_nodes
+    gpu = GpuNodeGroup("gpu", GpuNodeGroupArgs(
+        cluster_name=cluster_name, instance_type=g.instance_type, count=g.count, efa=g.efa_enabled,
+        capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id,
+        root_volume_gib=g.root_volume.size_gib, root_volume_throughput=g.root_volume.throughput_mibps,
+        root_volume_iops=g.root_volume.iops, local_storage_raid0=g.local_storage == "raid0",
+        fast_image_pull=g.fast_image_pull,
+    ), vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id,
+        cluster_security_group_id=cluster.cluster.cluster_security_group_id,
+        depends_on=[cluster.cluster, cluster.pod_identity_agent])
+    platform = AwsPlatform(cfg=cfg, cluster_name=cluster_name, network=network, cluster=cluster, gpu_nodes=gpu,
+                           node_groups=[gpu.node_group, cluster.system_nodes])
+    t = cfg.training
+    if t.s3:
+        identity = TrainingIdentity("training-identity", TrainingIdentityArgs(
+            cluster_name=cluster_name, namespace=t.namespace, service_account=t.service_account,
+            bucket=t.s3.bucket, prefix=t.s3.prefix), depends_on=[cluster.pod_identity_agent])
+        platform.training_role_arn = identity.role_arn
+    return platform
+
+
+def namespace_args(cfg: StackConfig, role_arn: Optional[pulumi.Input[str]] = None) -> TrainingNamespaceArgs:
+    t = cfg.training
+    return TrainingNamespaceArgs(
+        namespace=t.namespace, service_account=t.service_account, pod_security=t.pod_security,
+        kubernetes_version=cfg.cluster.kubernetes_version, gpu_quota=cfg.gpu_nodes.total_gpus,
+        secret_keys=tuple(sorted(set(t.secret_env.values()))), has_pod_identity=role_arn is not None)
+
+
+def storage_claim_args(cfg: StackConfig) -> ClaimArgs:
+    s = cfg.storage
+    size = s.fsx.storage_capacity_gib if (s.fsx and not cfg.byo_cluster) else s.claim_size_gib
+    return ClaimArgs(namespace=cfg.training.namespace, claim_name=s.existing_claim or s.claim_name,
+                     size_gib=size, storage_class=s.storage_class)
