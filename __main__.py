@@ -13,6 +13,7 @@ from components.namespace import TrainingNamespace
 from components.outputs import cost_per_hour
 from components.platform import build_aws_platform, namespace_args, storage_claim_args
 from components.storage import DynamicClaim
+from components.workloads.build import build_workloads
 
 cfg = config.from_pulumi()  # every config problem is reported here, before any resource exists
 rl = pulumi.Config("rltrain")
@@ -40,10 +41,16 @@ addons = ClusterAddons("addons", ClusterAddonsArgs(
     opts=pulumi.ResourceOptions(provider=provider, depends_on=platform.node_groups if platform else []))
 
 claim = storage_claim_args(cfg)
+volume = None  # an existing claim needs nothing created
 if platform:
     volume = platform.attach_fsx(claim, after_ns)
 elif cfg.storage.storage_class:
     volume = DynamicClaim("storage", claim, opts=after_ns)
+
+# Workloads start after the plugins that advertise GPUs/EFA, and after their volume exists.
+build_workloads(cfg, namespace=training.namespace, claim_name=claim.claim_name, secret_name=training.secret_name,
+                opts=pulumi.ResourceOptions(provider=provider,
+                                            depends_on=[training, addons] + ([volume] if volume else [])))
 
 pulumi.export("namespace", training.namespace)
 pulumi.export("claimName", claim.claim_name)

@@ -27,7 +27,8 @@ FSX_THROUGHPUTS = (125, 250, 500, 1000)
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # Env names that look like credentials must come from secret config, never plain values (D16).
-_SECRET_LIKE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.I)
+# Whole underscore-separated words, so TOKENIZERS_PARALLELISM (set by the reference) is not caught.
+_SECRET_LIKE = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)", re.I)
 
 
 class _Model(BaseModel):

@@ -148,3 +148,10 @@ def test_shm_default_scales_with_node_memory():
     assert config.shm_default_gib(catalog.get("p4de.24xlarge")) == 72
     assert config.shm_default_gib(catalog.get("p5.48xlarge")) == 128
     assert config.shm_default_gib(catalog.get("g5.xlarge")) == 8
+
+
+def test_plain_env_allowed_unless_credential_like():
+    cfg = load(overrides={"workloads": {"env": {"TOKENIZERS_PARALLELISM": "true", "OMP_NUM_THREADS": "8"}}})
+    assert cfg.workloads.env["TOKENIZERS_PARALLELISM"] == "true"
+    for name in ("HF_TOKEN", "MLFLOW_TRACKING_PASSWORD", "AWS_SECRET_ACCESS_KEY", "WANDB_API_KEY"):
+        assert "secretEnv" in problems(overrides={"workloads": {"env": {name: "x"}}})["rltrain:workloads.env"]

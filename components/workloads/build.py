@@ -1,0 +1,74 @@
+"""build_workloads: every enabled training workload of the stack, under one `Workloads` component.
+
+    build_workloads(cfg, namespace=training.namespace, claim_name=..., secret_name=training.secret_name,
+                    opts=pulumi.ResourceOptions(provider=provider, depends_on=[...]))
+
+Creates the PriorityClass `rltrain-training` (SEED-DEFECTS D13), the scripts ConfigMap
+`rltrain-scripts`, and - per `rltrain:workloads.*.enabled` - the single-node TrainingJob, the
+MultiNodeTraining run, the NcclTest MPIJob and the ClusterValidation Job. `opts` carries the
+Kubernetes provider and the dependencies (namespace, service account, Secret, FSx claim); every
+child gets both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from ..config import StackConfig
+from ..namespace import MANAGED_BY
+from . import pod
+from .job import TrainingJob, TrainingJobArgs
+from .multinode import MultiNodeTraining, MultiNodeTrainingArgs
+from .nccl import NcclTest, NcclTestArgs
+from .scripts_configmap import ScriptsConfigMap, ScriptsConfigMapArgs, read_scripts
+from .validation import ClusterValidation, ClusterValidationArgs
+
+
+def priority_class_args(cfg: StackConfig) -> k8s.scheduling.v1.PriorityClassInitArgs:
+    return k8s.scheduling.v1.PriorityClassInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=pod.PRIORITY_CLASS, labels=MANAGED_BY),
+        value=cfg.workloads.priority,
+        preemption_policy="PreemptLowerPriority",
+        global_default=False,
+        description="rltrain GPU training workloads",
+    )
+
+
+class Workloads(pulumi.ComponentResource):
+    """Parent of the workload objects; see build_workloads."""
+
+    def __init__(self, name: str, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:workloads:Workloads", name, None, opts)
+
+
+def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_name: str,
+                    secret_name: Optional[pulumi.Input[str]], opts: pulumi.ResourceOptions,
+                    name: str = "workloads") -> dict[str, Any]:
+    w = cfg.workloads
+    parent = Workloads(name, opts)
+    out: dict[str, Any] = {"workloads": parent}
+    priority = k8s.scheduling.v1.PriorityClass(f"{name}-priority", priority_class_args(cfg),
+                                               pod.child_opts(parent, opts))
+    files = read_scripts()
+    scripts = ScriptsConfigMap(f"{name}-scripts", ScriptsConfigMapArgs(files=files), namespace,
+                               pod.child_opts(parent, opts))
+    out.update(priority_class=priority, scripts=scripts)
+    # Pods reference both by name: create them first.
+    wl_opts = pod.child_opts(parent, opts, priority, scripts)
+    base = dict(cfg=cfg, claim_name=claim_name, scripts_digest=scripts.digest)
+    if w.validation.enabled:
+        out["validation"] = ClusterValidation(f"{name}-validation", ClusterValidationArgs(**base), namespace,
+                                              opts=wl_opts)
+    if w.single_node.enabled:
+        out["single_node"] = TrainingJob(f"{name}-single-node", TrainingJobArgs(**base), namespace,
+                                         secret_name, opts=wl_opts)
+    if w.multi_node.enabled:
+        out["multi_node"] = MultiNodeTraining(f"{name}-multi-node", MultiNodeTrainingArgs(**base), namespace,
+                                              secret_name, opts=wl_opts)
+    if w.nccl_test.enabled:
+        out["nccl_test"] = NcclTest(f"{name}-nccl-test", NcclTestArgs(**base), namespace, opts=wl_opts)
+    parent.register_outputs({k: v.urn for k, v in out.items() if k != "workloads"})
+    return out

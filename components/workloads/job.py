@@ -1,0 +1,87 @@
+"""TrainingJob: single-node training as a run-to-completion batch/v1 Job.
+
+One pod takes a whole GPU node (sizes from pod.py). Disruptions (drain, preemption) are retried
+without counting against `workloads.retries`; configuration errors (`failFastExitCodes`, container
+`trainer`) fail the Job at once (SEED-DEFECTS D5). The deadline includes a 10-minute cold image
+pull margin and the finished Job is garbage-collected after `ttlSecondsAfterFinished` (D6).
+`pulumi.com/skipAwait` keeps `pulumi up` from waiting hours for training to finish.
+
+Naming: a fixed `metadata.name` (`rltrain-training`) with `delete_before_replace=True`. A Job's pod
+template is immutable, so a changed image or config replaces the Job. With delete-before-replace
+the old run's pod is stopped (SIGTERM, grace period for a checkpoint) *before* the new one starts:
+two runs never compete for the same GPU node or write the same checkpoint directory at once, and
+`kubectl logs job/rltrain-training` always names the current run. A hash-suffixed name would let
+Pulumi create the new Job first (create-before-delete), i.e. two runs overlapping on /fsx.
+
+Around the pod: a NetworkPolicy (no ingress from outside the run: a Ray head started by the training
+script is not reachable from other pods, D11) and a PodDisruptionBudget with maxUnavailable 0 (D13).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from . import pod
+from .multinode import network_policy_args, pdb_args
+
+NAME = "rltrain-training"
+COMPONENT = "training"
+
+
+class TrainingJobArgs(pod.WorkloadArgs):
+    pass
+
+
+def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
+             secret_name: Optional[pulumi.Input[str]]) -> k8s.batch.v1.JobInitArgs:
+    cfg = a.cfg
+    w = cfg.workloads
+    obj_labels = pod.labels(COMPONENT, NAME)
+    skips = pod.checkov_skips(cfg, image=w.image, secrets=bool(cfg.training.secret_env))
+    template = pod.training_pod_template(
+        cfg,
+        claim_name=a.claim_name,
+        secret_name=secret_name,
+        pod_labels=obj_labels,
+        command=w.command,
+        num_nodes=1,
+    )
+    return k8s.batch.v1.JobInitArgs(
+        metadata=pod.object_metadata(NAME, namespace, obj_labels, {**pod.SKIP_AWAIT, **skips}),
+        spec=k8s.batch.v1.JobSpecArgs(
+            completions=1,
+            parallelism=1,
+            backoff_limit=w.retries,
+            pod_failure_policy=pod.pod_failure_policy(cfg),
+            active_deadline_seconds=pod.deadline_seconds(cfg),
+            ttl_seconds_after_finished=w.ttl_seconds_after_finished,
+            template=template,
+        ),
+    )
+
+
+class TrainingJob(pulumi.ComponentResource):
+    """Single-node training Job with its NetworkPolicy and PodDisruptionBudget."""
+
+    job_name: str
+
+    def __init__(self, name: str, args: TrainingJobArgs, namespace: pulumi.Input[str],
+                 secret_name: Optional[pulumi.Input[str]] = None,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:workloads:TrainingJob", name, None, opts)
+        cfg = args.cfg
+        obj_labels = pod.labels(COMPONENT, NAME)
+        netpol = k8s.networking.v1.NetworkPolicy(
+            f"{name}-netpol",
+            network_policy_args(NAME, namespace, obj_labels, pod.mlflow_port(cfg.workloads.mlflow_tracking_uri)),
+            pod.child_opts(self, opts))
+        pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(NAME, namespace, obj_labels),
+                                                pod.child_opts(self, opts))
+        self.job = k8s.batch.v1.Job(
+            f"{name}-job", job_args(args, namespace, secret_name),
+            pod.child_opts(self, opts, netpol, pdb, delete_before_replace=True))
+        self.job_name = NAME
+        self.register_outputs({"job": NAME})

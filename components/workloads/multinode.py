@@ -1,0 +1,273 @@
+"""MultiNodeTraining: one Ray cluster over N GPU nodes, one pod per node, head = rank 0.
+
+Every pod runs `python3 /scripts/ray_launcher.py -- <workloads.command>`; the launcher (a file in the
+scripts ConfigMap, no envsubst: SEED-DEFECTS D1) makes rank 0 the Ray head, waits for N nodes and
+runs the training command; other ranks join as workers and retry reaching the head (D14). It is
+PID 1 and forwards SIGTERM to the trainer (D4); the grace period comes from config.
+
+Forms (`workloads.multiNode.form`):
+- `indexed-job` (default, run-to-completion, D2): batch/v1 Job, completionMode Indexed,
+  completions = parallelism = N, `successPolicy` index 0: the head's success completes the Job and
+  stops the workers. Pod hostnames are `<job>-<index>`, resolvable through the headless Service
+  named as the pod `subdomain`.
+- `statefulset`: kept for clusters whose tooling expects it. Pods restart with policy Always, so the
+  launcher's RUN_DONE_MARKER on /fsx (keyed by a hash of the run's inputs) makes a finished run idle
+  instead of training again. Any spec change replaces the whole StatefulSet (all pods stop together)
+  instead of a rolling update that would mix two runs in one Ray cluster.
+
+Around both: a headless Service (`publishNotReadyAddresses`, so workers resolve the head before it
+is ready, D14), a NetworkPolicy (D11), a PodDisruptionBudget with maxUnavailable 0 (D13).
+
+Ports. The Service lists only the Ray GCS port (`multiNode.rayPort`): a headless Service proxies
+nothing, its ports only name SRV records; the dashboard (8265) and client server (10001) are not
+published, and the launcher binds the dashboard to loopback. Ray node-to-node traffic (raylet,
+object manager, worker ports 10002-19999 by default) and NCCL's TCP bootstrap use ports picked at
+run time, so the NetworkPolicy admits every port *between pods of the same run* and nothing from any
+other pod. EFA traffic (SRD) bypasses the kernel IP stack and is not subject to NetworkPolicy.
+
+No liveness probe (D3): nothing observable from outside tells a hung collective from a long step;
+the launcher exits non-zero when the cluster does not form (3, 4), and activeDeadlineSeconds bounds
+a hang.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from ..config import StackConfig
+from . import pod
+
+RUN = "rltrain-multinode"
+COMPONENT = "multinode"
+LAUNCHER = "/scripts/ray_launcher.py"
+# EKS Pod Identity agent (credentials for S3), a link-local address served by the node.
+POD_IDENTITY_CIDR = "169.254.170.23/32"
+# FSx for Lustre: TCP 988 and 1018-1023 (FACTS.md).
+LUSTRE_PORTS = ((988, None), (1018, 1023))
+
+
+class MultiNodeTrainingArgs(pod.WorkloadArgs):
+    pass
+
+
+def service_name(run: str) -> str:
+    return f"{run}-svc"
+
+
+def launcher_command(cfg: StackConfig) -> list[str]:
+    return ["python3", LAUNCHER, "--", *cfg.workloads.command]
+
+
+def head_host(run: str, namespace: pulumi.Input[str]) -> pulumi.Output[str]:
+    """DNS name of rank 0: `<run>-0.<svc>.<namespace>.svc.cluster.local` (Job and StatefulSet alike)."""
+    return pulumi.Output.concat(run, "-0.", service_name(run), ".", namespace, ".svc.cluster.local")
+
+
+def done_marker(cfg: StackConfig, run: str) -> str:
+    """Per-run marker: a changed image, command or config starts a new run, an unchanged one does not."""
+    w = cfg.workloads
+    key = pod.short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path,
+                         str(cfg.multi_node_count))
+    return f"{pod.FSX_PATH}/runs/{w.experiment_name}/{run}-{key}.done"
+
+
+def ray_env(cfg: StackConfig, run: str, namespace: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
+    mn = cfg.workloads.multi_node
+    env: dict[str, pulumi.Input[str]] = {
+        "RAY_HEAD_HOST": head_host(run, namespace),
+        "RAY_PORT": str(mn.ray_port),
+        "RAY_NODE_WAIT_SECONDS": str(mn.node_wait_seconds),
+    }
+    if mn.form == "statefulset":
+        env["RUN_DONE_MARKER"] = done_marker(cfg, run)
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# objects around the pods (also used by the single-node Job)
+
+
+def headless_service_args(run: str, namespace: pulumi.Input[str], ray_port: int,
+                          obj_labels: dict[str, str]) -> k8s.core.v1.ServiceInitArgs:
+    return k8s.core.v1.ServiceInitArgs(
+        metadata=pod.object_metadata(service_name(run), namespace, obj_labels),
+        spec=k8s.core.v1.ServiceSpecArgs(
+            cluster_ip="None",
+            publish_not_ready_addresses=True,
+            selector=pod.selector_labels(run),
+            ports=[k8s.core.v1.ServicePortArgs(name="ray-gcs", port=ray_port, target_port=ray_port,
+                                               protocol="TCP")],
+        ),
+    )
+
+
+def _port(port: int, end: Optional[int] = None, protocol: str = "TCP") -> k8s.networking.v1.NetworkPolicyPortArgs:
+    return k8s.networking.v1.NetworkPolicyPortArgs(port=port, end_port=end, protocol=protocol)
+
+
+def network_policy_args(run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str],
+                        mlflow_port: Optional[int] = None) -> k8s.networking.v1.NetworkPolicyInitArgs:
+    """Same-run traffic on any port; out: DNS, HTTPS, Pod Identity, FSx; in: nothing else (D11).
+
+    Egress 0.0.0.0/0 TCP 443: the trainer pulls models/datasets (Hugging Face, S3) and writes to S3.
+    Egress TCP 988/1018-1023 to the FSx file system. The Lustre client mounts /fsx from the node's
+    kernel (host network namespace), which NetworkPolicy does not govern; the rule is kept for Lustre
+    tools run inside the pod and costs nothing else. Egress to the Pod Identity agent
+    (169.254.170.23:80) is how the AWS SDK gets the training role's credentials.
+    The VPC CNI enforces NetworkPolicy only with its network policy agent enabled.
+    """
+    same_run = k8s.networking.v1.NetworkPolicyPeerArgs(
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(run)))
+    anywhere = k8s.networking.v1.NetworkPolicyPeerArgs(
+        ip_block=k8s.networking.v1.IPBlockArgs(cidr="0.0.0.0/0"))
+    dns = k8s.networking.v1.NetworkPolicyPeerArgs(
+        namespace_selector=k8s.meta.v1.LabelSelectorArgs(
+            match_labels={"kubernetes.io/metadata.name": "kube-system"}),
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-dns"}),
+    )
+    egress = [
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[same_run]),
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[dns], ports=[_port(53, protocol="UDP"), _port(53)]),
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[anywhere], ports=[_port(443)]),
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+            to=[k8s.networking.v1.NetworkPolicyPeerArgs(ip_block=k8s.networking.v1.IPBlockArgs(cidr=POD_IDENTITY_CIDR))],
+            ports=[_port(80)]),
+        k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+            to=[anywhere], ports=[_port(p, e) for p, e in LUSTRE_PORTS]),
+    ]
+    if mlflow_port and mlflow_port != 443:
+        # The tracking server, in-cluster (any namespace) or outside.
+        egress.append(k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+            to=[anywhere, k8s.networking.v1.NetworkPolicyPeerArgs(
+                namespace_selector=k8s.meta.v1.LabelSelectorArgs())],
+            ports=[_port(mlflow_port)]))
+    return k8s.networking.v1.NetworkPolicyInitArgs(
+        metadata=pod.object_metadata(run, namespace, obj_labels),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(run)),
+            policy_types=["Ingress", "Egress"],
+            ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[same_run])],
+            egress=egress,
+        ),
+    )
+
+
+def pdb_args(run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str]
+             ) -> k8s.policy.v1.PodDisruptionBudgetInitArgs:
+    """No voluntary eviction of a running run: a node-group upgrade waits for it (D13)."""
+    return k8s.policy.v1.PodDisruptionBudgetInitArgs(
+        metadata=pod.object_metadata(run, namespace, obj_labels),
+        spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+            max_unavailable=0,
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(run)),
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the pods
+
+
+def pod_template(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
+                 secret_name: Optional[pulumi.Input[str]], run: str = RUN) -> k8s.core.v1.PodTemplateSpecArgs:
+    cfg = a.cfg
+    form = cfg.workloads.multi_node.form
+    return pod.training_pod_template(
+        cfg,
+        claim_name=a.claim_name,
+        secret_name=secret_name,
+        pod_labels=pod.labels(COMPONENT, run),
+        command=launcher_command(cfg),
+        num_nodes=cfg.multi_node_count,
+        extra_env=ray_env(cfg, run, namespace),
+        affinity=pod.run_affinity(run),
+        restart_policy="Never" if form == "indexed-job" else "Always",
+        # A StatefulSet sets the subdomain from serviceName itself.
+        subdomain=service_name(run) if form == "indexed-job" else None,
+        annotations=pod.scripts_annotation(a.scripts_digest),
+    )
+
+
+def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name: Optional[pulumi.Input[str]],
+             run: str = RUN) -> k8s.batch.v1.JobInitArgs:
+    cfg = a.cfg
+    n = cfg.multi_node_count
+    w = cfg.workloads
+    skips = pod.checkov_skips(cfg, image=w.image, secrets=bool(cfg.training.secret_env))
+    return k8s.batch.v1.JobInitArgs(
+        metadata=pod.object_metadata(run, namespace, pod.labels(COMPONENT, run), {**pod.SKIP_AWAIT, **skips}),
+        spec=k8s.batch.v1.JobSpecArgs(
+            completion_mode="Indexed",
+            completions=n,
+            parallelism=n,
+            # The head's success ends the run; workers (ray start --block) never succeed on their own.
+            success_policy=k8s.batch.v1.SuccessPolicyArgs(rules=[
+                k8s.batch.v1.SuccessPolicyRuleArgs(succeeded_indexes="0")]),
+            backoff_limit=w.retries,
+            pod_failure_policy=pod.pod_failure_policy(cfg),
+            active_deadline_seconds=pod.deadline_seconds(cfg),
+            ttl_seconds_after_finished=w.ttl_seconds_after_finished,
+            template=pod_template(a, namespace, secret_name, run),
+        ),
+    )
+
+
+def statefulset_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
+                     secret_name: Optional[pulumi.Input[str]], run: str = RUN) -> k8s.apps.v1.StatefulSetInitArgs:
+    cfg = a.cfg
+    skips = pod.checkov_skips(cfg, image=cfg.workloads.image, secrets=bool(cfg.training.secret_env))
+    return k8s.apps.v1.StatefulSetInitArgs(
+        metadata=pod.object_metadata(run, namespace, pod.labels(COMPONENT, run), {**pod.SKIP_AWAIT, **skips}),
+        spec=k8s.apps.v1.StatefulSetSpecArgs(
+            service_name=service_name(run),
+            replicas=cfg.multi_node_count,
+            pod_management_policy="Parallel",
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(run)),
+            template=pod_template(a, namespace, secret_name, run),
+        ),
+    )
+
+
+class MultiNodeTraining(pulumi.ComponentResource):
+    """Headless Service, NetworkPolicy, PDB and the Indexed Job (or StatefulSet) of one Ray run."""
+
+    workload_name: str
+    service_name: str
+    head_host: pulumi.Output[str]
+
+    def __init__(self, name: str, args: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
+                 secret_name: Optional[pulumi.Input[str]] = None,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:workloads:MultiNodeTraining", name, None, opts)
+        cfg = args.cfg
+        run = RUN
+        obj_labels = pod.labels(COMPONENT, run)
+        svc = k8s.core.v1.Service(
+            f"{name}-svc", headless_service_args(run, namespace, cfg.workloads.multi_node.ray_port, obj_labels),
+            pod.child_opts(self, opts))
+        netpol = k8s.networking.v1.NetworkPolicy(
+            f"{name}-netpol",
+            network_policy_args(run, namespace, obj_labels, pod.mlflow_port(cfg.workloads.mlflow_tracking_uri)),
+            pod.child_opts(self, opts))
+        pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(run, namespace, obj_labels),
+                                                pod.child_opts(self, opts))
+        # Fixed name + delete-before-replace: see job.py. The pods must not start before the
+        # Service (DNS), the policy and the PDB exist.
+        deps = (svc, netpol, pdb)
+        if cfg.workloads.multi_node.form == "indexed-job":
+            workload = k8s.batch.v1.Job(
+                f"{name}-job", job_args(args, namespace, secret_name, run),
+                pod.child_opts(self, opts, *deps, delete_before_replace=True))
+        else:
+            workload = k8s.apps.v1.StatefulSet(
+                f"{name}-statefulset", statefulset_args(args, namespace, secret_name, run),
+                pod.child_opts(self, opts, *deps, delete_before_replace=True, replace_on_changes=["spec"]))
+        self.workload = workload
+        self.workload_name = run
+        self.service_name = service_name(run)
+        self.head_host = head_host(run, namespace)
+        self.register_outputs({"workload": run, "service": self.service_name, "headHost": self.head_host})

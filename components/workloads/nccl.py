@@ -1,0 +1,220 @@
+"""NcclTest: an MPIJob running nccl-tests all_reduce_perf across the GPU nodes, with a pass/fail.
+
+Everything the reference typed by hand (1 GPU / 1 EFA per worker, SEED-DEFECTS D15) is derived:
+slotsPerWorker = GPUs per node, workers = GPU node count, `-np` = nodes x GPUs, and each worker
+requests all GPUs and EFA devices of its node. The launcher pipes the output through
+`/scripts/nccl_check.py`, which fails the launcher when the bus bandwidth at
+`ncclTest.messageSizeBytes` is below `minBusBwFraction` x the published 2-node figure of the
+instance type (catalog) - a run that silently fell back to TCP (~3 GB/s on p5) fails loudly.
+
+Workers follow the mpi-operator convention for OpenMPI: they run sshd in the foreground
+(`/usr/sbin/sshd -De`; the hpc-cloud nccl-tests image installs openssh-server) and the launcher
+reaches them over ssh with the keys the operator mounts. sshd as root needs a few capabilities
+(privilege separation: SETUID/SETGID/SYS_CHROOT, port 22: NET_BIND_SERVICE, ...); all of them are
+in the Pod Security `baseline` allow-list, everything else is dropped.
+
+`launcherCreationPolicy: WaitForWorkersReady` keeps the launcher from starting before the workers'
+DNS exists (mpi-operator #386, #481).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .. import catalog
+from ..config import StackConfig
+from . import pod
+
+# Kubeflow MPI operator release manifest (no official Helm chart; FACTS.md). Pinned: bump the tag
+# here and nowhere else. Applied with server-side apply (the provider default), which the CRD's
+# size needs. Path checked in kubeflow/mpi-operator: deploy/v2beta1/mpi-operator.yaml.
+MPI_OPERATOR_VERSION = "v0.8.0"
+MPI_OPERATOR_MANIFEST = (
+    f"https://raw.githubusercontent.com/kubeflow/mpi-operator/{MPI_OPERATOR_VERSION}"
+    "/deploy/v2beta1/mpi-operator.yaml"
+)
+
+NAME = "rltrain-nccl-test"
+COMPONENT = "nccl-test"
+ALL_REDUCE = "/opt/nccl-tests/build/all_reduce_perf"
+CHECK = "/scripts/nccl_check.py"
+MAX_BYTES = 16 << 30  # -e 16G, the published sweep
+RUN_SECONDS = 30 * 60
+DEADLINE_SECONDS = RUN_SECONDS + pod.IMAGE_PULL_MARGIN_SECONDS
+# Launcher: mpirun and ssh only.
+LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}
+# Worker: hugepages for the EFA provider, memory for NCCL's host buffers; /dev/shm (NCCL's
+# intra-node transport, well under 1 GiB for 8 GPUs) is charged to the memory limit.
+WORKER_CPU = "8"
+WORKER_MEMORY = "32Gi"
+WORKER_HUGEPAGES = "5120Mi"
+WORKER_SHM_GIB = 8
+SSHD_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE",
+                     "SETGID", "SETUID", "SYS_CHROOT")
+
+
+class NcclTestArgs(pod.WorkloadArgs):
+    pass
+
+
+def min_busbw(cfg: StackConfig) -> float:
+    it = cfg.gpu_nodes.instance
+    if it.nccl_busbw_2node_gbps is None:
+        raise ValueError(f"no published NCCL bus bandwidth for {it.name}")
+    return round(cfg.workloads.nccl_test.min_bus_bw_fraction * it.nccl_busbw_2node_gbps, 2)
+
+
+def _size(n: int) -> str:
+    return f"{n >> 30}G" if n % (1 << 30) == 0 else str(n)
+
+
+def nccl_env(cfg: StackConfig) -> dict[str, str]:
+    return catalog.nccl_env(cfg.gpu_nodes.instance, cfg.gpu_nodes.efa_devices_per_node)
+
+
+def launcher_script(cfg: StackConfig) -> str:
+    g = cfg.gpu_nodes
+    it = g.instance
+    nt = cfg.workloads.nccl_test
+    exported = [*sorted(nccl_env(cfg)), "LD_LIBRARY_PATH", "PATH"]
+    label = (f"{g.count}x {it.name}, {nt.min_bus_bw_fraction} x {it.nccl_busbw_2node_gbps} GB/s "
+             f"({it.nccl_busbw_source})")
+    mpirun = [
+        "mpirun", "--allow-run-as-root", "-np", str(g.count * it.gpu_count), "-N", str(it.gpu_count),
+        "--bind-to", "none", *[a for v in exported for a in ("-x", v)],
+        ALL_REDUCE, "-b", "8", "-e", _size(max(MAX_BYTES, nt.message_size_bytes)), "-f", "2", "-g", "1",
+    ]
+    check = ["python3", CHECK, "--size", str(nt.message_size_bytes), "--min-busbw", str(min_busbw(cfg)),
+             "--label", label]
+    return f"set -o pipefail; {shlex.join(mpirun)} | {shlex.join(check)}"
+
+
+def _env(values: dict[str, str]) -> list[k8s.core.v1.EnvVarArgs]:
+    return [k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in sorted(values.items())]
+
+
+def _pod_spec_common(cfg: StackConfig) -> dict[str, Any]:
+    return dict(
+        service_account_name=cfg.training.service_account,
+        automount_service_account_token=False,
+        priority_class_name=pod.PRIORITY_CLASS,
+        security_context=pod.pod_security_context(),
+    )
+
+
+def launcher_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
+    cfg = a.cfg
+    image = cfg.workloads.nccl_test.image
+    obj_labels = pod.labels(COMPONENT, f"{NAME}-launcher")
+    return k8s.core.v1.PodTemplateSpecArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=obj_labels, annotations={
+            **pod.checkov_skips(cfg, image=image, cpu_limit=False), **pod.scripts_annotation(a.scripts_digest)}),
+        spec=k8s.core.v1.PodSpecArgs(
+            restart_policy="Never",
+            **_pod_spec_common(cfg),
+            containers=[k8s.core.v1.ContainerArgs(
+                name="launcher",
+                image=image,
+                image_pull_policy="IfNotPresent",
+                command=["bash", "-c", launcher_script(cfg)],
+                env=_env(nccl_env(cfg)),
+                resources=k8s.core.v1.ResourceRequirementsArgs(
+                    requests=dict(LAUNCHER_RESOURCES), limits={"memory": LAUNCHER_RESOURCES["memory"]}),
+                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="scripts", mount_path=pod.SCRIPTS_PATH,
+                                                           read_only=True)],
+                security_context=pod.container_security_context(),
+            )],
+            volumes=[k8s.core.v1.VolumeArgs(name="scripts", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                name=pod.SCRIPTS_CONFIGMAP, default_mode=pod.SCRIPTS_MODE))],
+        ),
+    )
+
+
+def worker_resources(cfg: StackConfig) -> k8s.core.v1.ResourceRequirementsArgs:
+    g = cfg.gpu_nodes
+    extended = pod.PodSizing(cpu=0, memory_mib=0, shm_gib=0, gpus=g.instance.gpu_count,
+                             efa=g.efa_devices_per_node).extended()
+    fixed = {"memory": WORKER_MEMORY, "hugepages-2Mi": WORKER_HUGEPAGES, **extended}
+    return k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": WORKER_CPU, **fixed}, limits=fixed)
+
+
+def worker_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
+    cfg = a.cfg
+    image = cfg.workloads.nccl_test.image
+    run = f"{NAME}-worker"
+    return k8s.core.v1.PodTemplateSpecArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod.labels(COMPONENT, run),
+                                            annotations=pod.checkov_skips(cfg, image=image, extra=[
+                                                ("CKV_K8S_37", "sshd (mpi-operator convention) needs "
+                                                               "baseline-level capabilities")])),
+        spec=k8s.core.v1.PodSpecArgs(
+            **_pod_spec_common(cfg),
+            node_selector=dict(pod.GPU_NODE_SELECTOR),
+            tolerations=pod.gpu_tolerations(),
+            affinity=pod.run_affinity(run),
+            containers=[k8s.core.v1.ContainerArgs(
+                name="worker",
+                image=image,
+                image_pull_policy="IfNotPresent",
+                command=["/usr/sbin/sshd", "-De"],
+                env=_env(nccl_env(cfg)),
+                resources=worker_resources(cfg),
+                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="dshm", mount_path=pod.SHM_PATH)],
+                security_context=pod.container_security_context(SSHD_CAPABILITIES),
+            )],
+            volumes=[k8s.core.v1.VolumeArgs(name="dshm", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
+                medium="Memory", size_limit=f"{WORKER_SHM_GIB}Gi"))],
+        ),
+    )
+
+
+def mpijob_spec(a: NcclTestArgs) -> dict[str, Any]:
+    cfg = a.cfg
+    return {
+        "slotsPerWorker": cfg.gpu_nodes.instance.gpu_count,
+        "launcherCreationPolicy": "WaitForWorkersReady",
+        "mpiImplementation": "OpenMPI",
+        "runPolicy": {
+            "cleanPodPolicy": "Running",
+            "activeDeadlineSeconds": DEADLINE_SECONDS,
+            "ttlSecondsAfterFinished": cfg.workloads.ttl_seconds_after_finished,
+            # A measurement, not a training run: report the first result.
+            "backoffLimit": 0,
+        },
+        "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "template": launcher_template(a)},
+            "Worker": {"replicas": cfg.gpu_nodes.count, "template": worker_template(a)},
+        },
+    }
+
+
+class NcclTest(pulumi.ComponentResource):
+    """MPI operator (pinned release manifest, optional) and the NCCL all-reduce MPIJob."""
+
+    mpijob_name: str
+
+    def __init__(self, name: str, args: NcclTestArgs, namespace: pulumi.Input[str],
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:workloads:NcclTest", name, None, opts)
+        cfg = args.cfg
+        deps: list[pulumi.Resource] = []
+        if cfg.workloads.nccl_test.install_mpi_operator:
+            operator = k8s.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=MPI_OPERATOR_MANIFEST,
+                                              opts=pod.child_opts(self, opts))
+            deps.append(operator)
+        skips = pod.checkov_skips(cfg, image=cfg.workloads.nccl_test.image)
+        self.mpijob = k8s.apiextensions.CustomResource(
+            f"{name}-mpijob",
+            api_version="kubeflow.org/v2beta1",
+            kind="MPIJob",
+            metadata=pod.object_metadata(NAME, namespace, pod.labels(COMPONENT, NAME),
+                                         {**pod.SKIP_AWAIT, **skips}),
+            spec=mpijob_spec(args),
+            opts=pod.child_opts(self, opts, *deps, delete_before_replace=True),
+        )
+        self.mpijob_name = NAME
+        self.register_outputs({"mpijob": NAME})

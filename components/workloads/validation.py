@@ -1,0 +1,97 @@
+"""ClusterValidation: one pod per GPU node checks what a training pod will get.
+
+An Indexed Job with completions = parallelism = the GPU node count and a required pod
+anti-affinity on the hostname, so each node gets exactly one pod. Each pod requests the node's full
+GPUs and EFA devices (a node whose EFA plugin advertises too few devices leaves its pod Pending,
+which is itself the finding) and mounts /fsx, /dev/shm and /scripts like training does; it runs
+`validate_node.py` (GPUs via nvidia-smi, EFA devices, /dev/shm size, /fsx read-write).
+
+CPU and memory are small, but the memory limit exceeds the /dev/shm size: a memory-backed emptyDir
+is capped by the pod's memory limit, and the check must see the size training gets.
+backoffLimit 0: a failed check is the answer, not something to retry. Secrets are not mounted.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .. import catalog
+from ..config import StackConfig
+from . import pod
+
+NAME = "rltrain-validation"
+COMPONENT = "validation"
+COMMAND = ("python3", "/scripts/validate_node.py")
+VALIDATION_CPU = 2
+# Above the /dev/shm size (see the module docstring).
+VALIDATION_MEMORY_MARGIN_GIB = 8
+# Checks take seconds; the rest is the cold image pull margin.
+RUN_SECONDS = 10 * 60
+DEADLINE_SECONDS = RUN_SECONDS + pod.IMAGE_PULL_MARGIN_SECONDS
+
+
+class ClusterValidationArgs(pod.WorkloadArgs):
+    pass
+
+
+def sizing(cfg: StackConfig) -> pod.PodSizing:
+    shm = pod.shm_gib(cfg)
+    return pod.PodSizing(cpu=VALIDATION_CPU, memory_mib=(shm + VALIDATION_MEMORY_MARGIN_GIB) * catalog.GIB_IN_MIB,
+                         shm_gib=shm, gpus=cfg.gpu_nodes.instance.gpu_count,
+                         efa=cfg.gpu_nodes.efa_devices_per_node)
+
+
+def validation_env(cfg: StackConfig) -> dict[str, str]:
+    s = sizing(cfg)
+    return {"EXPECTED_GPUS": str(s.gpus), "EXPECTED_EFA": str(s.efa), "SHM_MIN_GIB": str(s.shm_gib),
+            "FSX_PATH": pod.FSX_PATH}
+
+
+def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batch.v1.JobInitArgs:
+    cfg = a.cfg
+    n = cfg.gpu_nodes.count
+    obj_labels = pod.labels(COMPONENT, NAME)
+    template = pod.training_pod_template(
+        cfg,
+        claim_name=a.claim_name,
+        secret_name=None,
+        include_secrets=False,
+        pod_labels=obj_labels,
+        command=COMMAND,
+        num_nodes=n,
+        extra_env=validation_env(cfg),  # NODE_NAME comes from spec.nodeName (pod.env_vars)
+        affinity=pod.run_affinity(NAME, co_located=False),
+        sizing=sizing(cfg),
+        annotations=pod.scripts_annotation(a.scripts_digest),
+    )
+    skips = pod.checkov_skips(cfg, image=cfg.workloads.image)
+    return k8s.batch.v1.JobInitArgs(
+        metadata=pod.object_metadata(NAME, namespace, obj_labels, {**pod.SKIP_AWAIT, **skips}),
+        spec=k8s.batch.v1.JobSpecArgs(
+            completion_mode="Indexed",
+            completions=n,
+            parallelism=n,
+            backoff_limit=0,
+            pod_failure_policy=pod.pod_failure_policy(cfg),
+            active_deadline_seconds=DEADLINE_SECONDS,
+            ttl_seconds_after_finished=cfg.workloads.ttl_seconds_after_finished,
+            template=template,
+        ),
+    )
+
+
+class ClusterValidation(pulumi.ComponentResource):
+    """Indexed Job: one validate_node.py pod per GPU node."""
+
+    job_name: str
+
+    def __init__(self, name: str, args: ClusterValidationArgs, namespace: pulumi.Input[str],
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:workloads:ClusterValidation", name, None, opts)
+        self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
+                                    pod.child_opts(self, opts, delete_before_replace=True))
+        self.job_name = NAME
+        self.register_outputs({"job": NAME})

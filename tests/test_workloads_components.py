@@ -1,0 +1,320 @@
+"""The workload components through the recording mock engine (components/mock_engine.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+
+from components import config, render
+from components.mock_engine import run_program
+from components.workloads import nccl
+from components.workloads.build import build_workloads
+from components.workloads.scripts_configmap import read_scripts
+
+
+def _render(stack: str, mutate=None):
+    values, secret_keys, cfg = render.load_stack(stack)
+    if mutate:
+        values = dict(values)
+        w = json.loads(values["rltrain:workloads"])
+        mutate(w)
+        values["rltrain:workloads"] = json.dumps(w)
+        prefix = "rltrain:"
+        cfg = config.load({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)},
+                          secret_keys={k[len(prefix):] for k in secret_keys})
+
+    def program():
+        provider = k8s.Provider("test", kubeconfig="{}")
+        build_workloads(cfg, namespace="rltrain", claim_name="fsx-claim",
+                        secret_name="training-secrets" if cfg.training.secret_env else None,
+                        opts=pulumi.ResourceOptions(provider=provider))
+
+    result = run_program(stack=stack, config=values, secret_keys=secret_keys, program=program)
+    return cfg, result, render.manifests(result)
+
+
+@pytest.fixture(scope="module")
+def p5():
+    return _render("p5")
+
+
+@pytest.fixture(scope="module")
+def p4de():
+    return _render("p4de")
+
+
+@pytest.fixture(scope="module")
+def sts():
+    return _render("p5", lambda w: w.update(multiNode={"enabled": True, "form": "statefulset"}))
+
+
+def find(docs, kind, name):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)}"
+    return found[0]
+
+
+def container(doc, name="trainer"):
+    spec = doc["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] if c["name"] == name)
+
+
+def env(c):
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+
+
+def assert_whole_node(c, gpus, efa):
+    r = c["resources"]
+    for key, n in (("nvidia.com/gpu", gpus), ("vpc.amazonaws.com/efa", efa)):
+        assert str(r["requests"][key]) == str(r["limits"][key]) == str(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# single node
+
+
+def test_p5_training_job(p5):
+    cfg, result, docs = p5
+    job = find(docs, "Job", "rltrain-training")
+    spec = job["spec"]
+    pod = spec["template"]["spec"]
+    c = container(job)
+    assert_whole_node(c, 8, 32)
+    assert c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"]
+    assert c["command"] == list(cfg.workloads.command)
+    assert c["imagePullPolicy"] == "IfNotPresent"
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts["fsx"] == "/fsx" and mounts["dshm"] == "/dev/shm" and mounts["scripts"] == "/scripts"
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["fsx"]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
+    assert vols["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Gi"}
+    assert vols["scripts"]["configMap"]["defaultMode"] == 0o755
+    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60
+    assert spec["ttlSecondsAfterFinished"] == cfg.workloads.ttl_seconds_after_finished
+    assert spec["backoffLimit"] == cfg.workloads.retries and spec["completions"] == 1
+    assert pod["restartPolicy"] == "Never"
+    rules = spec["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[1]["action"] == "FailJob"
+    assert rules[1]["onExitCodes"] == {"containerName": "trainer", "operator": "In", "values": [2, 126, 127]}
+    assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    e = env(c)
+    assert e["NUM_NODES"] == "1" and e["NUM_GPUS"] == "8"
+    assert e["HF_TOKEN"] == {"secretKeyRef": {"name": "training-secrets", "key": "hfToken", "optional": False}}
+
+
+def test_job_fixed_name_is_deleted_before_replaced(p5):
+    _, result, _ = p5
+    rec = result.one("kubernetes:batch/v1:Job", "workloads-single-node-job")
+    assert rec.inputs["metadata"]["name"] == "rltrain-training"
+    assert rec.delete_before_replace is True
+    assert rec.parent == "workloads-single-node"
+
+
+def test_p4de_gets_4_efa(p4de):
+    _, _, docs = p4de
+    for name in ("rltrain-training", "rltrain-multinode", "rltrain-validation"):
+        assert_whole_node(container(find(docs, "Job", name)), 8, 4)
+    mpi = find(docs, "MPIJob", "rltrain-nccl-test")
+    w = mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert str(w["resources"]["limits"]["vpc.amazonaws.com/efa"]) == "4"
+
+
+# ---------------------------------------------------------------------------------------------
+# multi node
+
+
+def test_multinode_service_policy_pdb(p5):
+    _, _, docs = p5
+    svc = find(docs, "Service", "rltrain-multinode-svc")
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert [p["port"] for p in svc["spec"]["ports"]] == [6379]
+    sel = svc["spec"]["selector"]
+    np_ = find(docs, "NetworkPolicy", "rltrain-multinode")["spec"]
+    assert np_["podSelector"]["matchLabels"] == sel
+    assert np_["ingress"] == [{"from": [{"podSelector": {"matchLabels": sel}}]}]
+    ports = {(p.get("protocol"), p["port"], p.get("endPort")) for r in np_["egress"] for p in r.get("ports", [])}
+    assert {("UDP", 53, None), ("TCP", 53, None), ("TCP", 443, None), ("TCP", 988, None),
+            ("TCP", 1018, 1023)} <= ports
+    assert 8265 not in {p[1] for p in ports} and 10001 not in {p[1] for p in ports}
+    pdb = find(docs, "PodDisruptionBudget", "rltrain-multinode")["spec"]
+    assert pdb["maxUnavailable"] == 0 and pdb["selector"]["matchLabels"] == sel
+
+
+def test_multinode_indexed_job(p5):
+    cfg, result, docs = p5
+    job = find(docs, "Job", "rltrain-multinode")
+    spec = job["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == 2
+    assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+    assert spec["podFailurePolicy"]["rules"][1]["action"] == "FailJob"
+    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60
+    assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    assert pod["subdomain"] == "rltrain-multinode-svc"
+    c = container(job)
+    assert c["command"] == ["python3", "/scripts/ray_launcher.py", "--", *cfg.workloads.command]
+    assert "livenessProbe" not in c
+    assert_whole_node(c, 8, 32)
+    e = env(c)
+    assert e["NUM_NODES"] == "2"
+    assert e["RAY_HEAD_HOST"] == "rltrain-multinode-0.rltrain-multinode-svc.rltrain.svc.cluster.local"
+    assert e["RAY_PORT"] == "6379"
+    assert "RUN_DONE_MARKER" not in e
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
+    prefs = pod["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert prefs[0] == {"weight": 100, "podAffinityTerm": {
+        "topologyKey": "topology.k8s.aws/network-node-layer-3", "labelSelector": anti[0]["labelSelector"]}}
+    assert "topologySpreadConstraints" not in pod
+    rec = result.one("kubernetes:batch/v1:Job", "workloads-multi-node-job")
+    assert rec.delete_before_replace
+    assert {"workloads-multi-node-svc", "workloads-multi-node-netpol", "workloads-multi-node-pdb",
+            "workloads-scripts-configmap", "workloads-priority"} <= set(rec.depends_on)
+
+
+def test_launcher_configmap_holds_the_scripts(p5):
+    _, _, docs = p5
+    cm = find(docs, "ConfigMap", "rltrain-scripts")
+    assert cm["data"] == read_scripts()
+    assert "ray_launcher.py" in cm["data"] and "validate_node.py" in cm["data"]
+    digest = cm["metadata"]["annotations"]["rltrain/scripts-sha256"]
+    job = find(docs, "Job", "rltrain-multinode")
+    assert job["spec"]["template"]["metadata"]["annotations"]["rltrain/scripts-sha256"] == digest
+
+
+def test_statefulset_form(sts):
+    cfg, result, docs = sts
+    assert not [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "rltrain-multinode"]
+    ss = find(docs, "StatefulSet", "rltrain-multinode")
+    spec = ss["spec"]
+    assert spec["serviceName"] == "rltrain-multinode-svc"
+    assert spec["podManagementPolicy"] == "Parallel" and spec["replicas"] == 2
+    assert ss["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    e = env(container(ss))
+    marker = e["RUN_DONE_MARKER"]
+    assert marker.startswith(f"/fsx/runs/{cfg.workloads.experiment_name}/rltrain-multinode-")
+    assert marker.endswith(".done")
+    assert e["RAY_HEAD_HOST"].startswith("rltrain-multinode-0.rltrain-multinode-svc.")
+    assert result.one("kubernetes:apps/v1:StatefulSet").delete_before_replace
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL test and validation
+
+
+def test_mpijob(p5):
+    cfg, result, docs = p5
+    mpi = find(docs, "MPIJob", "rltrain-nccl-test")
+    assert mpi["apiVersion"] == "kubeflow.org/v2beta1"
+    spec = mpi["spec"]
+    assert spec["slotsPerWorker"] == 8
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert spec["runPolicy"]["cleanPodPolicy"] == "Running"
+    assert spec["runPolicy"]["activeDeadlineSeconds"] > 0 and "ttlSecondsAfterFinished" in spec["runPolicy"]
+    workers = spec["mpiReplicaSpecs"]["Worker"]
+    assert workers["replicas"] == 2
+    w = workers["template"]["spec"]["containers"][0]
+    assert_whole_node(w, 8, 32)
+    assert w["resources"]["requests"]["hugepages-2Mi"] == w["resources"]["limits"]["hugepages-2Mi"]
+    assert w["resources"]["requests"]["memory"] == w["resources"]["limits"]["memory"]
+    assert w["command"] == ["/usr/sbin/sshd", "-De"]
+    assert workers["template"]["spec"]["nodeSelector"] == {"role": "gpu-training"}
+    assert env(w)["FI_PROVIDER"] == "efa"
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]
+    assert launcher["replicas"] == 1
+    lc = launcher["template"]["spec"]["containers"][0]
+    script = lc["command"][2]
+    assert lc["command"][:2] == ["bash", "-c"] and script.startswith("set -o pipefail; mpirun ")
+    assert "-np 16 -N 8" in script and "/opt/nccl-tests/build/all_reduce_perf" in script
+    assert "| python3 /scripts/nccl_check.py --size 1073741824 --min-busbw 393.3" in script
+    assert "nvidia.com/gpu" not in lc["resources"]["requests"]
+    assert mpi["metadata"]["namespace"] == "rltrain"
+    op = result.one("kubernetes:yaml/v2:ConfigFile")
+    assert op.inputs["file"] == nccl.MPI_OPERATOR_MANIFEST
+    assert f"/mpi-operator/{nccl.MPI_OPERATOR_VERSION}/deploy/v2beta1/mpi-operator.yaml" in op.inputs["file"]
+    rec = result.one("kubernetes:kubeflow.org/v2beta1:MPIJob")
+    assert op.name in rec.depends_on
+
+
+def test_mpi_operator_optional():
+    _, result, _ = _render("p5", lambda w: w.update(ncclTest={"enabled": True, "installMpiOperator": False}))
+    assert result.by_type("kubernetes:yaml/v2:ConfigFile") == []
+    assert len(result.by_type("kubernetes:kubeflow.org/v2beta1:MPIJob")) == 1
+
+
+def test_validation_job(p5):
+    cfg, _, docs = p5
+    job = find(docs, "Job", "rltrain-validation")
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == 2
+    assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == 1200
+    assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    pod = spec["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
+    c = container(job)
+    assert c["command"] == ["python3", "/scripts/validate_node.py"]
+    assert_whole_node(c, 8, 32)
+    e = env(c)
+    assert (e["EXPECTED_GPUS"], e["EXPECTED_EFA"], e["SHM_MIN_GIB"], e["FSX_PATH"]) == ("8", "32", "128", "/fsx")
+    assert e["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert "HF_TOKEN" not in e
+    # the memory limit must exceed /dev/shm, or the tmpfs is capped below what is checked
+    assert int(c["resources"]["limits"]["memory"].removesuffix("Gi")) > 128
+
+
+# ---------------------------------------------------------------------------------------------
+# across everything
+
+
+def test_priority_class(p5):
+    pc = find(p5[2], "PriorityClass", "rltrain-training")
+    assert pc["value"] == p5[0].workloads.priority
+    assert pc["preemptionPolicy"] == "PreemptLowerPriority" and pc["globalDefault"] is False
+
+
+def _walk(value, key=None):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _walk(v, k)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk(v, key)
+    else:
+        yield key, value
+
+
+def test_no_always_pull_or_latest(p5, p4de, sts):
+    for _, _, docs in (p5, p4de, sts):
+        pairs = list(_walk(docs))
+        images = [v for k, v in pairs if k == "image"]
+        policies = [v for k, v in pairs if k == "imagePullPolicy"]
+        assert images and len(policies) == len(images)
+        assert set(policies) == {"IfNotPresent"}
+        for image in images:
+            assert not image.endswith(":latest") and ":" in image.rsplit("/", 1)[-1]
+
+
+def test_every_child_has_a_parent_and_the_provider(p5):
+    _, result, _ = p5
+    for r in result.records:
+        if r.type.startswith("pulumi:providers:") or r.type == "rltrain:workloads:Workloads":
+            continue
+        assert r.parent is not None, r.name
+    types = {r.type for r in result.records if r.type.startswith("rltrain:")}
+    assert types == {"rltrain:workloads:Workloads", "rltrain:workloads:ScriptsConfigMap",
+                     "rltrain:workloads:TrainingJob", "rltrain:workloads:MultiNodeTraining",
+                     "rltrain:workloads:NcclTest", "rltrain:workloads:ClusterValidation"}
+
+
+def test_disabled_workloads_are_not_created():
+    _, result, docs = _render("p5", lambda w: w.update(singleNode={"enabled": False}, multiNode={"enabled": False},
+                                                       ncclTest={"enabled": False}, validation={"enabled": False}))
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ConfigMap", "PriorityClass"]
