@@ -145,3 +145,13 @@ def test_byo_cluster_creates_no_aws_resource():
     claim = obj(byo, "PersistentVolumeClaim", "fsx-claim")
     assert claim["spec"]["storageClassName"] == "fsx-sc"
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_committed_render_is_current(stack):
+    """rendered/<stack>/ is the PR preview: it must match what the program renders now."""
+    r = rendered(stack)
+    fix = "stale: refresh with `python -m components.render --all` and commit rendered/"
+    committed = ROOT / "rendered" / stack
+    assert (committed / "manifests.yaml").read_text() == render.manifests_yaml(r.manifests), fix
+    assert (committed / "resources.json").read_text() == render.resources_json(r.result), fix
