@@ -48,8 +48,7 @@ class TrainingIdentity(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:index:TrainingIdentity", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        role = aws.iam.Role(f"{name}-role", assume_role_policy=iam.assume_role_policy(
-            "pods.eks.amazonaws.com", tag_session=True), opts=child)
+        role = iam.pod_identity_role(f"{name}-role", [], self)
         aws.iam.RolePolicy(f"{name}-s3", role=role.id, policy=json.dumps(s3_policy(args)), opts=child)
         aws.eks.PodIdentityAssociation(
             f"{name}-association", cluster_name=args.cluster_name, namespace=args.namespace,

@@ -55,7 +55,6 @@ class Record:
     name: str
     parent: Optional[str]
     custom: bool
-    remote: bool
     protect: bool
     retain_on_delete: bool
     delete_before_replace: bool
@@ -148,7 +147,6 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             name=request.name,
             parent=parent,
             custom=bool(request.custom),
-            remote=bool(request.remote),
             protect=bool(request.protect),
             retain_on_delete=bool(request.retainOnDelete),
             delete_before_replace=bool(request.deleteBeforeReplace),

@@ -25,7 +25,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import pod
-from .multinode import network_policy_args, pdb_args
+from .multinode import run_guards
 
 NAME = "rltrain-training"
 COMPONENT = "training"
@@ -74,12 +74,7 @@ class TrainingJob(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:TrainingJob", name, None, opts)
         cfg = args.cfg
         obj_labels = pod.labels(COMPONENT, NAME)
-        netpol = k8s.networking.v1.NetworkPolicy(
-            f"{name}-netpol",
-            network_policy_args(NAME, namespace, obj_labels, pod.mlflow_port(cfg.workloads.mlflow_tracking_uri)),
-            pod.child_opts(self, opts))
-        pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(NAME, namespace, obj_labels),
-                                                pod.child_opts(self, opts))
+        netpol, pdb = run_guards(name, NAME, namespace, obj_labels, cfg, self, opts)
         self.job = k8s.batch.v1.Job(
             f"{name}-job", job_args(args, namespace, secret_name),
             pod.child_opts(self, opts, netpol, pdb, delete_before_replace=True))

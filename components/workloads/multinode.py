@@ -168,6 +168,19 @@ def pdb_args(run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str]
     )
 
 
+def run_guards(name: str, run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str],
+               cfg: StackConfig, parent: pulumi.Resource, opts: Optional[pulumi.ResourceOptions]
+               ) -> tuple[k8s.networking.v1.NetworkPolicy, k8s.policy.v1.PodDisruptionBudget]:
+    """The NetworkPolicy and PodDisruptionBudget every training run gets (single- and multi-node)."""
+    netpol = k8s.networking.v1.NetworkPolicy(
+        f"{name}-netpol",
+        network_policy_args(run, namespace, obj_labels, pod.mlflow_port(cfg.workloads.mlflow_tracking_uri)),
+        pod.child_opts(parent, opts))
+    pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(run, namespace, obj_labels),
+                                            pod.child_opts(parent, opts))
+    return netpol, pdb
+
+
 # ---------------------------------------------------------------------------------------------
 # the pods
 
@@ -249,12 +262,7 @@ class MultiNodeTraining(pulumi.ComponentResource):
         svc = k8s.core.v1.Service(
             f"{name}-svc", headless_service_args(run, namespace, cfg.workloads.multi_node.ray_port, obj_labels),
             pod.child_opts(self, opts))
-        netpol = k8s.networking.v1.NetworkPolicy(
-            f"{name}-netpol",
-            network_policy_args(run, namespace, obj_labels, pod.mlflow_port(cfg.workloads.mlflow_tracking_uri)),
-            pod.child_opts(self, opts))
-        pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(run, namespace, obj_labels),
-                                                pod.child_opts(self, opts))
+        netpol, pdb = run_guards(name, run, namespace, obj_labels, cfg, self, opts)
         # Fixed name + delete-before-replace: see job.py. The pods must not start before the
         # Service (DNS), the policy and the PDB exist.
         deps = (svc, netpol, pdb)
