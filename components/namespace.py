@@ -14,6 +14,8 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
 SECRET_NAME = "training-secrets"
+GPU_INSTANCE_ANNOTATION = "rltrain/gpu-instance-type"
+GPU_NODES_ANNOTATION = "rltrain/gpu-node-count"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "rltrain"}
 
 
@@ -30,6 +32,10 @@ class TrainingNamespaceArgs(BaseModel):
     secret_keys: tuple[str, ...] = ()
     # Whether EKS Pod Identity hands this service account an IAM role (TrainingIdentity).
     has_pod_identity: bool = False
+    # The GPU node shape the namespace's workloads are sized for; recorded on the Namespace so the
+    # policy rules can check the workloads against it, also on a bring-your-own cluster.
+    gpu_instance_type: str = ""
+    gpu_node_count: int = 0
 
 
 def namespace_args(a: TrainingNamespaceArgs) -> k8s.core.v1.NamespaceInitArgs:
@@ -43,8 +49,9 @@ def namespace_args(a: TrainingNamespaceArgs) -> k8s.core.v1.NamespaceInitArgs:
         "pod-security.kubernetes.io/audit": "restricted",
         "pod-security.kubernetes.io/audit-version": version,
     }
+    annotations = {GPU_INSTANCE_ANNOTATION: a.gpu_instance_type, GPU_NODES_ANNOTATION: str(a.gpu_node_count)}
     return k8s.core.v1.NamespaceInitArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=a.namespace, labels=labels)
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=a.namespace, labels=labels, annotations=annotations)
     )
 
 
