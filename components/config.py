@@ -28,7 +28,7 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # Env names that look like credentials must come from secret config, never plain values (D16).
 # Whole underscore-separated words, so TOKENIZERS_PARALLELISM (set by the reference) is not caught.
-_SECRET_LIKE = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)", re.I)
+SECRET_LIKE = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)", re.I)
 
 
 class _Model(BaseModel):
@@ -311,7 +311,7 @@ class WorkloadsConfig(_Model):
         for name in v:
             if not re.match(_ENV_NAME, name):
                 raise ValueError(f"{name!r} is not an environment variable name")
-            if _SECRET_LIKE.search(name):
+            if SECRET_LIKE.search(name):
                 raise ValueError(
                     f"{name!r} looks like a credential: put it in secret config and map it with "
                     "rltrain:training.secretEnv instead of a plain env value"
@@ -325,9 +325,10 @@ def check_pinned_image(v: str) -> str:
         return v
     last = v.rsplit("/", 1)[-1]
     if ":" not in last:
-        raise ValueError("image has no tag: use a specific tag or @sha256 digest, not the implicit :latest")
+        raise ValueError("image has no tag: use a specific tag or @sha256 digest, not the implicit :latest "
+                         "(policy rule image-pinned)")
     if last.rsplit(":", 1)[1] in ("latest", ""):
-        raise ValueError(":latest is not allowed: use a specific tag or @sha256 digest")
+        raise ValueError(":latest is not allowed: use a specific tag or @sha256 digest (policy rule image-pinned)")
     return v
 
 

@@ -6,7 +6,8 @@
 Writes DIR/manifests.yaml (every Kubernetes object, one document each, sorted by kind, namespace,
 name) and DIR/resources.json (every registered resource, components included). Secrets show as
 `[secret]`, cloud-only values as `[known after deploy: ...]`. Needs no Pulumi CLI, credentials or
-network. Exit 2 on invalid config (nothing written), 1 on any other failure.
+network. Exit 2 on invalid config, 1 on a policy violation (components/policy.py) or any other
+failure; in both cases nothing is written. The summary ends with the fit report of the GPU pods.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Optional
 import yaml
 
 from . import config as config_mod
+from . import policy
 from . import stackfile
 from .mock_engine import ROOT, Record, RunResult, run_program
 
@@ -79,6 +81,13 @@ class Rendered:
     result: RunResult
     manifests: list[dict[str, Any]]
 
+    @property
+    def resources(self) -> list[dict[str, Any]]:
+        return [r.as_json() for r in self.result.records]
+
+    def violations(self) -> list[policy.Violation]:
+        return policy.evaluate(self.resources)
+
 
 def load_stack(stack: str, root: Path = ROOT) -> tuple[dict[str, str], set[str], config_mod.StackConfig]:
     """Read and validate one stack file; raises ConfigError / StackFileError."""
@@ -132,6 +141,7 @@ def summary(rendered: Rendered) -> str:
         "  resources by type:",
     ]
     lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]
+    lines += ["  " + line for line in policy.fit_report(rendered.resources)]
     return "\n".join(lines)
 
 
@@ -162,9 +172,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             failed = True
     if failed:
         return 2
-    for stack in stacks:
-        rendered = render_stack(stack, root)
-        out = args.out or root / "rendered" / stack
+    results = [render_stack(stack, root) for stack in stacks]
+    # Policy rules (components/policy.py, also in the CrossGuard pack): refuse before writing.
+    for rendered in results:
+        for v in rendered.violations():
+            print(f"Pulumi.{rendered.stack}.yaml: policy {v}", file=sys.stderr)
+            failed = True
+    if failed:
+        return 1
+    for rendered in results:
+        out = args.out or root / "rendered" / rendered.stack
         write(rendered, out)
         print(summary(rendered))
         print(f"  wrote {out}/manifests.yaml, {out}/resources.json")

@@ -1,0 +1,395 @@
+"""Policy rules: pure functions over the resources a stack registers.
+
+One implementation, run in three places: by the offline render (which refuses to write a stack that
+breaks a rule), by the test suite, and by the CrossGuard pack in `policy/` for
+`pulumi preview --policy-pack policy`. Every rule sees the same resource view: a dict with `type`,
+`name`, `inputs` (engine wire form, camelCase) and `options` (`protect`, ...) — a row of
+`rendered/<stack>/resources.json`.
+
+The instance type the workloads are sized for is read from the training Namespace annotation
+(`rltrain/gpu-instance-type`), so the rules hold on a bring-your-own cluster too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from . import catalog
+from .config import SECRET_LIKE
+from .namespace import GPU_INSTANCE_ANNOTATION
+
+Resource = dict[str, Any]
+GPU = "nvidia.com/gpu"
+EFA = "vpc.amazonaws.com/efa"
+GPU_TAINT = "nvidia.com/gpu"
+# What a bring-your-own cluster's GPU nodes are documented to carry (README, Pulumi.byo.yaml).
+BYO_NODE_LABELS = {"role": "gpu-training"}
+_EFA_ENV = re.compile(r"^(FI_PROVIDER|FI_EFA_.*)$")
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    resource: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"[{self.rule}] {self.resource}: {self.message}. Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A pod template found inside a workload object."""
+
+    owner: str  # "Job/rltrain-training", "MPIJob/rltrain-nccl-test/Worker"
+    kind: str
+    replicas: int
+    spec: dict[str, Any]
+    labels: dict[str, str]
+
+    @property
+    def containers(self) -> list[dict[str, Any]]:
+        return list(self.spec.get("containers") or [])
+
+    def requests_gpu(self) -> bool:
+        return any(GPU in _resources(c).get("limits", {}) or GPU in _resources(c).get("requests", {})
+                   for c in self.containers)
+
+
+@dataclass(frozen=True)
+class Context:
+    instance: Optional[catalog.InstanceType]
+    node_labels: dict[str, str]
+    node_taints: tuple[str, ...]
+
+
+def _resources(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return container.get("resources") or {}
+
+
+def k8s_objects(resources: Iterable[Resource]) -> Iterator[tuple[Resource, dict[str, Any]]]:
+    for r in resources:
+        if r["type"].startswith("kubernetes:") and "kind" in r.get("inputs", {}):
+            yield r, r["inputs"]
+
+
+def _ref(obj: dict[str, Any], suffix: str = "") -> str:
+    return f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name', '?')}{suffix}"
+
+
+def pods(resources: Iterable[Resource]) -> list[Pod]:
+    found = []
+    for _, obj in k8s_objects(resources):
+        kind, spec = obj.get("kind"), obj.get("spec") or {}
+        if kind in ("Job", "StatefulSet", "Deployment"):
+            tmpl = spec.get("template") or {}
+            replicas = spec.get("parallelism", spec.get("replicas", 1)) or 1
+            found.append(Pod(_ref(obj), kind, int(replicas), tmpl.get("spec") or {},
+                             (tmpl.get("metadata") or {}).get("labels") or {}))
+        elif kind == "MPIJob":
+            for role, rs in (spec.get("mpiReplicaSpecs") or {}).items():
+                tmpl = rs.get("template") or {}
+                found.append(Pod(_ref(obj, f"/{role}"), kind, int(rs.get("replicas", 1)), tmpl.get("spec") or {},
+                                 (tmpl.get("metadata") or {}).get("labels") or {}))
+    return found
+
+
+def context(resources: list[Resource]) -> Context:
+    instance_type = None
+    labels: dict[str, str] = {}
+    taints: tuple[str, ...] = ()
+    for r in resources:
+        if r["type"] == "aws:eks/nodeGroup:NodeGroup":
+            labels = dict(r["inputs"].get("labels") or {})
+            taints = tuple(t.get("key", "") for t in r["inputs"].get("taints") or [])
+    for _, obj in k8s_objects(resources):
+        if obj.get("kind") == "Namespace":
+            instance_type = ((obj.get("metadata") or {}).get("annotations") or {}).get(GPU_INSTANCE_ANNOTATION)
+    if not labels:  # bring-your-own cluster: the documented labels and taint of its GPU nodes
+        labels, taints = dict(BYO_NODE_LABELS), (GPU_TAINT,)
+    instance = catalog.CATALOG.get(instance_type or "")
+    return Context(instance, labels, taints)
+
+
+# --- quantities ---------------------------------------------------------------------------------
+
+_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def quantity(value: Any) -> float:
+    """Kubernetes quantity -> number (bytes for memory, cores for CPU)."""
+    s = str(value)
+    if s.endswith("m"):
+        return float(s[:-1]) / 1000
+    for suffix, mult in _SUFFIX.items():
+        if s.endswith(suffix):
+            return float(s[: -len(suffix)]) * mult
+    return float(s)
+
+
+def pod_requests(p: Pod) -> dict[str, float]:
+    """Effective requests (a limit stands in for a missing request, as the API server defaults)."""
+    total: dict[str, float] = {}
+    for c in p.containers:
+        res = _resources(c)
+        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        for k, v in merged.items():
+            total[k] = total.get(k, 0.0) + quantity(v)
+    return total
+
+
+# --- rules --------------------------------------------------------------------------------------
+
+Rule = Callable[[list[Resource], Context], Iterator[Violation]]
+RULES: dict[str, tuple[Rule, str]] = {}
+
+
+def rule(name: str, description: str):
+    def register(fn: Rule) -> Rule:
+        RULES[name] = (fn, description)
+        return fn
+    return register
+
+
+@rule("gpu-count", "GPU containers: nvidia.com/gpu limit = request = the instance's GPUs")
+def _gpu_count(resources, ctx):
+    if ctx.instance is None:
+        return
+    want = ctx.instance.gpu_count
+    for p in pods(resources):
+        for c in p.containers:
+            res = _resources(c)
+            lim, req = (res.get("limits") or {}).get(GPU), (res.get("requests") or {}).get(GPU)
+            if lim is None and req is None:
+                continue
+            if lim is None or int(quantity(lim)) != want or (req is not None and quantity(req) != quantity(lim)):
+                yield Violation("gpu-count", f"{p.owner}/{c.get('name')}",
+                                f"nvidia.com/gpu limit {lim}, request {req}; {ctx.instance.name} has {want}",
+                                f"request and limit {want} GPUs (derived from the catalog, never typed)")
+
+
+@rule("efa-count", "EFA devices requested = the instance's EFA devices")
+def _efa_count(resources, ctx):
+    if ctx.instance is None:
+        return
+    want = ctx.instance.efa_devices
+    for p in pods(resources):
+        for c in p.containers:
+            res = _resources(c)
+            lim, req = (res.get("limits") or {}).get(EFA), (res.get("requests") or {}).get(EFA)
+            if lim is None and req is None:
+                continue
+            got = quantity(lim if lim is not None else req)
+            if got != want or (req is not None and lim is not None and quantity(req) != quantity(lim)):
+                yield Violation("efa-count", f"{p.owner}/{c.get('name')}",
+                                f"{EFA} limit {lim}, request {req}; {ctx.instance.name} has {want}",
+                                f"request all {want} EFA devices of the instance (a p5 copy of a p4de "
+                                "manifest uses 4 of 32)")
+
+
+@rule("efa-env-needs-efa", "EFA/NCCL-over-EFA environment only where EFA devices are requested")
+def _efa_env(resources, ctx):
+    for p in pods(resources):
+        for c in p.containers:
+            env = {e.get("name", "") for e in c.get("env") or []}
+            efa_env = sorted(n for n in env if _EFA_ENV.match(n))
+            has_efa = EFA in ((_resources(c).get("limits") or {}) | (_resources(c).get("requests") or {}))
+            if efa_env and not has_efa and p.requests_gpu():
+                yield Violation("efa-env-needs-efa", f"{p.owner}/{c.get('name')}",
+                                f"sets {', '.join(efa_env)} without requesting {EFA}: NCCL silently falls "
+                                "back to TCP (~3 GB/s instead of ~440)",
+                                f"request {EFA} or drop the EFA variables")
+
+
+@rule("shm-memory", "every GPU pod mounts a memory-backed /dev/shm")
+def _shm(resources, ctx):
+    for p in pods(resources):
+        if not p.requests_gpu():
+            continue
+        mem_volumes = {v.get("name") for v in p.spec.get("volumes") or []
+                       if (v.get("emptyDir") or {}).get("medium") == "Memory"}
+        mounted = any(m.get("mountPath") == "/dev/shm" and m.get("name") in mem_volumes
+                      for c in p.containers for m in c.get("volumeMounts") or [])
+        if not mounted:
+            yield Violation("shm-memory", p.owner, "no memory-backed emptyDir at /dev/shm: DataLoader "
+                            "workers and NCCL fail with 'Bus error'",
+                            "mount an emptyDir with medium: Memory at /dev/shm")
+
+
+@rule("image-pinned", "a specific image tag or digest; no imagePullPolicy: Always")
+def _image(resources, ctx):
+    for p in pods(resources):
+        for c in p.containers + list(p.spec.get("initContainers") or []):
+            image = str(c.get("image", ""))
+            last = image.rsplit("/", 1)[-1]
+            if "@sha256:" not in image and (":" not in last or last.endswith(":latest")):
+                yield Violation("image-pinned", f"{p.owner}/{c.get('name')}", f"image {image!r} is not pinned",
+                                "use a specific tag or @sha256 digest (rltrain:workloads.image)")
+            if c.get("imagePullPolicy") == "Always":
+                yield Violation("image-pinned", f"{p.owner}/{c.get('name')}",
+                                "imagePullPolicy Always re-pulls a 15-20 GB image on every start",
+                                "use IfNotPresent with a pinned tag")
+
+
+@rule("pod-fits-node", "the pod's requests plus the node's DaemonSets fit the node's allocatable")
+def _fits(resources, ctx):
+    if ctx.instance is None:
+        return
+    for p in pods(resources):
+        if not p.requests_gpu():
+            continue
+        for problem in fit_problems(p, ctx.instance):
+            yield Violation("pod-fits-node", p.owner, problem,
+                            "lower the request, or let the pod builder size it from the catalog")
+
+
+def fit_problems(p: Pod, it: catalog.InstanceType) -> list[str]:
+    alloc = it.allocatable()
+    req = pod_requests(p)
+    problems = []
+    cpu = req.get("cpu", 0.0) + catalog.DAEMONSET_CPU_MILLI / 1000
+    if cpu > alloc.cpu:
+        problems.append(f"CPU {cpu:.2f} (with DaemonSets) > allocatable {alloc.cpu:.2f}")
+    mem_mib = (req.get("memory", 0.0) + req.get("hugepages-2Mi", 0.0)) / 2**20 + catalog.DAEMONSET_MEMORY_MIB
+    if mem_mib > alloc.memory_mib_conservative:
+        problems.append(f"memory {mem_mib / 1024:.1f} GiB (with DaemonSets) > allocatable "
+                        f"{alloc.memory_gib_conservative:.1f} GiB")
+    for res, have in ((GPU, it.gpu_count), (EFA, it.efa_devices)):
+        if req.get(res, 0) > have:
+            problems.append(f"{res} {req[res]:g} > {have} on {it.name}")
+    return problems
+
+
+def _required_hostname_anti_affinity(p: Pod) -> bool:
+    terms = (((p.spec.get("affinity") or {}).get("podAntiAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    return any(t.get("topologyKey") == "kubernetes.io/hostname" for t in terms)
+
+
+@rule("one-pod-per-node", "multi-node runs place one pod per node")
+def _one_per_node(resources, ctx):
+    for p in pods(resources):
+        if p.replicas < 2 or not p.requests_gpu():
+            continue
+        whole_node = ctx.instance is not None and pod_requests(p).get(GPU, 0) == ctx.instance.gpu_count
+        if not (_required_hostname_anti_affinity(p) or whole_node):
+            yield Violation("one-pod-per-node", p.owner, f"{p.replicas} GPU pods may share a node",
+                            "required podAntiAffinity on kubernetes.io/hostname, or request every GPU")
+
+
+@rule("schedules-on-gpu-nodes", "nodeSelector and tolerations match a GPU node group of the stack")
+def _scheduling(resources, ctx):
+    for p in pods(resources):
+        if not p.requests_gpu():
+            continue
+        selector = p.spec.get("nodeSelector") or {}
+        extra = {k: v for k, v in selector.items() if ctx.node_labels.get(k) != v}
+        if extra:
+            yield Violation("schedules-on-gpu-nodes", p.owner,
+                            f"nodeSelector {extra} matches no GPU node group (labels {ctx.node_labels})",
+                            "select on the node group's labels (role: gpu-training)")
+        tolerated = {t.get("key") for t in p.spec.get("tolerations") or []
+                     if t.get("effect") in (None, "", "NoSchedule")}
+        for taint in ctx.node_taints:
+            if taint not in tolerated:
+                yield Violation("schedules-on-gpu-nodes", p.owner, f"does not tolerate taint {taint}",
+                                f"add toleration {{key: {taint}, operator: Exists, effect: NoSchedule}}")
+
+
+@rule("job-deadline", "every Job has a deadline")
+def _deadline(resources, ctx):
+    for _, obj in k8s_objects(resources):
+        spec = obj.get("spec") or {}
+        if obj.get("kind") == "Job" and not spec.get("activeDeadlineSeconds"):
+            yield Violation("job-deadline", _ref(obj), "no activeDeadlineSeconds: a hung collective burns "
+                            "GPUs forever", "set a deadline (rltrain:workloads.maxRunMinutes + 10 min)")
+        if obj.get("kind") == "MPIJob" and not (spec.get("runPolicy") or {}).get("activeDeadlineSeconds"):
+            yield Violation("job-deadline", _ref(obj), "no runPolicy.activeDeadlineSeconds",
+                            "set runPolicy.activeDeadlineSeconds")
+
+
+@rule("no-plain-secret-env", "secrets never appear as plain env values")
+def _secret_env(resources, ctx):
+    for p in pods(resources):
+        for c in p.containers:
+            for e in c.get("env") or []:
+                if "value" in e and SECRET_LIKE.search(e.get("name", "")):
+                    yield Violation("no-plain-secret-env", f"{p.owner}/{c.get('name')}",
+                                    f"{e['name']} is a plain value in the pod spec",
+                                    "use rltrain:training.secretEnv (a secretKeyRef)")
+
+
+@rule("stateful-protected", "FSx file systems and KMS keys are protected")
+def _protected(resources, ctx):
+    for r in resources:
+        if r["type"] in ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:kms/key:Key") \
+                and not (r.get("options") or {}).get("protect"):
+            yield Violation("stateful-protected", f"{r['type']} {r['name']}", "not protected: a destroy or a "
+                            "replacement deletes it and its data", "set protect=True (and retain_on_delete)")
+
+
+@rule("pv-retain", "PersistentVolumes reclaim with Retain; the FSx claim is ReadWriteMany")
+def _pv(resources, ctx):
+    for _, obj in k8s_objects(resources):
+        spec = obj.get("spec") or {}
+        if obj.get("kind") == "PersistentVolume" and spec.get("persistentVolumeReclaimPolicy") != "Retain":
+            yield Violation("pv-retain", _ref(obj), "reclaim policy is not Retain: deleting the claim "
+                            "deletes the data", "persistentVolumeReclaimPolicy: Retain")
+        if obj.get("kind") == "PersistentVolumeClaim" and "ReadWriteMany" not in (spec.get("accessModes") or []):
+            yield Violation("pv-retain", _ref(obj), "not ReadWriteMany: pods on other nodes cannot mount it",
+                            "accessModes: [ReadWriteMany]")
+
+
+@rule("imdsv2", "instance metadata requires IMDSv2")
+def _imds(resources, ctx):
+    for r in resources:
+        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and \
+                (r["inputs"].get("metadataOptions") or {}).get("httpTokens") != "required":
+            yield Violation("imdsv2", f"launch template {r['name']}", "IMDSv1 allowed",
+                            "metadata_options.http_tokens = required")
+
+
+@rule("endpoint-not-open", "the cluster endpoint is not open to the world")
+def _endpoint(resources, ctx):
+    for r in resources:
+        if r["type"] != "eks:index:Cluster" or r["inputs"].get("endpointPublicAccess") is False:
+            continue
+        cidrs = r["inputs"].get("publicAccessCidrs") or []
+        if not cidrs or any(ipaddress.ip_network(c, strict=False).prefixlen == 0 for c in cidrs):
+            yield Violation("endpoint-not-open", f"cluster {r['name']}",
+                            f"public endpoint open to {cidrs or 'the internet (no CIDRs)'}",
+                            "rltrain:cluster.publicAccessCidrs = your office/VPN CIDRs")
+
+
+def evaluate(resources: list[Resource], rules: Optional[Iterable[str]] = None) -> list[Violation]:
+    ctx = context(resources)
+    out: list[Violation] = []
+    for name in rules or RULES:
+        out.extend(RULES[name][0](resources, ctx))
+    return out
+
+
+def fit_report(resources: list[Resource]) -> list[str]:
+    """Per GPU pod: allocatable beside requests plus DaemonSets, with the headroom."""
+    ctx = context(resources)
+    it = ctx.instance
+    if it is None:
+        return []
+    a = it.allocatable()
+    lines = [f"fit on {it.name}: allocatable {a.cpu:.2f} CPU, {a.memory_gib_conservative:.1f} GiB "
+             f"(after 7.5 % VM overhead), {it.gpu_count} GPU, {it.efa_devices} EFA; DaemonSets "
+             f"{catalog.DAEMONSET_CPU_MILLI}m CPU, {catalog.DAEMONSET_MEMORY_MIB} MiB"]
+    for p in pods(resources):
+        if not p.requests_gpu():
+            continue
+        req = pod_requests(p)
+        cpu = req.get("cpu", 0.0) + catalog.DAEMONSET_CPU_MILLI / 1000
+        mem = (req.get("memory", 0.0) + req.get("hugepages-2Mi", 0.0)) / 2**30 + catalog.DAEMONSET_MEMORY_MIB / 1024
+        lines.append(f"  {p.owner}: {req.get('cpu', 0):g} CPU, {req.get('memory', 0) / 2**30:.1f} GiB, "
+                     f"{req.get(GPU, 0):g} GPU, {req.get(EFA, 0):g} EFA -> headroom {a.cpu - cpu:.2f} CPU, "
+                     f"{a.memory_gib_conservative - mem:.1f} GiB")
+    return lines
