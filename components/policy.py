@@ -12,6 +12,7 @@ The instance type the workloads are sized for is read from the training Namespac
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class Violation:
     resource: str
     message: str
     fix: str
+    pulumi_name: str = ""  # the registered resource, for CrossGuard's URN
 
     def __str__(self) -> str:
         return f"[{self.rule}] {self.resource}: {self.message}. Fix: {self.fix}"
@@ -50,6 +52,7 @@ class Pod:
     replicas: int
     spec: dict[str, Any]
     labels: dict[str, str]
+    pulumi_name: str = ""
 
     @property
     def containers(self) -> list[dict[str, Any]]:
@@ -83,18 +86,18 @@ def _ref(obj: dict[str, Any], suffix: str = "") -> str:
 
 def pods(resources: Iterable[Resource]) -> list[Pod]:
     found = []
-    for _, obj in k8s_objects(resources):
+    for r, obj in k8s_objects(resources):
         kind, spec = obj.get("kind"), obj.get("spec") or {}
         if kind in ("Job", "StatefulSet", "Deployment"):
             tmpl = spec.get("template") or {}
             replicas = spec.get("parallelism", spec.get("replicas", 1)) or 1
             found.append(Pod(_ref(obj), kind, int(replicas), tmpl.get("spec") or {},
-                             (tmpl.get("metadata") or {}).get("labels") or {}))
+                             (tmpl.get("metadata") or {}).get("labels") or {}, r["name"]))
         elif kind == "MPIJob":
             for role, rs in (spec.get("mpiReplicaSpecs") or {}).items():
                 tmpl = rs.get("template") or {}
                 found.append(Pod(_ref(obj, f"/{role}"), kind, int(rs.get("replicas", 1)), tmpl.get("spec") or {},
-                                 (tmpl.get("metadata") or {}).get("labels") or {}))
+                                 (tmpl.get("metadata") or {}).get("labels") or {}, r["name"]))
     return found
 
 
@@ -329,7 +332,8 @@ def _protected(resources, ctx):
         if r["type"] in ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:kms/key:Key") \
                 and not (r.get("options") or {}).get("protect"):
             yield Violation("stateful-protected", f"{r['type']} {r['name']}", "not protected: a destroy or a "
-                            "replacement deletes it and its data", "set protect=True (and retain_on_delete)")
+                            "replacement deletes it and its data", "set protect=True (and retain_on_delete)",
+                            r["name"])
 
 
 @rule("pv-retain", "PersistentVolumes reclaim with Retain; the FSx claim is ReadWriteMany")
@@ -350,7 +354,7 @@ def _imds(resources, ctx):
         if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and \
                 (r["inputs"].get("metadataOptions") or {}).get("httpTokens") != "required":
             yield Violation("imdsv2", f"launch template {r['name']}", "IMDSv1 allowed",
-                            "metadata_options.http_tokens = required")
+                            "metadata_options.http_tokens = required", r["name"])
 
 
 @rule("endpoint-not-open", "the cluster endpoint is not open to the world")
@@ -362,14 +366,20 @@ def _endpoint(resources, ctx):
         if not cidrs or any(ipaddress.ip_network(c, strict=False).prefixlen == 0 for c in cidrs):
             yield Violation("endpoint-not-open", f"cluster {r['name']}",
                             f"public endpoint open to {cidrs or 'the internet (no CIDRs)'}",
-                            "rltrain:cluster.publicAccessCidrs = your office/VPN CIDRs")
+                            "rltrain:cluster.publicAccessCidrs = your office/VPN CIDRs", r["name"])
 
 
 def evaluate(resources: list[Resource], rules: Optional[Iterable[str]] = None) -> list[Violation]:
     ctx = context(resources)
     out: list[Violation] = []
+    owners = {p.owner: p.pulumi_name for p in pods(resources)}
+    owners.update({_ref(obj): r["name"] for r, obj in k8s_objects(resources)})
     for name in rules or RULES:
-        out.extend(RULES[name][0](resources, ctx))
+        for v in RULES[name][0](resources, ctx):
+            if not v.pulumi_name:
+                key = next((o for o in sorted(owners, key=len, reverse=True) if v.resource.startswith(o)), None)
+                v = dataclasses.replace(v, pulumi_name=owners.get(key, "") if key else "")
+            out.append(v)
     return out
 
 

@@ -1,0 +1,6 @@
+"""rltrain policy pack: `pulumi preview --policy-pack policy` (rules in components/policy.py)."""
+
+from pack import policies
+from pulumi_policy import PolicyPack
+
+PolicyPack(name="rltrain-guardrails", policies=policies())
