@@ -62,6 +62,8 @@ class ClusterConfig(_Model):
     admin_role_arns: tuple[str, ...] = ()
     system_nodes: SystemNodes = SystemNodes()
     existing: Optional[ExistingCluster] = None
+    # Opt-in for a change that replaces the EKS cluster.
+    allow_replacement: bool = False
 
     @field_validator("admin_role_arns")
     @classmethod
@@ -146,6 +148,8 @@ class GpuNodesConfig(_Model):
     root_volume: RootVolume = RootVolume()
     local_storage: Literal["raid0", "none"] = "raid0"
     fast_image_pull: bool = False
+    # Opt-in for a change that replaces the node group (running pods are killed).
+    allow_replacement: bool = False
 
     @field_validator("instance_type")
     @classmethod

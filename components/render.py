@@ -25,7 +25,7 @@ from typing import Any, Optional
 import yaml
 
 from . import config as config_mod
-from . import policy
+from . import policy, replacement
 from . import stackfile
 from .mock_engine import ROOT, Record, RunResult, run_program
 
@@ -178,6 +178,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         for v in rendered.violations():
             print(f"Pulumi.{rendered.stack}.yaml: policy {v}", file=sys.stderr)
             failed = True
+    # Replacement guard: compare with the committed snapshot of each stack.
+    for rendered in results:
+        snapshot = root / "rendered" / rendered.stack / "resources.json"
+        before = json.loads(snapshot.read_text()) if snapshot.exists() else None
+        refused, allowed = replacement.check(before, rendered.resources, rendered.cfg)
+        for r in refused:
+            print(f"Pulumi.{rendered.stack}.yaml: REFUSED: {r.message()}", file=sys.stderr)
+            failed = True
+        for r in allowed:
+            print(f"Pulumi.{rendered.stack}.yaml: warning: {r.message()} (allowed)", file=sys.stderr)
     if failed:
         return 1
     for rendered in results:
