@@ -267,6 +267,35 @@ def test_validation_job(p5):
     assert "HF_TOKEN" not in e
     # the memory limit must exceed /dev/shm, or the tmpfs is capped below what is checked
     assert int(c["resources"]["limits"]["memory"].removesuffix("Gi")) > 128
+    # hardened beyond training: CPU limit, read-only root with a /tmp emptyDir
+    assert c["resources"]["requests"]["cpu"] == c["resources"]["limits"]["cpu"] == "2"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {m["name"]: m["mountPath"] for m in c["volumeMounts"]}["tmp"] == "/tmp"
+    skipped = {v.split("=", 1)[0] for k, v in job["metadata"]["annotations"].items() if k.startswith("checkov.io/")}
+    assert skipped and not skipped & {"CKV_K8S_11", "CKV_K8S_22", "CKV_K8S_35"}
+
+
+def test_validation_network_policy_denies_everything(p5):
+    _, result, docs = p5
+    job = find(docs, "Job", "rltrain-validation")
+    np_ = find(docs, "NetworkPolicy", "rltrain-validation")["spec"]
+    assert np_["podSelector"]["matchLabels"] == {"rltrain/run": "rltrain-validation"}
+    assert np_["podSelector"]["matchLabels"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert np_["policyTypes"] == ["Ingress", "Egress"]
+    assert "ingress" not in np_ and "egress" not in np_
+    rec = result.one("kubernetes:batch/v1:Job", "workloads-validation-job")
+    assert "workloads-validation-netpol" in rec.depends_on
+
+
+def test_workload_objects_carry_the_checkov_skips_of_their_pods(p5, sts):
+    # checkov reads skip annotations from the Job's / StatefulSet's own metadata, not the template's
+    for _, _, docs in (p5, sts):
+        workloads = [d for d in docs if d["kind"] in ("Job", "StatefulSet")]
+        assert len(workloads) == 3
+        for d in workloads:
+            def skips(meta):
+                return {k: v for k, v in meta["annotations"].items() if k.startswith("checkov.io/skip")}
+            assert skips(d["metadata"]) and skips(d["metadata"]) == skips(d["spec"]["template"]["metadata"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -85,6 +85,13 @@ def test_resources_limits_equal_requests_for_gpu_and_efa():
     assert r.requests["cpu"] == "187" and "cpu" not in r.limits
 
 
+def test_cpu_limit_only_when_asked():
+    s = pod.PodSizing(cpu=2, memory_mib=20 * 1024, shm_gib=12, gpus=8, efa=32, cpu_limit=True)
+    r = template(make_cfg(), sizing=s).spec.containers[0].resources
+    assert r.requests["cpu"] == r.limits["cpu"] == "2"
+    assert r.requests["memory"] == r.limits["memory"] == "20Gi"
+
+
 def test_efa_key_omitted_without_efa():
     cfg = make_cfg(count=1)  # one node: EFA automatic -> off
     assert cfg.gpu_nodes.efa_devices_per_node == 0
@@ -213,6 +220,32 @@ def test_checkov_skips_are_reasoned_and_conditional():
     digest = pod.checkov_skips(make_cfg(), image="r/i@sha256:" + "0" * 64, secrets=True)
     checks = [v.split("=", 1)[0] for v in digest.values()]
     assert "CKV_K8S_43" not in checks and "CKV_K8S_35" in checks
+    hardened = pod.checkov_skips(make_cfg(), image=IMAGE, cpu_limit=True, read_only_root=True)
+    checks = [v.split("=", 1)[0] for v in hardened.values()]
+    assert "CKV_K8S_11" not in checks and "CKV_K8S_22" not in checks and "CKV_K8S_22" in [
+        v.split("=", 1)[0] for v in skips.values()]
+    # checkov splits the annotation on "=": a reason containing one would break the skip
+    with pytest.raises(ValueError, match="free of"):
+        pod.checkov_skips(make_cfg(), image=IMAGE, extra=[("CKV_K8S_37", "a=b")])
+
+
+def test_template_and_workload_share_the_skips():
+    t = template(make_cfg(training={"secretEnv": {"HF_TOKEN": "hfToken"}}), annotations={"x": "y"})
+    skips = pod.skips_of(t)
+    assert skips and all(k.startswith("checkov.io/skip") for k in skips)
+    assert "x" not in skips and "CKV_K8S_35" in {v.split("=", 1)[0] for v in skips.values()}
+
+
+def test_read_only_root_gets_a_tmp_volume():
+    t = template(make_cfg(), read_only_root=True)
+    c = t.spec.containers[0]
+    assert c.security_context.read_only_root_filesystem is True
+    assert {m.name: m.mount_path for m in c.volume_mounts}["tmp"] == "/tmp"
+    tmp = {v.name: v for v in t.spec.volumes}["tmp"]
+    assert tmp.empty_dir.size_limit == pod.TMP_SIZE and tmp.empty_dir.medium is None
+    assert "CKV_K8S_22" not in {v.split("=", 1)[0] for v in pod.skips_of(t).values()}
+    # training keeps a writable root filesystem
+    assert template(make_cfg()).spec.containers[0].security_context.read_only_root_filesystem is None
 
 
 def test_deadline_and_failure_policy():

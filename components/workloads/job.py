@@ -40,7 +40,6 @@ def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
     cfg = a.cfg
     w = cfg.workloads
     obj_labels = pod.labels(COMPONENT, NAME)
-    skips = pod.checkov_skips(cfg, image=w.image, secrets=bool(cfg.training.secret_env))
     template = pod.training_pod_template(
         cfg,
         claim_name=a.claim_name,
@@ -50,7 +49,8 @@ def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
         num_nodes=1,
     )
     return k8s.batch.v1.JobInitArgs(
-        metadata=pod.object_metadata(NAME, namespace, obj_labels, {**pod.SKIP_AWAIT, **skips}),
+        # checkov reads skips from the Job's own metadata, not from its pod template.
+        metadata=pod.object_metadata(NAME, namespace, obj_labels, {**pod.SKIP_AWAIT, **pod.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completions=1,
             parallelism=1,

@@ -210,9 +210,11 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
     cfg = a.cfg
     n = cfg.multi_node_count
     w = cfg.workloads
-    skips = pod.checkov_skips(cfg, image=w.image, secrets=bool(cfg.training.secret_env))
+    template = pod_template(a, namespace, secret_name, run)
+    # checkov reads skips from the Job's own metadata, not from its pod template.
     return k8s.batch.v1.JobInitArgs(
-        metadata=pod.object_metadata(run, namespace, pod.labels(COMPONENT, run), {**pod.SKIP_AWAIT, **skips}),
+        metadata=pod.object_metadata(run, namespace, pod.labels(COMPONENT, run),
+                                     {**pod.SKIP_AWAIT, **pod.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
@@ -224,7 +226,7 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
             pod_failure_policy=pod.pod_failure_policy(cfg),
             active_deadline_seconds=pod.deadline_seconds(cfg),
             ttl_seconds_after_finished=w.ttl_seconds_after_finished,
-            template=pod_template(a, namespace, secret_name, run),
+            template=template,
         ),
     )
 
@@ -232,15 +234,16 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
 def statefulset_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
                      secret_name: Optional[pulumi.Input[str]], run: str = RUN) -> k8s.apps.v1.StatefulSetInitArgs:
     cfg = a.cfg
-    skips = pod.checkov_skips(cfg, image=cfg.workloads.image, secrets=bool(cfg.training.secret_env))
+    template = pod_template(a, namespace, secret_name, run)
     return k8s.apps.v1.StatefulSetInitArgs(
-        metadata=pod.object_metadata(run, namespace, pod.labels(COMPONENT, run), {**pod.SKIP_AWAIT, **skips}),
+        metadata=pod.object_metadata(run, namespace, pod.labels(COMPONENT, run),
+                                     {**pod.SKIP_AWAIT, **pod.skips_of(template)}),
         spec=k8s.apps.v1.StatefulSetSpecArgs(
             service_name=service_name(run),
             replicas=cfg.multi_node_count,
             pod_management_policy="Parallel",
             selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(run)),
-            template=pod_template(a, namespace, secret_name, run),
+            template=template,
         ),
     )
 

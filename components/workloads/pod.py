@@ -84,6 +84,9 @@ class PodSizing:
     shm_gib: int
     gpus: int
     efa: int
+    # Training: False (no CPU limit, see the module docstring). Small helper pods (validation) set a
+    # CPU limit equal to the request.
+    cpu_limit: bool = False
 
     @property
     def memory_gib(self) -> int:
@@ -98,9 +101,10 @@ class PodSizing:
 
     def resources(self) -> k8s.core.v1.ResourceRequirementsArgs:
         memory = f"{self.memory_gib}Gi" if self.memory_mib % catalog.GIB_IN_MIB == 0 else f"{self.memory_mib}Mi"
+        cpu = {"cpu": str(self.cpu)}
         return k8s.core.v1.ResourceRequirementsArgs(
-            requests={"cpu": str(self.cpu), "memory": memory, **self.extended()},
-            limits={"memory": memory, **self.extended()},
+            requests={**cpu, "memory": memory, **self.extended()},
+            limits={**(cpu if self.cpu_limit else {}), "memory": memory, **self.extended()},
         )
 
 
@@ -258,7 +262,12 @@ def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.I
 # volumes, scheduling, security
 
 
-def volumes(claim_name: str, shm: int) -> list[k8s.core.v1.VolumeArgs]:
+# Scratch space of a pod whose root filesystem is read-only (disk-backed, small).
+TMP_PATH = "/tmp"
+TMP_SIZE = "64Mi"
+
+
+def volumes(claim_name: str, shm: int, *, tmp: bool = False) -> list[k8s.core.v1.VolumeArgs]:
     return [
         k8s.core.v1.VolumeArgs(name="fsx", persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
             claim_name=claim_name)),
@@ -267,26 +276,35 @@ def volumes(claim_name: str, shm: int) -> list[k8s.core.v1.VolumeArgs]:
             medium="Memory", size_limit=f"{shm}Gi")),
         k8s.core.v1.VolumeArgs(name="scripts", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
             name=SCRIPTS_CONFIGMAP, default_mode=SCRIPTS_MODE)),
-    ]
+    ] + ([k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit=TMP_SIZE))]
+         if tmp else [])
 
 
-def volume_mounts() -> list[k8s.core.v1.VolumeMountArgs]:
+def volume_mounts(*, tmp: bool = False) -> list[k8s.core.v1.VolumeMountArgs]:
     return [
         k8s.core.v1.VolumeMountArgs(name="fsx", mount_path=FSX_PATH),
         k8s.core.v1.VolumeMountArgs(name="dshm", mount_path=SHM_PATH),
         k8s.core.v1.VolumeMountArgs(name="scripts", mount_path=SCRIPTS_PATH, read_only=True),
-    ]
+    ] + ([k8s.core.v1.VolumeMountArgs(name="tmp", mount_path=TMP_PATH)] if tmp else [])
 
 
 def gpu_tolerations() -> list[k8s.core.v1.TolerationArgs]:
     return [k8s.core.v1.TolerationArgs(key=GPU, operator="Exists", effect="NoSchedule")]
 
 
-def container_security_context(add_capabilities: Sequence[str] = ()) -> k8s.core.v1.SecurityContextArgs:
-    # readOnlyRootFilesystem is not set: Python, Ray and HF write caches under $HOME and /tmp.
+def container_security_context(add_capabilities: Sequence[str] = (), *,
+                               read_only_root: bool = False) -> k8s.core.v1.SecurityContextArgs:
+    """No privilege escalation, every capability dropped but `add_capabilities`.
+
+    readOnlyRootFilesystem only where the command is known not to write outside its volumes (the
+    validation pod). Training runs the user's command in the user's image, and Python, Ray, Hugging
+    Face, Triton and the training code write caches and outputs under $HOME, /tmp and the working
+    directory.
+    """
     return k8s.core.v1.SecurityContextArgs(
         allow_privilege_escalation=False,
         capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=list(add_capabilities) or None),
+        read_only_root_filesystem=True if read_only_root else None,
     )
 
 
@@ -299,17 +317,25 @@ def image_is_digest(image: str) -> bool:
     return "@sha256:" in image
 
 
-def checkov_skips(cfg: StackConfig, *, image: str, cpu_limit: bool = False,
+def checkov_skips(cfg: StackConfig, *, image: str, cpu_limit: bool = False, read_only_root: bool = False,
                   secrets: bool = False, extra: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
-    """Annotations for the checkov findings that are deliberate here, each with its reason."""
+    """Annotations for the checkov findings that are deliberate here, each with its reason.
+
+    checkov (3.3.x) reads `checkov.io/skip<N>: CHECK=reason` from the metadata of the object it
+    scans: for a Job or StatefulSet that is the object's own metadata, also for the graph checks on
+    the pod inside it (CKV2_K8S_*); the pod template's annotations are not read (tested by
+    experiment). So the workload object carries these (`skips_of(template)`), and the pod template
+    too, for Pods scanned on their own. A reason may not contain "=" (checkov splits on it).
+    """
     reasons = [
         ("CKV_K8S_8", "no liveness probe can tell a hung collective from a busy one (D3)"),
         ("CKV_K8S_9", "run-to-completion pod, no traffic to gate on readiness"),
         ("CKV_K8S_15", "IfNotPresent on purpose: large image with a pinned tag"),
-        ("CKV_K8S_22", "Python, Ray and model caches write to the root filesystem"),
         ("CKV_K8S_23", "the CUDA/EFA image runs as root; all capabilities dropped"),
         ("CKV_K8S_40", "the CUDA/EFA image runs as root; all capabilities dropped"),
     ]
+    if not read_only_root:
+        reasons.append(("CKV_K8S_22", "Python, Ray and model caches write to the root filesystem"))
     if not cpu_limit:
         reasons.append(("CKV_K8S_11", "no CPU limit: CFS throttling stalls data loaders"))
     if not image_is_digest(image):
@@ -317,7 +343,15 @@ def checkov_skips(cfg: StackConfig, *, image: str, cpu_limit: bool = False,
     if secrets:
         reasons.append(("CKV_K8S_35", "secretKeyRef env is what the training code reads"))
     reasons += extra
+    if any("=" in why or not why.strip() for _, why in reasons):
+        raise ValueError(f"checkov skip reasons must be non-empty and free of '=': {reasons}")
     return {f"checkov.io/skip{i}": f"{check}={why}" for i, (check, why) in enumerate(sorted(reasons), 1)}
+
+
+def skips_of(template: k8s.core.v1.PodTemplateSpecArgs) -> dict[str, str]:
+    """The checkov skip annotations of a pod template, for the workload object that holds it."""
+    annotations = template.metadata.annotations or {}
+    return {k: v for k, v in annotations.items() if k.startswith("checkov.io/skip")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,13 +373,19 @@ def training_pod_template(
     annotations: Optional[Mapping[str, str]] = None,
     sizing: Optional[PodSizing] = None,
     include_secrets: bool = True,
+    read_only_root: bool = False,
 ) -> k8s.core.v1.PodTemplateSpecArgs:
-    """One whole GPU node's pod running `command` in the training image."""
+    """One whole GPU node's pod running `command` in the training image.
+
+    `read_only_root`: a read-only root filesystem with a small /tmp emptyDir, for a command known
+    to write only to its volumes.
+    """
     w = cfg.workloads
     sizing = sizing or pod_sizing(cfg)
     env = env_vars(cfg, num_nodes=num_nodes, secret_name=secret_name, efa=sizing.efa, extra=extra_env,
                    include_secrets=include_secrets)
-    skips = checkov_skips(cfg, image=w.image, secrets=include_secrets and bool(cfg.training.secret_env))
+    skips = checkov_skips(cfg, image=w.image, cpu_limit=sizing.cpu_limit, read_only_root=read_only_root,
+                          secrets=include_secrets and bool(cfg.training.secret_env))
     container = k8s.core.v1.ContainerArgs(
         name=CONTAINER,
         image=w.image,
@@ -353,8 +393,8 @@ def training_pod_template(
         command=list(command),
         env=env,
         resources=sizing.resources(),
-        volume_mounts=volume_mounts(),
-        security_context=container_security_context(),
+        volume_mounts=volume_mounts(tmp=read_only_root),
+        security_context=container_security_context(read_only_root=read_only_root),
     )
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(pod_labels), annotations={**skips, **(annotations or {})}),
@@ -370,7 +410,7 @@ def training_pod_template(
             subdomain=subdomain,
             security_context=pod_security_context(),
             containers=[container],
-            volumes=volumes(claim_name, sizing.shm_gib),
+            volumes=volumes(claim_name, sizing.shm_gib, tmp=read_only_root),
         ),
     )
 

@@ -7,8 +7,15 @@ which is itself the finding) and mounts /fsx, /dev/shm and /scripts like trainin
 `validate_node.py` (GPUs via nvidia-smi, EFA devices, /dev/shm size, /fsx read-write).
 
 CPU and memory are small, but the memory limit exceeds the /dev/shm size: a memory-backed emptyDir
-is capped by the pod's memory limit, and the check must see the size training gets.
+is capped by the pod's memory limit, and the check must see the size training gets. CPU has a limit
+(= request): unlike training, nothing here suffers from CFS throttling.
 backoffLimit 0: a failed check is the answer, not something to retry. Secrets are not mounted.
+
+Hardening beyond the training pod: the script writes only to /fsx (the check) and needs no network,
+so the root filesystem is read-only (a small /tmp emptyDir for tools in the image) and a
+NetworkPolicy denies all ingress and egress of the validation pods. The Lustre client mounts /fsx
+from the node's kernel (host network namespace), which NetworkPolicy does not govern. The pod runs
+as root like the training pod it stands in for: the /fsx read-write check must use the same user.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ def sizing(cfg: StackConfig) -> pod.PodSizing:
     shm = pod.shm_gib(cfg)
     return pod.PodSizing(cpu=VALIDATION_CPU, memory_mib=(shm + VALIDATION_MEMORY_MARGIN_GIB) * catalog.GIB_IN_MIB,
                          shm_gib=shm, gpus=cfg.gpu_nodes.instance.gpu_count,
-                         efa=cfg.gpu_nodes.efa_devices_per_node)
+                         efa=cfg.gpu_nodes.efa_devices_per_node, cpu_limit=True)
 
 
 def validation_env(cfg: StackConfig) -> dict[str, str]:
@@ -66,10 +73,11 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
         affinity=pod.run_affinity(NAME, co_located=False),
         sizing=sizing(cfg),
         annotations=pod.scripts_annotation(a.scripts_digest),
+        read_only_root=True,
     )
-    skips = pod.checkov_skips(cfg, image=cfg.workloads.image)
+    # checkov reads skips from the Job's own metadata, not from its pod template.
     return k8s.batch.v1.JobInitArgs(
-        metadata=pod.object_metadata(NAME, namespace, obj_labels, {**pod.SKIP_AWAIT, **skips}),
+        metadata=pod.object_metadata(NAME, namespace, obj_labels, {**pod.SKIP_AWAIT, **pod.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
@@ -83,15 +91,28 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
     )
 
 
+def network_policy_args(namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
+    """Deny all: no ingress, no egress for the validation pods (see the module docstring)."""
+    return k8s.networking.v1.NetworkPolicyInitArgs(
+        metadata=pod.object_metadata(NAME, namespace, pod.labels(COMPONENT, NAME)),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(NAME)),
+            policy_types=["Ingress", "Egress"],
+        ),
+    )
+
+
 class ClusterValidation(pulumi.ComponentResource):
-    """Indexed Job: one validate_node.py pod per GPU node."""
+    """Indexed Job: one validate_node.py pod per GPU node, and its deny-all NetworkPolicy."""
 
     job_name: str
 
     def __init__(self, name: str, args: ClusterValidationArgs, namespace: pulumi.Input[str],
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:ClusterValidation", name, None, opts)
+        netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(namespace),
+                                                 pod.child_opts(self, opts))
         self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
-                                    pod.child_opts(self, opts, delete_before_replace=True))
+                                    pod.child_opts(self, opts, netpol, delete_before_replace=True))
         self.job_name = NAME
         self.register_outputs({"job": NAME})
