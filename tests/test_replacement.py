@@ -91,3 +91,14 @@ def test_render_refuses_capacity_decrease_until_allowed(project, capsys):
     assert render.main(["--stack", "p5", "--project-dir", str(project), "--out", str(out)]) == 0
     assert "warning: this change replaces the FSx file system" in capsys.readouterr().err
     assert (out / "resources.json").exists()
+
+
+def test_render_refuses_moving_fsx_to_another_subnet(project, capsys):
+    path = project / "Pulumi.p5.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["rltrain:network"]["gpuAvailabilityZone"] = "us-east-1b"
+    path.write_text(yaml.safe_dump(doc))
+    assert render.main(["--stack", "p5", "--project-dir", str(project), "--out", str(project / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "replaces the FSx file system (storage-fs: subnetIds" in err and "its data is lost" in err
+    assert "replaces the GPU node group (gpu-nodes: subnetIds" in err
