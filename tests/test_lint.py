@@ -18,7 +18,8 @@ def tool(name: str) -> str | None:
 
 def shell_scripts() -> list[Path]:
     candidates = [ROOT / ".ci" / "run", *ROOT.glob("**/*.sh")]
-    return [p for p in candidates if p.is_file() and ".venv" not in p.parts]
+    # Skip virtual environments (.venv, .venv-ci, .venv-scan): their scripts are not ours.
+    return [p for p in candidates if p.is_file() and not any(part.startswith(".venv") for part in p.parts)]
 
 
 def test_ruff_clean():
