@@ -158,21 +158,25 @@ def rule(name: str, description: str):
     return register
 
 
+def _device_requests(resources: list[Resource], device: str) -> Iterator[tuple[str, Any, Any]]:
+    """(container ref, limit, request) of every container that names `device`."""
+    for p in pods(resources):
+        for c in p.containers:
+            res = _resources(c)
+            lim, req = (res.get("limits") or {}).get(device), (res.get("requests") or {}).get(device)
+            if lim is not None or req is not None:
+                yield f"{p.owner}/{c.get('name')}", lim, req
+
+
 @rule("gpu-count", "GPU containers: nvidia.com/gpu limit = request = the instance's GPUs")
 def _gpu_count(resources, ctx):
     if ctx.instance is None:
         return
     want = ctx.instance.gpu_count
-    for p in pods(resources):
-        for c in p.containers:
-            res = _resources(c)
-            lim, req = (res.get("limits") or {}).get(GPU), (res.get("requests") or {}).get(GPU)
-            if lim is None and req is None:
-                continue
-            if lim is None or int(quantity(lim)) != want or (req is not None and quantity(req) != quantity(lim)):
-                yield Violation("gpu-count", f"{p.owner}/{c.get('name')}",
-                                f"nvidia.com/gpu limit {lim}, request {req}; {ctx.instance.name} has {want}",
-                                f"request and limit {want} GPUs (derived from the catalog, never typed)")
+    for ref, lim, req in _device_requests(resources, GPU):
+        if lim is None or int(quantity(lim)) != want or (req is not None and quantity(req) != quantity(lim)):
+            yield Violation("gpu-count", ref, f"nvidia.com/gpu limit {lim}, request {req}; {ctx.instance.name} has {want}",
+                            f"request and limit {want} GPUs (derived from the catalog, never typed)")
 
 
 @rule("efa-count", "EFA devices requested = the instance's EFA devices")
@@ -180,18 +184,12 @@ def _efa_count(resources, ctx):
     if ctx.instance is None:
         return
     want = ctx.instance.efa_devices
-    for p in pods(resources):
-        for c in p.containers:
-            res = _resources(c)
-            lim, req = (res.get("limits") or {}).get(EFA), (res.get("requests") or {}).get(EFA)
-            if lim is None and req is None:
-                continue
-            got = quantity(lim if lim is not None else req)
-            if got != want or (req is not None and lim is not None and quantity(req) != quantity(lim)):
-                yield Violation("efa-count", f"{p.owner}/{c.get('name')}",
-                                f"{EFA} limit {lim}, request {req}; {ctx.instance.name} has {want}",
-                                f"request all {want} EFA devices of the instance (a p5 copy of a p4de "
-                                "manifest uses 4 of 32)")
+    for ref, lim, req in _device_requests(resources, EFA):
+        got = quantity(lim if lim is not None else req)
+        if got != want or (req is not None and lim is not None and quantity(req) != quantity(lim)):
+            yield Violation("efa-count", ref, f"{EFA} limit {lim}, request {req}; {ctx.instance.name} has {want}",
+                            f"request all {want} EFA devices of the instance (a p5 copy of a p4de "
+                            "manifest uses 4 of 32)")
 
 
 @rule("efa-env-needs-efa", "EFA/NCCL-over-EFA environment only where EFA devices are requested")
