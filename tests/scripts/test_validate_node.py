@@ -1,8 +1,10 @@
 """Run components/scripts/validate_node.py as a program against a fake node.
 
 The fake node is a directory tree (VALIDATE_ROOT) holding
-sys/class/infiniband/rdmap*, fsx/ and dev/shm/, plus a fake nvidia-smi
-script. dev/shm is a plain directory, so its statvfs size is the tmp
+sys/class/infiniband/rdmap* (the host's EFA devices, as sysfs shows them in
+any container), dev/infiniband/uverbs* (the EFA devices the pod was
+allocated; plain files here, character devices on a node), fsx/ and dev/shm/,
+plus a fake nvidia-smi script. dev/shm is a plain directory, so its statvfs size is the tmp
 filesystem's: the expectations are computed from os.statvfs here.
 """
 
@@ -18,6 +20,7 @@ SCRIPT = (
 )
 GIB = 1 << 30
 NODE = "ip-10-0-1-5.us-west-2.compute.internal"
+POD_EFA = "(/dev/infiniband/uverbs*)"
 
 
 def write_fake_smi(path, gpus=8, exit_code=0):
@@ -41,6 +44,30 @@ def write_fake_smi(path, gpus=8, exit_code=0):
     return path
 
 
+def set_pod_efa(root, count):
+    """Give the pod exactly `count` EFA devices: dev/infiniband/uverbs0..count-1."""
+    dev = root / "dev" / "infiniband"
+    dev.mkdir(parents=True, exist_ok=True)
+    for entry in dev.iterdir():
+        entry.unlink()
+    for i in range(count):
+        (dev / f"uverbs{i}").write_text("")
+    return dev
+
+
+def remove_host_efa(root):
+    ib = root / "sys" / "class" / "infiniband"
+    for entry in ib.iterdir():
+        entry.rmdir()
+    ib.rmdir()
+
+
+def efa_line(proc):
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("CHECK efa ")]
+    assert len(lines) == 1, proc.stdout
+    return lines[0]
+
+
 @pytest.fixture
 def node(tmp_path):
     root = tmp_path / "root"
@@ -48,6 +75,7 @@ def node(tmp_path):
     ib.mkdir(parents=True)
     for i in range(32):
         (ib / f"rdmap{79 + i}s0").mkdir()
+    set_pod_efa(root, 32)
     (root / "fsx").mkdir()
     (root / "dev" / "shm").mkdir(parents=True)
     smi = write_fake_smi(tmp_path / "nvidia-smi")
@@ -175,42 +203,148 @@ def test_fsx_read_only(node):
     assert "cannot write /fsx/.validate-node-" in proc.stdout
 
 
-def test_efa_count_mismatch(node):
+def test_efa_all_allocated_passes(node):
+    # Pod got all 32 of the host's 32 devices.
+    proc = run(node["env"])
+    assert proc.returncode == 0, proc.stdout
+    assert " efa=32/32 " in summary(proc)
+    assert efa_line(proc) == (
+        f"CHECK efa PASS: 32 EFA device(s) allocated to this pod {POD_EFA}, "
+        "host has 32"
+    )
+
+
+def test_efa_pod_got_fewer_than_host_fails(node):
+    # sysfs shows the host's 32 devices, but the pod was allocated only 4:
+    # the host count matching EXPECTED_EFA must not make this pass.
+    set_pod_efa(node["root"], 4)
+    proc = run(node["env"])
+    assert proc.returncode == 1, proc.stdout
+    line = summary(proc)
+    assert " efa=4/32 " in line and line.endswith("RESULT=FAIL failed=efa")
+    detail = efa_line(proc)
+    assert detail.startswith(
+        f"CHECK efa FAIL: 4 EFA device(s) allocated to this pod {POD_EFA}, "
+        "host has 32, expected 32 ("
+    )
+    assert "request vpc.amazonaws.com/efa: 32" in detail
+    assert "launch template" not in detail
+
+
+def test_efa_host_has_too_few(node):
+    # The pod got all the host has, but the node has fewer than expected.
     ib = node["root"] / "sys" / "class" / "infiniband"
     for entry in sorted(ib.iterdir())[16:]:
         entry.rmdir()
+    set_pod_efa(node["root"], 16)
+    proc = run(node["env"])
+    assert proc.returncode == 1
+    assert " efa=16/32 " in summary(proc)
+    detail = efa_line(proc)
+    assert detail.startswith(
+        f"CHECK efa FAIL: 16 EFA device(s) allocated to this pod {POD_EFA}, "
+        "host has 16, expected 32 ("
+    )
+    assert "launch template" in detail
+
+
+def test_efa_pod_count_is_what_counts_not_host(node):
+    # Pod got what was asked for on a host with more devices: pass, and still
+    # say how many the host has.
+    set_pod_efa(node["root"], 4)
+    proc = run(dict(node["env"], EXPECTED_EFA="4"))
+    assert proc.returncode == 0, proc.stdout
+    assert " efa=4/4 " in summary(proc)
+    assert efa_line(proc) == (
+        f"CHECK efa PASS: 4 EFA device(s) allocated to this pod {POD_EFA}, "
+        "host has 32"
+    )
+
+
+def test_efa_only_uverbs_entries_count(node):
+    dev = set_pod_efa(node["root"], 31)
+    for name in ("rdma_cm", "uverbs", "uverbsX", "umad0", "issm0"):
+        (dev / name).write_text("")
+    proc = run(node["env"])
+    assert proc.returncode == 1
+    assert " efa=31/32 " in summary(proc)
+    assert "31 EFA device(s) allocated to this pod" in efa_line(proc)
+    (dev / "uverbs31").write_text("")
+    proc = run(node["env"])
+    assert proc.returncode == 0, proc.stdout
+    assert " efa=32/32 " in summary(proc)
+
+
+def test_efa_dev_infiniband_absent_when_expected(node):
+    dev = set_pod_efa(node["root"], 0)
+    dev.rmdir()
     proc = run(node["env"])
     assert proc.returncode == 1
     line = summary(proc)
-    assert " efa=16/32 " in line and line.endswith("RESULT=FAIL failed=efa")
+    assert " efa=0/32 " in line and line.endswith("RESULT=FAIL failed=efa")
+    detail = efa_line(proc)
+    assert detail.startswith(
+        "CHECK efa FAIL: /dev/infiniband is absent in this pod, "
+        "expected 32 EFA device(s), host has 32 ("
+    )
+    assert "request vpc.amazonaws.com/efa: 32" in detail
+    assert "aws-efa-k8s-device-plugin" in detail
 
 
-def test_efa_dir_absent_when_expected(node):
-    ib = node["root"] / "sys" / "class" / "infiniband"
-    for entry in ib.iterdir():
-        entry.rmdir()
-    ib.rmdir()
+def test_efa_no_uverbs_when_expected(node):
+    set_pod_efa(node["root"], 0)
     proc = run(node["env"])
     assert proc.returncode == 1
     assert " efa=0/32 " in summary(proc)
-    assert "/sys/class/infiniband is absent" in proc.stdout
+    detail = efa_line(proc)
+    assert detail.startswith(
+        f"CHECK efa FAIL: 0 EFA device(s) allocated to this pod {POD_EFA}, "
+        "host has 32, expected 32 ("
+    )
+    assert "request vpc.amazonaws.com/efa: 32" in detail
+
+
+def test_efa_host_sysfs_absent(node):
+    # The host count is information only: the pod's devices decide.
+    remove_host_efa(node["root"])
+    proc = run(node["env"])
+    assert proc.returncode == 0, proc.stdout
+    assert efa_line(proc) == (
+        f"CHECK efa PASS: 32 EFA device(s) allocated to this pod {POD_EFA}, "
+        "host has none (/sys/class/infiniband absent)"
+    )
 
 
 def test_efa_not_expected(node):
-    ib = node["root"] / "sys" / "class" / "infiniband"
     env = dict(node["env"], EXPECTED_EFA="0")
-    # Present devices while none are expected: fail.
+    # The pod has devices while none are expected: fail, naming them.
+    set_pod_efa(node["root"], 2)
     proc = run(env)
     assert proc.returncode == 1
-    assert " efa=32/0 " in summary(proc)
-    # Directory absent: pass, and say EFA is not expected.
-    for entry in ib.iterdir():
-        entry.rmdir()
-    ib.rmdir()
+    assert " efa=2/0 " in summary(proc)
+    assert efa_line(proc).startswith(
+        f"CHECK efa FAIL: EFA not expected but 2 EFA device(s) allocated to this "
+        f"pod {POD_EFA}, host has 32: uverbs0 uverbs1 ("
+    )
+    # No uverbs in the pod: pass, although the host (sysfs) has 32.
+    set_pod_efa(node["root"], 0)
     proc = run(env)
     assert proc.returncode == 0, proc.stdout
     assert " efa=0/0 " in summary(proc)
-    assert "CHECK efa PASS: EFA not expected" in proc.stdout
+    assert efa_line(proc) == (
+        "CHECK efa PASS: EFA not expected and none allocated to this pod "
+        "(host has 32)"
+    )
+    # /dev/infiniband absent and no EFA on the host: pass too.
+    (node["root"] / "dev" / "infiniband").rmdir()
+    remove_host_efa(node["root"])
+    proc = run(env)
+    assert proc.returncode == 0, proc.stdout
+    assert " efa=0/0 " in summary(proc)
+    assert efa_line(proc) == (
+        "CHECK efa PASS: EFA not expected and none allocated to this pod "
+        "(host has none (/sys/class/infiniband absent))"
+    )
 
 
 def test_shm_too_small(node):
