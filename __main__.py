@@ -7,12 +7,12 @@ With `rltrain:cluster.existing` only the Kubernetes part is deployed, onto that 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import config
-from components.addons import ClusterAddons, ClusterAddonsArgs
-from components.namespace import TrainingNamespace
-from components.outputs import cost_per_hour
-from components.platform import build_aws_platform, namespace_args, storage_claim_args
-from components.storage import DynamicClaim
+from components.stack import config
+from components.k8s.addons import ClusterAddons, ClusterAddonsArgs
+from components.k8s.namespace import TrainingNamespace, training_namespace_args
+from components.stack.outputs import cost_per_hour
+from components.aws.platform import build_aws_platform
+from components.k8s.volumes import DynamicClaim, storage_claim_args
 from components.workloads.build import build_workloads
 
 cfg = config.from_pulumi()  # every config problem is reported here, before any resource exists
@@ -32,7 +32,7 @@ else:
 
 k8s_opts = pulumi.ResourceOptions(provider=provider)
 training = TrainingNamespace(
-    "training", namespace_args(cfg, role_arn=platform.training_role_arn if platform else None),
+    "training", training_namespace_args(cfg, role_arn=platform.training_role_arn if platform else None),
     secret_values={k: rl.require_secret(k) for k in set(cfg.training.secret_env.values())}, opts=k8s_opts)
 after_ns = pulumi.ResourceOptions(provider=provider, depends_on=[training])
 addons = ClusterAddons("addons", ClusterAddonsArgs(

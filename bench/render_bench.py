@@ -4,7 +4,7 @@
 
 Measures, each in a fresh interpreter and as the best of --repeat runs:
 - the import floor: importing the Pulumi SDK modules the program uses;
-- `python -m components.render --stack S` for every stack;
+- `python -m components.offline.render --stack S` for every stack;
 - the p5 stack at 2, 8, 32 and 64 GPU nodes.
 Goals shown against: every stack within 2x the import floor; node count changes render time by
 no more than 10 %.
@@ -26,7 +26,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from components import stackfile  # noqa: E402
+from components.stack import stackfile  # noqa: E402
 
 # The SDK modules the program touches (pulumi_aws and pulumi_kubernetes load submodules lazily).
 IMPORTS = ("import pulumi, pulumi_eks, pydantic, yaml; import pulumi_aws.ec2, pulumi_aws.eks, pulumi_aws.fsx, "
@@ -69,14 +69,14 @@ def main() -> int:
     worst = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for stack in stackfile.stack_names():
-            t = best_of([py, "-m", "components.render", "--stack", stack, "--out", f"{tmp}/{stack}"], args.repeat)
+            t = best_of([py, "-m", "components.offline.render", "--stack", stack, "--out", f"{tmp}/{stack}"], args.repeat)
             worst = max(worst, t / floor)
             print(f"render {stack:5s}: {t:.2f} s = {t / floor:.2f} x floor")
         print(f"goal every stack <= 2.00 x floor: {'met' if worst <= 2 else 'NOT met'} (worst {worst:.2f} x)")
         by_nodes = {}
         for nodes in (2, 8, 32, 64):
             proj = project_with_nodes(Path(tmp), nodes)
-            by_nodes[nodes] = best_of([py, "-m", "components.render", "--stack", "p5", "--out", f"{proj}/out",
+            by_nodes[nodes] = best_of([py, "-m", "components.offline.render", "--stack", "p5", "--out", f"{proj}/out",
                                        "--project-dir", str(proj)], args.repeat)
             print(f"render p5 at {nodes:2d} nodes: {by_nodes[nodes]:.2f} s")
         spread = (max(by_nodes.values()) - min(by_nodes.values())) / min(by_nodes.values())

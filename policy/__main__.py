@@ -1,4 +1,4 @@
-"""rltrain policy pack: `pulumi preview --policy-pack policy` (rules in components/policy.py)."""
+"""rltrain policy pack: `pulumi preview --policy-pack policy` (rules in components/offline/policy.py)."""
 
 from pack import policies
 from pulumi_policy import PolicyPack

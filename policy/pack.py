@@ -1,4 +1,4 @@
-"""CrossGuard adapter: one stack-validation policy per rule of components/policy.py.
+"""CrossGuard adapter: one stack-validation policy per rule of components/offline/policy.py.
 
     pulumi preview --policy-pack policy
 
@@ -15,7 +15,7 @@ from typing import Any
 from pulumi_policy import EnforcementLevel, StackValidationArgs, StackValidationPolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from components import policy  # noqa: E402
+from components.offline import policy  # noqa: E402
 
 
 def resource_view(r: Any) -> dict[str, Any]:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 from support import STACKS, rendered
 
-from components import render
-
-
+from components.offline import render
 @pytest.fixture(params=STACKS)
 def any_stack(request) -> render.Rendered:
     return rendered(request.param)

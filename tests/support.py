@@ -1,12 +1,11 @@
 """Helpers shared by the component tests: one offline render per stack per session, the same code
-path as `python -m components.render`."""
+path as `python -m components.offline.render`."""
 
 from __future__ import annotations
 
 import functools
 
-from components import render
-
+from components.offline import render
 STACKS = ("byo", "dev", "p4de", "p5")
 
 

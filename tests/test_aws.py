@@ -5,9 +5,8 @@ import base64
 import pytest
 from support import obj, rendered
 
-from components import catalog, versions
-
-
+from components.stack import catalog
+from components.stack import versions
 def inputs(r, type_token, name=None):
     return r.result.one(type_token, name).inputs
 

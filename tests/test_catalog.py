@@ -2,9 +2,7 @@
 
 import pytest
 
-from components import catalog
-
-
+from components.stack import catalog
 def test_allocatable_cpu_matches_nodeadm_formula():
     # FACTS.md: p4de ≈ 95.69 CPU, p5 ≈ 191.45 CPU.
     assert catalog.get("p4de.24xlarge").allocatable().cpu_milli == 95690

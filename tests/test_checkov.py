@@ -27,8 +27,7 @@ from typing import Any, Iterator, Optional
 import pytest
 from support import STACKS, rendered
 
-from components import render
-
+from components.offline import render
 ROOT = Path(__file__).resolve().parent.parent
 # The annotation prefixes checkov honours as skips (checkov.kubernetes.kubernetes_utils).
 SKIP_PREFIXES = ("checkov.io/skip", "bridgecrew.io/skip", "cortex.io/skip")

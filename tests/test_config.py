@@ -5,8 +5,10 @@ import json
 import pytest
 import yaml
 
-from components import catalog, config, stackfile
-from components.mock_engine import ROOT
+from components.stack import catalog
+from components.stack import config
+from components.stack import stackfile
+from components.offline.mock_engine import ROOT
 
 BASE = {
     "cluster": {"publicAccessCidrs": ["203.0.113.0/24"]},

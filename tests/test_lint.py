@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from components.mock_engine import ROOT
+from components.offline.mock_engine import ROOT
 
 
 def tool(name: str) -> str | None:

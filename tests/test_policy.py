@@ -1,4 +1,4 @@
-"""Policy rules (components/policy.py): every stack passes; each breach is refused with its rule."""
+"""Policy rules (components/offline/policy.py): every stack passes; each breach is refused with its rule."""
 
 import copy
 import json
@@ -6,8 +6,9 @@ import json
 import pytest
 from support import STACKS, rendered
 
-from components import policy, render
-from components.mock_engine import ROOT
+from components.offline import policy
+from components.offline import render
+from components.offline.mock_engine import ROOT
 
 
 def resources(stack):

@@ -8,8 +8,8 @@ import pytest
 from pulumi_policy import PolicyResource, PolicyResourceOptions, StackValidationArgs
 from support import rendered
 
-from components import policy
-from components.mock_engine import ROOT
+from components.offline import policy
+from components.offline.mock_engine import ROOT
 
 
 @pytest.fixture(scope="module")

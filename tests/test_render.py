@@ -7,14 +7,14 @@ import sys
 import pytest
 import yaml
 
-from components import render
-from components.mock_engine import ROOT, SECRET
+from components.offline import render
+from components.offline.mock_engine import ROOT, SECRET
 
 from support import STACKS, obj, rendered
 
 
 def run_render(*args):
-    return subprocess.run([sys.executable, "-m", "components.render", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "components.offline.render", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -135,7 +135,7 @@ def test_unknown_stack_exits_2():
 
 
 def test_all_stacks_listed():
-    from components import stackfile
+    from components.stack import stackfile
     assert tuple(stackfile.stack_names()) == STACKS
 
 
@@ -151,7 +151,7 @@ def test_byo_cluster_creates_no_aws_resource():
 def test_committed_render_is_current(stack):
     """rendered/<stack>/ is the PR preview: it must match what the program renders now."""
     r = rendered(stack)
-    fix = "stale: refresh with `python -m components.render --all` and commit rendered/"
+    fix = "stale: refresh with `python -m components.offline.render --all` and commit rendered/"
     committed = ROOT / "rendered" / stack
     assert (committed / "manifests.yaml").read_text() == render.manifests_yaml(r.manifests), fix
     assert (committed / "resources.json").read_text() == render.resources_json(r.result), fix

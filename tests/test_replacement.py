@@ -7,8 +7,9 @@ import pytest
 import yaml
 from support import rendered
 
-from components import render, replacement
-from components.mock_engine import ROOT
+from components.offline import render
+from components.offline import replacement
+from components.offline.mock_engine import ROOT
 
 
 def rows(stack="p5"):

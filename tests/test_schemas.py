@@ -6,7 +6,7 @@ import pytest
 import yaml
 from support import STACKS, rendered
 
-from components.mock_engine import ROOT
+from components.offline.mock_engine import ROOT
 
 CRD_KINDS = {("kubeflow.org/v2beta1", "MPIJob")}  # not a built-in: no schema in kubernetes-validate
 
@@ -33,7 +33,7 @@ def test_rendered_objects_validate_strictly(stack):
 def test_committed_render_validates(stack):
     path = ROOT / "rendered" / stack / "manifests.yaml"
     docs = list(yaml.safe_load_all(path.read_text()))
-    assert docs, f"{path} is empty: run python -m components.render --all"
+    assert docs, f"{path} is empty: run python -m components.offline.render --all"
     assert _validate_all(docs, rendered(stack).cfg.cluster.kubernetes_version) == []
 
 

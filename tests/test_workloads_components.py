@@ -1,4 +1,4 @@
-"""The workload components through the recording mock engine (components/mock_engine.py)."""
+"""The workload components through the recording mock engine (components/offline/mock_engine.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components import config, render
-from components.mock_engine import run_program
+from components.stack import config
+from components.offline import render
+from components.offline.mock_engine import run_program
 from components.workloads import nccl
 from components.workloads.build import build_workloads
 from components.workloads.scripts_configmap import read_scripts

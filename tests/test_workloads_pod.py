@@ -2,9 +2,9 @@
 
 import pytest
 
-from components import catalog, config
+from components.stack import catalog
+from components.stack import config
 from components.workloads import pod
-
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rlinf-on-eks/rlinf:20260401-085549"
 
 

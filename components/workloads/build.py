@@ -17,14 +17,14 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from ..config import StackConfig
-from ..namespace import MANAGED_BY
-from . import pod
-from .job import TrainingJob, TrainingJobArgs
-from .multinode import MultiNodeTraining, MultiNodeTrainingArgs
-from .nccl import NcclTest, NcclTestArgs
-from .scripts_configmap import ScriptsConfigMap, ScriptsConfigMapArgs, read_scripts
-from .validation import ClusterValidation, ClusterValidationArgs
+from components.stack.config import StackConfig
+from components.stack.labels import MANAGED_BY
+from components.workloads import pod
+from components.workloads.job import TrainingJob, TrainingJobArgs
+from components.workloads.multinode import MultiNodeTraining, MultiNodeTrainingArgs
+from components.workloads.nccl import NcclTest, NcclTestArgs
+from components.workloads.scripts_configmap import ScriptsConfigMap, ScriptsConfigMapArgs, read_scripts
+from components.workloads.validation import ClusterValidation, ClusterValidationArgs
 
 
 def priority_class_args(cfg: StackConfig) -> k8s.scheduling.v1.PriorityClassInitArgs:

@@ -24,8 +24,8 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import pod
-from .multinode import run_guards
+from components.workloads import pod
+from components.workloads.multinode import run_guards
 
 NAME = "rltrain-training"
 COMPONENT = "training"

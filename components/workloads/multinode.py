@@ -38,9 +38,8 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from ..config import StackConfig
-from . import pod
-
+from components.stack.config import StackConfig
+from components.workloads import pod
 RUN = "rltrain-multinode"
 COMPONENT = "multinode"
 LAUNCHER = "/scripts/ray_launcher.py"

@@ -25,10 +25,9 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .. import catalog
-from ..config import StackConfig
-from . import pod
-
+from components.stack import catalog
+from components.stack.config import StackConfig
+from components.workloads import pod
 # Kubeflow MPI operator release manifest (no official Helm chart; FACTS.md). Pinned: bump the tag
 # here and nowhere else. Applied with server-side apply (the provider default), which the CRD's
 # size needs. Path checked in kubeflow/mpi-operator: deploy/v2beta1/mpi-operator.yaml.

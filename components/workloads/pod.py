@@ -5,7 +5,7 @@ its pod here, so a p5 stack cannot keep a p4de size in one of them (SEED-DEFECTS
 this module needs a Pulumi runtime: the functions return typed `pulumi_kubernetes` Args, which the
 tests inspect directly.
 
-Sizing (whole node for one training pod; derived from `components.catalog`, D9/D10)
+Sizing (whole node for one training pod; derived from `components.stack.catalog`, D9/D10)
 ----------------------------------------------------------------------------------
 GPUs and EFA devices: all the node has (`gpu_count`; `efa_devices_per_node`, 0 when EFA is off,
 and then the key is omitted). Extended resources: limits == requests.
@@ -38,10 +38,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import catalog
-from .. import config as config_mod
-from ..config import StackConfig
-from ..namespace import MANAGED_BY
+from components.stack import catalog
+from components.stack import config as config_mod
+from components.stack.config import StackConfig
+from components.stack.labels import GPU_TAINT_KEY, MANAGED_BY, ROLE_LABEL
 
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
@@ -52,7 +52,7 @@ SCRIPTS_PATH = "/scripts"
 SCRIPTS_MODE = 0o755
 FSX_PATH = "/fsx"
 SHM_PATH = "/dev/shm"
-GPU_NODE_SELECTOR = {"role": "gpu-training"}
+GPU_NODE_SELECTOR = dict(ROLE_LABEL)
 RUN_LABEL = "rltrain/run"
 # Cold pull of a 15-20 GB image (FACTS.md "Start-up latency"), added to every deadline (D6).
 IMAGE_PULL_MARGIN_SECONDS = 10 * 60
@@ -289,7 +289,7 @@ def volume_mounts(*, tmp: bool = False) -> list[k8s.core.v1.VolumeMountArgs]:
 
 
 def gpu_tolerations() -> list[k8s.core.v1.TolerationArgs]:
-    return [k8s.core.v1.TolerationArgs(key=GPU, operator="Exists", effect="NoSchedule")]
+    return [k8s.core.v1.TolerationArgs(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule")]
 
 
 def container_security_context(add_capabilities: Sequence[str] = (), *,

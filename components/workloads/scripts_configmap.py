@@ -14,8 +14,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
-from ..namespace import MANAGED_BY
-from .pod import SCRIPTS_CONFIGMAP, child_opts
+from components.stack.labels import MANAGED_BY
+from components.workloads.pod import SCRIPTS_CONFIGMAP, child_opts
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "scripts"
 

@@ -25,10 +25,9 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .. import catalog
-from ..config import StackConfig
-from . import pod
-
+from components.stack import catalog
+from components.stack.config import StackConfig
+from components.workloads import pod
 NAME = "rltrain-validation"
 COMPONENT = "validation"
 COMMAND = ("python3", "/scripts/validate_node.py")

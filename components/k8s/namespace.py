@@ -13,10 +13,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
+from components.stack.config import StackConfig
+from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, MANAGED_BY
+
 SECRET_NAME = "training-secrets"
-GPU_INSTANCE_ANNOTATION = "rltrain/gpu-instance-type"
-GPU_NODES_ANNOTATION = "rltrain/gpu-node-count"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "rltrain"}
 
 
 class TrainingNamespaceArgs(BaseModel):
@@ -106,3 +106,12 @@ class TrainingNamespace(pulumi.ComponentResource):
             secret = k8s.core.v1.Secret(f"{name}-secrets", secret_args(args, secret_values), in_ns)
             self.secret_name = secret.metadata.name
         self.register_outputs({"namespace": self.namespace, "serviceAccount": self.service_account})
+
+
+def training_namespace_args(cfg: StackConfig, role_arn: Optional[pulumi.Input[str]] = None) -> TrainingNamespaceArgs:
+    t = cfg.training
+    return TrainingNamespaceArgs(
+        namespace=t.namespace, service_account=t.service_account, pod_security=t.pod_security,
+        kubernetes_version=cfg.cluster.kubernetes_version, gpu_quota=cfg.gpu_nodes.total_gpus,
+        secret_keys=tuple(sorted(set(t.secret_env.values()))), has_pod_identity=role_arn is not None,
+        gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count)

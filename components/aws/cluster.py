@@ -15,8 +15,7 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
-from . import iam
-
+from components.aws import iam
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 

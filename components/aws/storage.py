@@ -15,9 +15,8 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
-from .namespace import MANAGED_BY
+from components.k8s.volumes import ClaimArgs, claim_args, persistent_volume_args
 
-CSI_DRIVER = "fsx.csi.aws.com"
 # Lustre: TCP 988 for clients, 1018-1023 between clients and servers (FACTS.md; F9).
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 
@@ -35,50 +34,10 @@ class FsxArgs(BaseModel):
     s3_file_system_path: str = "/checkpoints"
 
 
-class ClaimArgs(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    namespace: str
-    claim_name: str
-    size_gib: int
-    storage_class: Optional[str] = None  # bring-your-own: dynamic claim from this class
-
-
 def metadata_configuration(a: FsxArgs) -> aws.fsx.LustreFileSystemMetadataConfigurationArgs:
     if a.metadata_iops is None:
         return aws.fsx.LustreFileSystemMetadataConfigurationArgs(mode="AUTOMATIC")
     return aws.fsx.LustreFileSystemMetadataConfigurationArgs(mode="USER_PROVISIONED", iops=a.metadata_iops)
-
-
-def persistent_volume_args(c: ClaimArgs, fs_id: pulumi.Input[str], dns: pulumi.Input[str],
-                           mount: pulumi.Input[str]) -> k8s.core.v1.PersistentVolumeInitArgs:
-    return k8s.core.v1.PersistentVolumeInitArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{c.namespace}-{c.claim_name}", labels=MANAGED_BY),
-        spec=k8s.core.v1.PersistentVolumeSpecArgs(
-            capacity={"storage": f"{c.size_gib}Gi"},
-            volume_mode="Filesystem",
-            access_modes=["ReadWriteMany"],
-            persistent_volume_reclaim_policy="Retain",
-            storage_class_name="",
-            mount_options=["flock"],
-            claim_ref=k8s.core.v1.ObjectReferenceArgs(namespace=c.namespace, name=c.claim_name),
-            csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
-                driver=CSI_DRIVER, volume_handle=fs_id,
-                volume_attributes={"dnsname": dns, "mountname": mount}),
-        ),
-    )
-
-
-def claim_args(c: ClaimArgs, volume_name: Optional[str]) -> k8s.core.v1.PersistentVolumeClaimInitArgs:
-    return k8s.core.v1.PersistentVolumeClaimInitArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=c.claim_name, namespace=c.namespace, labels=MANAGED_BY),
-        spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
-            access_modes=["ReadWriteMany"],
-            storage_class_name=c.storage_class if c.storage_class else "",
-            volume_name=volume_name,
-            resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{c.size_gib}Gi"}),
-        ),
-    )
 
 
 class FsxLustreVolume(pulumi.ComponentResource):
@@ -147,14 +106,3 @@ class FsxLustreVolume(pulumi.ComponentResource):
         self.file_system_id = fs.id
         self.claim_name = claim.claim_name
         self.register_outputs({"fileSystemId": fs.id, "claimName": claim.claim_name})
-
-
-class DynamicClaim(pulumi.ComponentResource):
-    """Bring-your-own cluster: a ReadWriteMany claim from an existing storage class."""
-
-    def __init__(self, name: str, claim: ClaimArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("rltrain:index:DynamicClaim", name, None, opts)
-        k8s.core.v1.PersistentVolumeClaim(f"{name}-claim", claim_args(claim, None),
-                                          pulumi.ResourceOptions(parent=self))
-        self.claim_name = claim.claim_name
-        self.register_outputs({"claimName": claim.claim_name})

@@ -15,12 +15,12 @@ import pulumi
 import pulumi_aws as aws
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import catalog, iam
+from components.stack import catalog
 
-GPU_TAINT_KEY = "nvidia.com/gpu"
+from components.aws import iam
+from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 # Labels workloads select on; `nvidia.com/gpu.present` also satisfies the NVIDIA device plugin's
 # default node affinity, which EKS does not set (FACTS.md: without it the plugin runs zero pods).
-ROLE_LABEL = {"role": "gpu-training"}
 AMI_TYPE = "AL2023_x86_64_NVIDIA"
 _BOUNDARY = "//rltrain-nodeadm//"
 

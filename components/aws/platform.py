@@ -7,13 +7,13 @@ from typing import Optional
 
 import pulumi
 
-from .cluster import EksCluster, EksClusterArgs
-from .config import StackConfig
-from .gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs
-from .identity import TrainingIdentity, TrainingIdentityArgs
-from .namespace import TrainingNamespaceArgs
-from .network import ExistingNetwork, Network, NetworkArgs
-from .storage import ClaimArgs, FsxArgs, FsxLustreVolume
+from components.aws.cluster import EksCluster, EksClusterArgs
+from components.stack.config import StackConfig
+from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs
+from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
+from components.aws.network import ExistingNetwork, Network, NetworkArgs
+from components.aws.storage import FsxArgs, FsxLustreVolume
+from components.k8s.volumes import ClaimArgs
 
 
 @dataclass
@@ -73,19 +73,3 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
             bucket=t.s3.bucket, prefix=t.s3.prefix), depends_on=[cluster.pod_identity_agent])
         platform.training_role_arn = identity.role_arn
     return platform
-
-
-def namespace_args(cfg: StackConfig, role_arn: Optional[pulumi.Input[str]] = None) -> TrainingNamespaceArgs:
-    t = cfg.training
-    return TrainingNamespaceArgs(
-        namespace=t.namespace, service_account=t.service_account, pod_security=t.pod_security,
-        kubernetes_version=cfg.cluster.kubernetes_version, gpu_quota=cfg.gpu_nodes.total_gpus,
-        secret_keys=tuple(sorted(set(t.secret_env.values()))), has_pod_identity=role_arn is not None,
-        gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count)
-
-
-def storage_claim_args(cfg: StackConfig) -> ClaimArgs:
-    s = cfg.storage
-    size = s.fsx.storage_capacity_gib if (s.fsx and not cfg.byo_cluster) else s.claim_size_gib
-    return ClaimArgs(namespace=cfg.training.namespace, claim_name=s.existing_claim or s.claim_name,
-                     size_gib=size, storage_class=s.storage_class)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .config import StackConfig
+from components.stack.config import StackConfig
 
 Resource = dict[str, Any]
 

@@ -8,7 +8,10 @@ from typing import Any
 
 import yaml
 
-from .mock_engine import ROOT, SECRET
+# The project directory (Pulumi.yaml, __main__.py, the stack files).
+ROOT = Path(__file__).resolve().parents[2]
+# How a `secure:` config value (and any secret output) shows in the offline render.
+SECRET = "[secret]"
 
 
 class StackFileError(Exception):

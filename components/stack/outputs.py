@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import catalog
-from .config import StackConfig
+from components.stack import catalog
+from components.stack.config import StackConfig
 
 
 def cost_per_hour(cfg: StackConfig) -> dict[str, Any]:

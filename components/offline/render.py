@@ -1,12 +1,12 @@
 """Offline render: run the real program against the recording engine and write what it creates.
 
-    python -m components.render --stack p5 [--out DIR]     # DIR defaults to rendered/p5
-    python -m components.render --all
+    python -m components.offline.render --stack p5 [--out DIR]     # DIR defaults to rendered/p5
+    python -m components.offline.render --all
 
 Writes DIR/manifests.yaml (every Kubernetes object, one document each, sorted by kind, namespace,
 name) and DIR/resources.json (every registered resource, components included). Secrets show as
 `[secret]`, cloud-only values as `[known after deploy: ...]`. Needs no Pulumi CLI, credentials or
-network. Exit 2 on invalid config, 1 on a policy violation (components/policy.py) or any other
+network. Exit 2 on invalid config, 1 on a policy violation (components/offline/policy.py) or any other
 failure; in both cases nothing is written. The summary ends with the fit report of the GPU pods.
 """
 
@@ -24,10 +24,11 @@ from typing import Any, Optional
 
 import yaml
 
-from . import config as config_mod
-from . import policy, replacement
-from . import stackfile
-from .mock_engine import ROOT, Record, RunResult, run_program
+from components.stack import config as config_mod
+from components.offline import policy
+from components.offline import replacement
+from components.stack import stackfile
+from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 
 _K8S_OBJECT = re.compile(r"^kubernetes:(?!helm\.sh|yaml|kustomize)[^:]+:[A-Za-z]+$")
 _HEAD_KEYS = ("apiVersion", "kind", "metadata")
@@ -146,7 +147,7 @@ def summary(rendered: Rendered) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m components.render", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m components.offline.render", description=__doc__.split("\n")[0])
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--stack", help="stack name (reads Pulumi.STACK.yaml)")
     which.add_argument("--all", action="store_true", help="every Pulumi.*.yaml stack")
@@ -173,7 +174,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if failed:
         return 2
     results = [render_stack(stack, root) for stack in stacks]
-    # Policy rules (components/policy.py, also in the CrossGuard pack): refuse before writing.
+    # Policy rules (components/offline/policy.py, also in the CrossGuard pack): refuse before writing.
     for rendered in results:
         for v in rendered.violations():
             print(f"Pulumi.{rendered.stack}.yaml: policy {v}", file=sys.stderr)

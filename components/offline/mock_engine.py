@@ -24,8 +24,8 @@ from google.protobuf import json_format, struct_pb2
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import resource_pb2
 
-ROOT = Path(__file__).resolve().parent.parent
-SECRET = "[secret]"
+from components.stack.stackfile import ROOT, SECRET
+
 UNKNOWN = "[unknown before deploy]"
 
 

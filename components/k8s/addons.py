@@ -13,8 +13,10 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
-from . import iam, versions
-from .gpu_nodes import GPU_TAINT_KEY, ROLE_LABEL
+from components.aws import iam
+
+from components.stack import versions
+from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 
 GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 FSX_POLICY = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
@@ -60,7 +62,7 @@ class ClusterAddons(pulumi.ComponentResource):
         if args.efa:
             if not efa_plugin_knows(args.instance_type):
                 raise ValueError(f"EFA device plugin {versions.EFA_DEVICE_PLUGIN.version} does not list "
-                                 f"{args.instance_type}; pin a release that does (components/versions.py)")
+                                 f"{args.instance_type}; pin a release that does (components/stack/versions.py)")
             self.efa = _release("aws-efa-k8s-device-plugin", versions.EFA_DEVICE_PLUGIN, efa_plugin_values(args), self)
         self.fsx_csi = None
         if args.cluster_name:

@@ -18,16 +18,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from . import catalog
-from .config import SECRET_LIKE
-from .namespace import GPU_INSTANCE_ANNOTATION
+from components.stack import catalog
+from components.stack.config import SECRET_LIKE
+from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
 
 Resource = dict[str, Any]
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
-GPU_TAINT = "nvidia.com/gpu"
+GPU_TAINT = GPU_TAINT_KEY
 # What a bring-your-own cluster's GPU nodes are documented to carry (README, Pulumi.byo.yaml).
-BYO_NODE_LABELS = {"role": "gpu-training"}
+BYO_NODE_LABELS = dict(ROLE_LABEL)
 _EFA_ENV = re.compile(r"^(FI_PROVIDER|FI_EFA_.*)$")
 
 

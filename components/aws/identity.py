@@ -13,9 +13,7 @@ import pulumi
 import pulumi_aws as aws
 from pydantic import BaseModel, ConfigDict
 
-from . import iam
-
-
+from components.aws import iam
 class TrainingIdentityArgs(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

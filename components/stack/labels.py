@@ -1,0 +1,20 @@
+"""Names shared by the AWS side, the Kubernetes side and the offline checks.
+
+Kept with the stack so that neither deployed side imports the other for a label, and the policy
+rules read the same names the components write.
+"""
+
+from __future__ import annotations
+
+# Every object the stack creates in Kubernetes.
+MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "rltrain"}
+
+# GPU node group: the taint every GPU pod tolerates and the label it selects on. A bring-your-own
+# cluster's GPU nodes are documented to carry the same (README, Pulumi.byo.yaml).
+GPU_TAINT_KEY = "nvidia.com/gpu"
+ROLE_LABEL = {"role": "gpu-training"}
+
+# Recorded on the training Namespace: the GPU node shape its workloads are sized for, so the
+# policy rules can check them, also on a bring-your-own cluster.
+GPU_INSTANCE_ANNOTATION = "rltrain/gpu-instance-type"
+GPU_NODES_ANNOTATION = "rltrain/gpu-node-count"
