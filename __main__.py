@@ -37,7 +37,9 @@ training = TrainingNamespace(
 after_ns = pulumi.ResourceOptions(provider=provider, depends_on=[training])
 addons = ClusterAddons("addons", ClusterAddonsArgs(
     instance_type=cfg.gpu_nodes.instance_type, efa=cfg.gpu_nodes.efa_enabled,
-    cluster_name=None if cfg.byo_cluster else cluster_name),
+    kubernetes_version=None if cfg.byo_cluster else cfg.cluster.kubernetes_version),
+    cluster=platform.cluster.cluster_name if platform else None,
+    after=(platform.cluster.pod_identity_agent,) if platform else (),
     opts=pulumi.ResourceOptions(provider=provider, depends_on=platform.node_groups if platform else []))
 
 claim = storage_claim_args(cfg)

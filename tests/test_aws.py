@@ -6,7 +6,9 @@ import pytest
 from support import obj, rendered
 
 from components.stack import catalog
-from components.stack import versions
+from components.stack import config, versions
+
+
 def inputs(r, type_token, name=None):
     return r.result.one(type_token, name).inputs
 
@@ -109,10 +111,31 @@ def test_efa_plugin_knows_every_efa_type_in_catalog():
 
 
 @pytest.mark.parametrize("stack", ["dev", "p4de", "p5"])
-def test_fsx_csi_addon_with_pod_identity(stack):
-    addon = inputs(rendered(stack), "aws:eks/addon:Addon", "addons-fsx-csi")
+def test_fsx_csi_addon_without_aws_permissions(stack):
+    """A static FSx volume needs no AWS API: no role, no Pod Identity association, pinned version."""
+    r = rendered(stack)
+    addon = inputs(r, "aws:eks/addon:Addon", "addons-fsx-csi")
     assert addon["addonName"] == "aws-fsx-csi-driver"
-    assert addon["podIdentityAssociations"][0]["serviceAccount"] == "fsx-csi-controller-sa"
+    assert "podIdentityAssociations" not in addon and "serviceAccountRoleArn" not in addon
+    assert addon["addonVersion"] == versions.eks_addons("1.35")["aws-fsx-csi-driver"]
+    assert not [x for x in r.resources if "fsx-csi" in x["name"] and x["type"].startswith("aws:iam/")]
+    rec = next(x for x in r.resources if x["name"] == "addons-fsx-csi")
+    assert "aws:eks/addon:Addon::cluster-pod-identity-agent" in rec["dependsOn"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "p4de", "p5"])
+def test_every_eks_addon_is_pinned_per_kubernetes_minor(stack):
+    r = rendered(stack)
+    pins = versions.eks_addons(r.cfg.cluster.kubernetes_version)
+    addons = {x["inputs"]["addonName"]: x["inputs"] for x in r.resources if x["type"] == "aws:eks/addon:Addon"}
+    assert set(addons) == {"eks-pod-identity-agent", "aws-fsx-csi-driver", "coredns"}
+    assert all(a["addonVersion"] == pins[name] for name, a in addons.items())
+    c = inputs(r, "eks:index:Cluster")
+    assert c["vpcCniOptions"]["addonVersion"] == pins["vpc-cni"]
+    assert c["kubeProxyAddonOptions"]["version"] == pins["kube-proxy"]
+    assert c["corednsAddonOptions"]["enabled"] is False  # created by the stack itself, pinned
+    assert set(versions.EKS_ADDON_VERSIONS) == set(config.KUBERNETES_VERSIONS)
+    assert all(set(v) == set(pins) for v in versions.EKS_ADDON_VERSIONS.values())
 
 
 def test_cluster_settings(p5):

@@ -88,7 +88,8 @@ def test_oversized_pod_does_not_fit():
     res = trainer(rs)["containers"][0]["resources"]
     res["requests"]["memory"] = res["limits"]["memory"] = "1100Gi"
     vs = [v for v in policy.evaluate(rs) if v.rule == "pod-fits-node"]
-    assert vs and "allocatable 1057.3 GiB" in vs[0].message
+    # 1 082 712 MiB conservative allocatable minus 5128 x 2 MiB of EFA huge pages
+    assert vs and "allocatable 1047.3 GiB (after 10256 MiB of EFA huge pages)" in vs[0].message
 
 
 def test_multi_node_pods_must_not_share_nodes():
@@ -150,8 +151,10 @@ def test_render_refuses_a_violating_stack_and_writes_nothing(tmp_path, monkeypat
 
 def test_fit_report_in_render_summary():
     text = render.summary(rendered("p5"))
-    assert "fit on p5.48xlarge: allocatable 191.45 CPU, 1893.0 GiB" in text
-    assert "Job/rltrain-training: 187 CPU, 1854.0 GiB, 8 GPU, 32 EFA -> headroom 4.28 CPU, 38.9 GiB" in text
+    assert "fit on p5.48xlarge: allocatable 191.45 CPU, 1883.0 GiB" in text
+    assert "EFA huge pages 10256 MiB taken out" in text
+    assert ("Job/rltrain-training: 187 CPU, 1845.0 GiB, 5120 MiB huge pages, 8 GPU, 32 EFA -> headroom 4.28 CPU, "
+            "37.8 GiB, 5136 MiB huge pages") in text
 
 
 def test_every_rule_has_a_description():

@@ -57,7 +57,8 @@ def test_resources_json_shape(p5):
     rows = json.loads(render.resources_json(p5.result))
     assert rows == sorted(rows, key=lambda r: (r["type"], r["name"]))
     for row in rows:
-        assert set(row) == {"type", "name", "parent", "custom", "options", "inputs"}
+        assert set(row) - {"decoded"} == {"type", "name", "parent", "custom", "dependsOn", "provider", "options",
+                                          "inputs"}
         assert set(row["options"]) == {"protect", "retainOnDelete", "deleteBeforeReplace"}
     key = next(r for r in rows if r["type"] == "aws:kms/key:Key")
     assert key["options"]["protect"] is True and key["custom"] is True

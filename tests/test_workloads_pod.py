@@ -34,9 +34,9 @@ def template(cfg, **kw):
 
 
 @pytest.mark.parametrize("instance,cpu,mem_gib,gpus,efa", [
-    ("p4de.24xlarge", 93, 1036, 8, 4),
-    ("p5.48xlarge", 187, 1854, 8, 32),
-    ("g6.12xlarge", 46, 171, 4, 1),
+    ("p4de.24xlarge", 93, 1026, 8, 4),
+    ("p5.48xlarge", 187, 1845, 8, 32),
+    ("g6.12xlarge", 46, 161, 4, 1),
 ])
 def test_sizing_derived_from_catalog(instance, cpu, mem_gib, gpus, efa):
     s = pod.pod_sizing(make_cfg(instance))
@@ -81,7 +81,7 @@ def test_resources_limits_equal_requests_for_gpu_and_efa():
     r = template(make_cfg()).spec.containers[0].resources
     assert r.requests["nvidia.com/gpu"] == r.limits["nvidia.com/gpu"] == "8"
     assert r.requests["vpc.amazonaws.com/efa"] == r.limits["vpc.amazonaws.com/efa"] == "32"
-    assert r.requests["memory"] == r.limits["memory"] == "1854Gi"
+    assert r.requests["memory"] == r.limits["memory"] == "1845Gi"
     assert r.requests["cpu"] == "187" and "cpu" not in r.limits
 
 

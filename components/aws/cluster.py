@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
 from components.aws import iam
+from components.stack import versions
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 
@@ -35,7 +36,14 @@ class EksClusterArgs(BaseModel):
 class EksCluster(pulumi.ComponentResource):
     provider: k8s.Provider
     cluster: eks.Cluster
+    # The cluster's name as an output of the cluster: whatever takes it (add-ons, node groups,
+    # Pod Identity associations) is created after the cluster exists.
     cluster_name: pulumi.Output[str]
+    # The security group EKS creates for the cluster (control plane ENIs and managed nodes without
+    # a launch template carry it; it admits all traffic from its members). Not
+    # `eks.Cluster.cluster_security_group_id`, which is the control-plane group pulumi-eks creates
+    # (pulumi-eks nodejs/eks/cluster/cluster.ts; FACTS "Deploy semantics").
+    cluster_security_group_id: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]
 
     def __init__(self, name: str, args: EksClusterArgs, *, vpc_id: pulumi.Input[str],
@@ -43,6 +51,7 @@ class EksCluster(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:index:EksCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        addon_versions = versions.eks_addons(args.kubernetes_version)
         # Envelope encryption of Kubernetes Secrets (the training tokens) with a key we own.
         key = aws.kms.Key(f"{name}-secrets-key", description=f"{args.cluster_name} Kubernetes Secrets",
                           enable_key_rotation=True, deletion_window_in_days=30,
@@ -71,13 +80,23 @@ class EksCluster(pulumi.ComponentResource):
             encryption_config_key_arn=key.arn,
             skip_default_node_group=True,
             create_oidc_provider=False,
+            # pulumi-eks creates the vpc-cni and kube-proxy add-ons with `mostRecent` unless a
+            # version is given (pulumi-eks cni-addon.ts, cluster.ts): any `up` could then roll
+            # aws-node across busy GPU nodes. Pinned per Kubernetes minor in versions.py.
+            vpc_cni_options=eks.VpcCniOptionsArgs(addon_version=addon_versions["vpc-cni"]),
+            kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(version=addon_versions["kube-proxy"]),
+            # pulumi-eks manages coredns only with its default node group or Fargate; it is
+            # created below, pinned, once the system nodes can run it.
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             opts=child,
         )
-        self.cluster_name = pulumi.Output.from_input(args.cluster_name)
-        # Pod Identity: the training and FSx CSI roles are handed to service accounts by EKS.
+        self.cluster_name = self.cluster.eks_cluster.name
+        self.cluster_security_group_id = self.cluster.eks_cluster.vpc_config.cluster_security_group_id
+        # Pod Identity: the training role is handed to its service account by EKS.
         self.pod_identity_agent = aws.eks.Addon(
-            f"{name}-pod-identity-agent", cluster_name=args.cluster_name,
-            addon_name="eks-pod-identity-agent", opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]))
+            f"{name}-pod-identity-agent", cluster_name=self.cluster_name,
+            addon_name=versions.POD_IDENTITY_ADDON, addon_version=addon_versions[versions.POD_IDENTITY_ADDON],
+            opts=child)
         system_role = iam.node_role(f"{name}-system-node-role", self)
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",
@@ -91,6 +110,9 @@ class EksCluster(pulumi.ComponentResource):
             labels={"role": "system"},
             opts=child,
         )
+        aws.eks.Addon(f"{name}-coredns", cluster_name=self.cluster_name, addon_name="coredns",
+                      addon_version=addon_versions["coredns"],
+                      opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_nodes]))
         self.kubeconfig = pulumi.Output.secret(self.cluster.kubeconfig_json)
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig,
                                      enable_server_side_apply=True, opts=child)

@@ -97,8 +97,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
     node_group: aws.eks.NodeGroup
 
     def __init__(self, name: str, args: GpuNodeGroupArgs, *, vpc_id: pulumi.Input[str],
-                 subnet_id: pulumi.Input[str], cluster_security_group_id: pulumi.Input[str],
+                 subnet_id: pulumi.Input[str], cluster: pulumi.Input[str],
+                 cluster_security_group_id: pulumi.Input[str],
                  depends_on: list[pulumi.Resource], opts: Optional[pulumi.ResourceOptions] = None):
+        """`cluster` is the cluster's name as an output of the cluster (orders the node group after
+        it); `cluster_security_group_id` the security group EKS created for the cluster."""
         super().__init__("rltrain:index:GpuNodeGroup", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         sg = aws.ec2.SecurityGroup(f"{name}-sg", vpc_id=vpc_id, description="GPU nodes: EFA and NCCL between nodes",
@@ -114,6 +117,12 @@ class GpuNodeGroup(pulumi.ComponentResource):
         aws.vpc.SecurityGroupEgressRule(f"{name}-internet-egress", security_group_id=sg.id, cidr_ipv4="0.0.0.0/0",
                                         ip_protocol="-1", description="image pulls, S3, AWS APIs", opts=child)
         self.security_group_id = sg.id
+        # A launch template that sets security groups gets no cluster security group from EKS
+        # (EKS user guide, launch templates: "Amazon EKS doesn't add the cluster security group"),
+        # so the nodes carry it themselves: with it they reach the API server (443), the control
+        # plane reaches their kubelet (10250), and pods reach CoreDNS and webhooks on the system
+        # nodes, which EKS gives the same group (it admits all traffic from its members).
+        # pulumi-eks's own EFA node group does the same (nodejs/eks/nodes/nodegroup.ts).
         sg_ids = [sg.id, cluster_security_group_id]
 
         placement = None
@@ -132,7 +141,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
         lt = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             name=f"{args.cluster_name}-gpu",
-            description=f"{args.count} x {args.instance_type} training nodes",
+            # No node count here: any launch template change is a new version the node group
+            # rolls every node to, and scaling must not replace running nodes.
+            description=f"{args.instance_type} training nodes",
             block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                 device_name="/dev/xvda",
                 ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
@@ -157,7 +168,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
                                                      max_size=args.count)
         self.node_group = aws.eks.NodeGroup(
             f"{name}-nodes",
-            cluster_name=args.cluster_name,
+            cluster_name=cluster,
             node_group_name=f"{args.cluster_name}-gpu",
             node_role_arn=role.arn,
             # One subnet, one AZ: EFA needs it, and so does the FSx file system's locality.

@@ -61,9 +61,9 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
         root_volume_gib=g.root_volume.size_gib, root_volume_throughput=g.root_volume.throughput_mibps,
         root_volume_iops=g.root_volume.iops, local_storage_raid0=g.local_storage == "raid0",
         fast_image_pull=g.fast_image_pull,
-    ), vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id,
-        cluster_security_group_id=cluster.cluster.cluster_security_group_id,
-        depends_on=[cluster.cluster, cluster.pod_identity_agent])
+    ), vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id, cluster=cluster.cluster_name,
+        cluster_security_group_id=cluster.cluster_security_group_id,
+        depends_on=[cluster.pod_identity_agent])
     platform = AwsPlatform(cfg=cfg, cluster_name=cluster_name, network=network, cluster=cluster, gpu_nodes=gpu,
                            node_groups=[gpu.node_group, cluster.system_nodes])
     t = cfg.training

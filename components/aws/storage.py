@@ -56,12 +56,20 @@ class FsxLustreVolume(pulumi.ComponentResource):
                           deletion_window_in_days=30, opts=keep)
         sg = aws.ec2.SecurityGroup(f"{name}-sg", vpc_id=vpc_id, description="FSx for Lustre: Lustre from GPU nodes",
                                    tags={"Name": f"{fsx.name}-fsx"}, opts=child)
+        # Lustre needs both directions: clients reach the servers, and the servers call back to
+        # the clients on the same ports. So the file system's group admits the clients (and
+        # itself), and the clients' group admits the file system (FSx for Lustre guide, "limit
+        # access with security groups"; FACTS "Deploy semantics").
         for lo, hi in LUSTRE_PORTS:
             for src_name, src in (("nodes", client_security_group_id), ("self", sg.id)):
                 aws.vpc.SecurityGroupIngressRule(
                     f"{name}-lustre-{lo}-{src_name}", security_group_id=sg.id, referenced_security_group_id=src,
                     ip_protocol="tcp", from_port=lo, to_port=hi, description=f"Lustre {lo}-{hi} from {src_name}",
                     opts=child)
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-lustre-{lo}-to-nodes", security_group_id=client_security_group_id,
+                referenced_security_group_id=sg.id, ip_protocol="tcp", from_port=lo, to_port=hi,
+                description=f"Lustre {lo}-{hi} from the FSx file system", opts=child)
         aws.vpc.SecurityGroupEgressRule(f"{name}-egress", security_group_id=sg.id, cidr_ipv4="0.0.0.0/0",
                                         ip_protocol="-1", description="replies, S3 data repository", opts=child)
         fs = aws.fsx.LustreFileSystem(

@@ -13,13 +13,11 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
-from components.aws import iam
 
 from components.stack import versions
 from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 
 GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-FSX_POLICY = "arn:aws:iam::aws:policy/AmazonFSxFullAccess"
 
 
 class ClusterAddonsArgs(BaseModel):
@@ -28,7 +26,7 @@ class ClusterAddonsArgs(BaseModel):
     instance_type: str
     efa: bool
     # None for a bring-your-own cluster: no AWS resources (the CSI driver is then the cluster's).
-    cluster_name: Optional[str] = None
+    kubernetes_version: Optional[str] = None
 
 
 def nvidia_plugin_values(a: ClusterAddonsArgs) -> dict:
@@ -55,7 +53,10 @@ def _release(name: str, chart: versions.Chart, values: dict, parent: pulumi.Reso
 
 
 class ClusterAddons(pulumi.ComponentResource):
-    def __init__(self, name: str, args: ClusterAddonsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: ClusterAddonsArgs, *, cluster: Optional[pulumi.Input[str]] = None,
+                 after: tuple[pulumi.Resource, ...] = (), opts: Optional[pulumi.ResourceOptions] = None):
+        """`cluster`: the created cluster's name as an output of the cluster (None on a
+        bring-your-own cluster); `after`: what the EKS add-on needs first (the Pod Identity agent)."""
         super().__init__("rltrain:index:ClusterAddons", name, None, opts)
         self.nvidia = _release("nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN, nvidia_plugin_values(args), self)
         self.efa = None
@@ -65,14 +66,15 @@ class ClusterAddons(pulumi.ComponentResource):
                                  f"{args.instance_type}; pin a release that does (components/stack/versions.py)")
             self.efa = _release("aws-efa-k8s-device-plugin", versions.EFA_DEVICE_PLUGIN, efa_plugin_values(args), self)
         self.fsx_csi = None
-        if args.cluster_name:
-            role = iam.pod_identity_role(f"{name}-fsx-csi-role", [FSX_POLICY], self)
+        if args.kubernetes_version and cluster is not None:
+            # No IAM role: a statically provisioned volume (the stack's FSx PV) needs no AWS API.
+            # The node plugin mounts with the Lustre client; only the controller's
+            # Create/Delete/ExpandVolume call FSx (kubernetes-sigs/aws-fsx-csi-driver pkg/driver/,
+            # FACTS "Deploy semantics"). The add-on's docs ask for the Pod Identity agent first.
+            # Its node DaemonSet tolerates all taints by default (node.tolerateAllTaints), so it
+            # runs on the GPU nodes; no configuration_values (an unknown key fails only at `up`).
             self.fsx_csi = aws.eks.Addon(
-                f"{name}-fsx-csi", cluster_name=args.cluster_name, addon_name=versions.FSX_CSI_ADDON,
-                pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
-                    role_arn=role.arn, service_account=versions.FSX_CSI_SERVICE_ACCOUNT)],
-                # The node DaemonSet must run on the tainted GPU nodes; the add-on's defaults
-                # tolerate all taints. No configuration_values: a key the add-on schema does not
-                # know would fail only at `pulumi up`.
-                opts=pulumi.ResourceOptions(parent=self))
+                f"{name}-fsx-csi", cluster_name=cluster, addon_name=versions.FSX_CSI_ADDON,
+                addon_version=versions.eks_addons(args.kubernetes_version)[versions.FSX_CSI_ADDON],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)))
         self.register_outputs({})

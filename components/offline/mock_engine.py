@@ -10,13 +10,14 @@ placeholder `[known after deploy: <resource>.<output>]`; secrets are recorded as
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextvars
 import os
 import runpy
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
@@ -44,9 +45,34 @@ _OUTPUTS: dict[str, tuple[str, ...]] = {
     "aws:fsx/lustreFileSystem:LustreFileSystem": ("id", "arn", "dnsName", "mountName"),
     "aws:kms/key:Key": ("id", "arn", "keyId"),
     "aws:iam/role:Role": ("id", "arn"),
+    # `clusterSecurityGroupId` is the control-plane group pulumi-eks creates, not the one EKS
+    # creates (pulumi-eks nodejs/eks/cluster/cluster.ts; FACTS "Deploy semantics").
     "eks:index:Cluster": ("kubeconfig", "kubeconfigJson", "clusterSecurityGroupId"),
     "eks:index:ManagedNodeGroup": ("nodeGroup",),
 }
+
+# Outputs of remote components that are resources themselves, answered as resource references
+# so that reading through them yields their own placeholders. pulumi-eks's `eksCluster` is the
+# aws.eks.Cluster: its `vpcConfig.clusterSecurityGroupId` is the cluster security group EKS
+# creates, distinct from the component's `clusterSecurityGroupId` above.
+_RESOURCE_OUTPUTS: dict[str, dict[str, str]] = {
+    "eks:index:Cluster": {"eksCluster": "aws:eks/cluster:Cluster"},
+}
+
+
+def eks_cluster_security_group(cluster: str) -> str:
+    """The placeholder of the security group EKS creates for the pulumi-eks Cluster `cluster`."""
+    return after_deploy(f"{cluster}.eksCluster", "vpcConfig.clusterSecurityGroupId")
+
+
+def _resource_output_state(typ: str, owner: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    if typ == "aws:eks/cluster:Cluster":
+        # The name is an input of the component (known at preview too); the rest only AWS knows.
+        return {"name": inputs.get("name") or after_deploy(f"{owner}.eksCluster", "name"),
+                "arn": after_deploy(f"{owner}.eksCluster", "arn"),
+                "vpcConfig": {"clusterSecurityGroupId": eks_cluster_security_group(owner),
+                              "vpcId": after_deploy(f"{owner}.eksCluster", "vpcConfig.vpcId")}}
+    return {}
 
 
 @dataclass
@@ -59,21 +85,58 @@ class Record:
     retain_on_delete: bool
     delete_before_replace: bool
     inputs: dict[str, Any]
+    # What the engine orders this resource after: the explicit `depends_on` and the property
+    # dependencies it receives in RegisterResource, plus the provider the resource is created
+    # through, each as `type::name` (names alone repeat across types).
     depends_on: list[str] = field(default_factory=list)
+    provider: Optional[str] = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.type}::{self.name}"
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        row = {
             "type": self.type,
             "name": self.name,
             "parent": self.parent,
             "custom": self.custom,
+            "dependsOn": self.depends_on,
+            "provider": self.provider,
             "options": {
                 "protect": self.protect,
                 "retainOnDelete": self.retain_on_delete,
                 "deleteBeforeReplace": self.delete_before_replace,
             },
-            "inputs": self.inputs,
+            "inputs": readable(self.inputs),
         }
+        decoded = _decoded(self)
+        if decoded:
+            row["decoded"] = decoded
+        return row
+
+
+def readable(value: Any) -> Any:
+    """The recorded inputs as a reviewer reads them: a multi-line string (a script in a ConfigMap,
+    a shell command) becomes its list of lines, so no line of resources.json is a whole file."""
+    if isinstance(value, dict):
+        return {k: readable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [readable(v) for v in value]
+    if isinstance(value, str) and "\n" in value:
+        return value.splitlines()
+    return value
+
+
+def _decoded(r: "Record") -> dict[str, Any]:
+    """Values the engine receives encoded, shown decoded beside them (never sent anywhere)."""
+    if r.type == "aws:ec2/launchTemplate:LaunchTemplate" and isinstance(r.inputs.get("userData"), str):
+        try:
+            text = base64.b64decode(r.inputs["userData"], validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            return {}
+        return {"userData": text.splitlines()}
+    return {}
 
 
 def normalise(value: Any) -> Any:
@@ -97,6 +160,24 @@ def normalise(value: Any) -> Any:
 
 def _name_of(urn: str) -> Optional[str]:
     return urn.rsplit("::", 1)[-1] if urn else None
+
+
+def _referenced(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        if value.get(rpc._special_sig_key) == rpc._special_resource_sig and value.get("urn"):
+            yield ref_of(value["urn"])
+            return
+        for v in value.values():
+            yield from _referenced(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _referenced(v)
+
+
+def ref_of(urn: str) -> str:
+    """`type::name` of a URN (the type without its parents' types)."""
+    parts = urn.split("::")
+    return f"{parts[2].split('$')[-1]}::{parts[3]}" if len(parts) >= 4 else urn
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -138,6 +219,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         id_, state = self.mocks.new_resource(pulumi.runtime.MockResourceArgs(
             typ=request.type, name=request.name, inputs=inputs, provider=request.provider,
             resource_id=request.importId, custom=request.custom or False))
+        for out, typ in _RESOURCE_OUTPUTS.get(request.type, {}).items():
+            state[out] = self._resource_reference(urn, typ, f"{request.name}-{out}",
+                                                  _resource_output_state(typ, request.name, inputs))
         obj = struct_pb2.Struct()
         obj.update(state)
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, id_, state)
@@ -151,9 +235,22 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             retain_on_delete=bool(request.retainOnDelete),
             delete_before_replace=bool(request.deleteBeforeReplace),
             inputs=normalise(inputs),
-            depends_on=sorted(_name_of(d) or d for d in request.dependencies),
+            # Plus resource references among the inputs: a remote component (pulumi-eks) gets none
+            # of them as dependencies (the SDK leaves them out), yet its registration waits for
+            # the referenced resource's URN, i.e. for that resource to be created.
+            depends_on=sorted({ref_of(d) for d in request.dependencies} | set(_referenced(inputs))),
+            # "urn::id"; the engine creates the resource through it, so it is an edge as well.
+            provider=ref_of(request.provider.rsplit("::", 1)[0]) if request.provider else None,
         ))
         return resource_pb2.RegisterResourceResponse(urn=urn, id=id_ or "", object=obj)
+
+    def _resource_reference(self, owner_urn: str, typ: str, name: str, state: dict[str, Any]) -> dict[str, Any]:
+        """Register a resource the engine would hand back by reference (not recorded: the program
+        did not create it) and return the wire form of the reference."""
+        urn = self.make_urn(owner_urn, typ, name)
+        rid = after_deploy(name, "id")
+        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, rid, state)
+        return {rpc._special_sig_key: rpc._special_resource_sig, "urn": urn, "id": rid}
 
 
 @dataclass

@@ -25,6 +25,7 @@ from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_TAINT_KEY, ROLE
 Resource = dict[str, Any]
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
+HUGEPAGES = "hugepages-2Mi"
 GPU_TAINT = GPU_TAINT_KEY
 # What a bring-your-own cluster's GPU nodes are documented to carry (README, Pulumi.byo.yaml).
 BYO_NODE_LABELS = dict(ROLE_LABEL)
@@ -68,6 +69,12 @@ class Context:
     instance: Optional[catalog.InstanceType]
     node_labels: dict[str, str]
     node_taints: tuple[str, ...]
+    # The GPU nodes run the EFA driver (any pod requests EFA devices): its pre-allocated huge
+    # pages come out of allocatable memory.
+    efa: bool = False
+
+    def allocatable(self) -> Optional[catalog.Allocatable]:
+        return self.instance.allocatable(efa=self.efa) if self.instance else None
 
 
 def _resources(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -115,7 +122,8 @@ def context(resources: list[Resource]) -> Context:
     if not labels:  # bring-your-own cluster: the documented labels and taint of its GPU nodes
         labels, taints = dict(BYO_NODE_LABELS), (GPU_TAINT,)
     instance = catalog.CATALOG.get(instance_type or "")
-    return Context(instance, labels, taints)
+    efa = any(pod_requests(p).get(EFA, 0) > 0 for p in pods(resources))
+    return Context(instance, labels, taints, efa)
 
 
 # --- quantities ---------------------------------------------------------------------------------
@@ -243,26 +251,51 @@ def _fits(resources, ctx):
     for p in pods(resources):
         if not p.requests_gpu():
             continue
-        for problem in fit_problems(p, ctx.instance):
+        for problem in fit_problems(p, ctx.instance, efa=ctx.efa):
             yield Violation("pod-fits-node", p.owner, problem,
                             "lower the request, or let the pod builder size it from the catalog")
 
 
-def fit_problems(p: Pod, it: catalog.InstanceType) -> list[str]:
-    alloc = it.allocatable()
+def fit_problems(p: Pod, it: catalog.InstanceType, *, efa: bool = False) -> list[str]:
+    """What does not fit: CPU and memory with the DaemonSets against the kubelet's allocatable,
+    which on EFA nodes is net of the driver's pre-allocated huge pages (a separate resource the
+    pod requests from the pool); GPUs and EFA devices against the instance's."""
+    alloc = it.allocatable(efa=efa)
     req = pod_requests(p)
     problems = []
     cpu = req.get("cpu", 0.0) + catalog.DAEMONSET_CPU_MILLI / 1000
     if cpu > alloc.cpu:
         problems.append(f"CPU {cpu:.2f} (with DaemonSets) > allocatable {alloc.cpu:.2f}")
-    mem_mib = (req.get("memory", 0.0) + req.get("hugepages-2Mi", 0.0)) / 2**20 + catalog.DAEMONSET_MEMORY_MIB
+    mem_mib = req.get("memory", 0.0) / 2**20 + catalog.DAEMONSET_MEMORY_MIB
     if mem_mib > alloc.memory_mib_conservative:
         problems.append(f"memory {mem_mib / 1024:.1f} GiB (with DaemonSets) > allocatable "
-                        f"{alloc.memory_gib_conservative:.1f} GiB")
+                        f"{alloc.memory_gib_conservative:.1f} GiB"
+                        + (f" (after {alloc.hugepages_2mi_mib} MiB of EFA huge pages)" if alloc.hugepages_2mi_mib else ""))
+    huge_mib = req.get(HUGEPAGES, 0.0) / 2**20
+    if huge_mib > alloc.hugepages_2mi_mib:
+        problems.append(f"{HUGEPAGES} {huge_mib:g} MiB > the node's pool of {alloc.hugepages_2mi_mib} MiB"
+                        + ("" if efa else " (huge pages are pre-allocated only with the EFA driver)"))
     for res, have in ((GPU, it.gpu_count), (EFA, it.efa_devices)):
         if req.get(res, 0) > have:
             problems.append(f"{res} {req[res]:g} > {have} on {it.name}")
     return problems
+
+
+@rule("efa-hugepages", "pods using EFA request hugepages-2Mi for libfabric or switch huge pages off")
+def _efa_hugepages(resources, ctx):
+    for p in pods(resources):
+        for c in p.containers:
+            res = _resources(c)
+            if EFA not in {**(res.get("limits") or {}), **(res.get("requests") or {})}:
+                continue
+            env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+            asks = HUGEPAGES in (res.get("limits") or {})
+            if not asks and env.get("FI_EFA_USE_HUGE_PAGE") != "0":
+                yield Violation("efa-hugepages", f"{p.owner}/{c.get('name')}",
+                                f"requests {EFA} but no {HUGEPAGES}: libfabric's EFA provider maps huge pages "
+                                "for its buffers and fails in a pod whose huge-page limit is 0",
+                                f"request {HUGEPAGES}: {catalog.EFA_POD_HUGEPAGES_MIB}Mi (the pod builder does), "
+                                "or set FI_EFA_USE_HUGE_PAGE=0")
 
 
 def _required_hostname_anti_affinity(p: Pod) -> bool:
@@ -384,20 +417,27 @@ def evaluate(resources: list[Resource], rules: Optional[Iterable[str]] = None) -
 def fit_report(resources: list[Resource]) -> list[str]:
     """Per GPU pod: allocatable beside requests plus DaemonSets, with the headroom."""
     ctx = context(resources)
-    it = ctx.instance
-    if it is None:
+    it, a = ctx.instance, ctx.allocatable()
+    if it is None or a is None:
         return []
-    a = it.allocatable()
+    huge = (f", EFA huge pages {a.hugepages_2mi_mib} MiB taken out ({catalog.EFA_HUGEPAGES_2MI} x 2 MiB, "
+            "EKS user guide; unverified on AL2023)") if a.hugepages_2mi_mib else ""
     lines = [f"fit on {it.name}: allocatable {a.cpu:.2f} CPU, {a.memory_gib_conservative:.1f} GiB "
-             f"(after 7.5 % VM overhead), {it.gpu_count} GPU, {it.efa_devices} EFA; DaemonSets "
-             f"{catalog.DAEMONSET_CPU_MILLI}m CPU, {catalog.DAEMONSET_MEMORY_MIB} MiB"]
+             f"(nodeadm formula, after 7.5 % VM overhead{huge}), {it.gpu_count} GPU, {it.efa_devices} EFA; "
+             f"DaemonSets {catalog.DAEMONSET_CPU_MILLI}m CPU, {catalog.DAEMONSET_MEMORY_MIB} MiB"]
     for p in pods(resources):
         if not p.requests_gpu():
             continue
         req = pod_requests(p)
         cpu = req.get("cpu", 0.0) + catalog.DAEMONSET_CPU_MILLI / 1000
-        mem = (req.get("memory", 0.0) + req.get("hugepages-2Mi", 0.0)) / 2**30 + catalog.DAEMONSET_MEMORY_MIB / 1024
+        mem = req.get("memory", 0.0) / 2**30 + catalog.DAEMONSET_MEMORY_MIB / 1024
         lines.append(f"  {p.owner}: {req.get('cpu', 0):g} CPU, {req.get('memory', 0) / 2**30:.1f} GiB, "
-                     f"{req.get(GPU, 0):g} GPU, {req.get(EFA, 0):g} EFA -> headroom {a.cpu - cpu:.2f} CPU, "
-                     f"{a.memory_gib_conservative - mem:.1f} GiB")
+                     f"{req.get(HUGEPAGES, 0) / 2**20:g} MiB huge pages, {req.get(GPU, 0):g} GPU, "
+                     f"{req.get(EFA, 0):g} EFA -> headroom {a.cpu - cpu:.2f} CPU, "
+                     f"{a.memory_gib_conservative - mem:.1f} GiB, "
+                     f"{a.hugepages_2mi_mib - req.get(HUGEPAGES, 0) / 2**20:g} MiB huge pages")
     return lines
+
+
+# The deploy model's rules (order, reachability, privilege) register themselves here too.
+from components.offline import deploy_model  # noqa: E402,F401

@@ -25,7 +25,7 @@ from typing import Any, Optional
 import yaml
 
 from components.stack import config as config_mod
-from components.offline import policy
+from components.offline import deploy_model, policy
 from components.offline import replacement
 from components.stack import stackfile
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
@@ -142,6 +142,7 @@ def summary(rendered: Rendered) -> str:
         "  resources by type:",
     ]
     lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]
+    lines += ["  " + line for line in deploy_model.flow_table(rendered.resources)]
     lines += ["  " + line for line in policy.fit_report(rendered.resources)]
     return "\n".join(lines)
 

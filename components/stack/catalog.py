@@ -9,12 +9,13 @@ Sources (see ../shared/FACTS.md):
 - EFA devices / network cards: awsome-distributed-training `2.gpu-cluster-healthcheck` instance
   profiles; terraform-aws-eks `modules/eks-managed-node-group` (one interface per network card).
 - max pods: amazon-eks-ami nodeadm `internal/kubelet` defaults.
-- NCCL bus bandwidth (2 nodes, all_reduce_perf, 1 GiB): awsome-distributed-training
-  `micro-benchmarks/nccl-tests/README.md`.
+- NCCL bus bandwidth (2 nodes, all_reduce_perf): awsome-distributed-training
+  `micro-benchmarks/nccl-tests/README.md` (EKS section for p5, Slurm table for p4de).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -28,6 +29,17 @@ _KUBE_RESERVED_MIB_BASE = 255
 # Memory the hypervisor and kernel keep: Karpenter assumes 7.5 %; used for the conservative figure.
 VM_MEMORY_OVERHEAD = 0.075
 
+# Huge pages the EFA driver pre-allocates on every EFA-enabled instance: "5128 2MiB Huge Pages"
+# (EKS user guide, ml/node-efa). The kubelet takes huge-page reservations out of allocatable
+# memory. The exact count on an AL2023 p5/p4de node is unverified (the EFA configuration sizes it
+# per vCPU): read `status.allocatable.hugepages-2Mi` on a real node and correct this figure.
+EFA_HUGEPAGES_2MI = 5128
+HUGEPAGE_MIB = 2
+# What one EFA pod requests of them: the reference Kubernetes NCCL job's worker figure
+# (awsome-distributed-training micro-benchmarks/nccl-tests/kubernetes/nccl-tests.yaml). The EFA
+# provider (libfabric) uses huge pages for its bounce buffers; one such pod runs per node.
+EFA_POD_HUGEPAGES_MIB = 5120
+
 # DaemonSets on every GPU node (aws-node, kube-proxy, EFA plugin, FSx CSI node, NVIDIA plugin,
 # dcgm-exporter), chart-default requests summed (FACTS.md).
 DAEMONSET_CPU_MILLI = 165
@@ -39,6 +51,25 @@ class Price:
     usd_per_hour: float
     date: str
     source: str
+
+
+@dataclass(frozen=True)
+class NcclReference:
+    """A published NCCL all_reduce_perf bus bandwidth for 2 nodes (16 GPUs), and where it holds.
+
+    Compare like with like: the size it was published at, and whether it was measured on EKS or
+    under Slurm (another software stack and launcher; FACTS "Network performance anchors").
+    """
+
+    busbw_gbps: float
+    size_bytes: int
+    platform: str  # "EKS" or "Slurm"
+    source: str
+
+    @property
+    def label(self) -> str:
+        size = f"{self.size_bytes >> 30} GiB" if self.size_bytes % (1 << 30) == 0 else f"{self.size_bytes} B"
+        return f"{self.busbw_gbps:g} GB/s at {size}, {self.platform} figure, {self.source}"
 
 
 @dataclass(frozen=True)
@@ -58,9 +89,8 @@ class InstanceType:
     # GPUDirect RDMA over EFA (p4d and newer); g5/g6 EFA carries host-staged traffic only.
     gpudirect_rdma: bool
     price: Optional[Price]
-    # Published NCCL all_reduce_perf bus bandwidth for 2 nodes at 1 GiB, GB/s, with its source.
-    nccl_busbw_2node_gbps: Optional[float] = None
-    nccl_busbw_source: str = ""
+    # Published NCCL all_reduce_perf bus bandwidth for 2 nodes, with its size, platform and source.
+    nccl_reference: Optional[NcclReference] = None
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -79,8 +109,9 @@ class InstanceType:
     def nvme_total_gib(self) -> int:
         return self.nvme_disks * self.nvme_disk_gib
 
-    def allocatable(self) -> "Allocatable":
-        return node_allocatable(self)
+    def allocatable(self, *, efa: bool = False) -> "Allocatable":
+        """What the kubelet offers; `efa`: the EFA driver is installed (its huge pages come out)."""
+        return node_allocatable(self, efa=efa)
 
 
 @dataclass(frozen=True)
@@ -92,6 +123,8 @@ class Allocatable:
     memory_mib: int
     # Conservative: as above, after the VM overhead the instance never exposes.
     memory_mib_conservative: int
+    # Pre-allocated 2 MiB huge pages (EFA), already taken out of both memory figures.
+    hugepages_2mi_mib: int = 0
 
     @property
     def cpu(self) -> float:
@@ -128,17 +161,24 @@ def kube_reserved_memory_mib(max_pods: int) -> int:
     return _KUBE_RESERVED_MIB_PER_POD * max_pods + _KUBE_RESERVED_MIB_BASE
 
 
-def node_allocatable(it: InstanceType) -> Allocatable:
+def node_allocatable(it: InstanceType, *, efa: bool = False) -> Allocatable:
     cpu = it.vcpu * 1000 - kube_reserved_cpu_milli(it.vcpu)
-    reserved = kube_reserved_memory_mib(it.max_pods) + _EVICTION_HARD_MIB
+    hugepages = EFA_HUGEPAGES_2MI * HUGEPAGE_MIB if efa and it.has_efa else 0
+    reserved = kube_reserved_memory_mib(it.max_pods) + _EVICTION_HARD_MIB + hugepages
     capacity_mib = it.memory_gib * GIB_IN_MIB
     nominal = capacity_mib - reserved
     conservative = math.floor(capacity_mib * (1 - VM_MEMORY_OVERHEAD)) - reserved
-    return Allocatable(cpu_milli=cpu, memory_mib=nominal, memory_mib_conservative=conservative)
+    return Allocatable(cpu_milli=cpu, memory_mib=nominal, memory_mib_conservative=conservative,
+                       hugepages_2mi_mib=hugepages)
 
 
 _SKY = "skypilot catalog catalogs/v8/aws/vms.csv, us-east-1 on-demand"
 _NCCL_SRC = "awsome-distributed-training micro-benchmarks/nccl-tests/README.md"
+# p5 on EKS, 2023 stack (EFA installer 1.28, aws-ofi-nccl 1.7.3, NCCL 2.18.5): 313.3 GB/s at
+# 1 GiB, 437.8 GB/s at 2 GiB. The 2 GiB row is the one near the Slurm plateau (437-444 GB/s).
+_P5_EKS = NcclReference(437.8, 2 << 30, "EKS", f"{_NCCL_SRC}, Kubernetes section (2023 stack)")
+# p4de has no published EKS figure: the Slurm table's 1 GiB row, labelled as such.
+_P4DE_SLURM = NcclReference(76.8, 1 << 30, "Slurm", f"{_NCCL_SRC}, Slurm table (no EKS figure published)")
 
 _TYPES = (
     InstanceType(
@@ -147,21 +187,21 @@ _TYPES = (
         nvme_disk_gib=1000, max_pods=737, gpudirect_rdma=True,
         # The mid-2025 price cut lowered P4 prices; only the older list price was seen for p4d.
         price=Price(32.77, "2023-06", "AWS list price before the 2025-06 P4/P5 cut: re-check"),
-        nccl_busbw_2node_gbps=76.8, nccl_busbw_source=f"{_NCCL_SRC} (p4de figure, same network)",
+        nccl_reference=dataclasses.replace(_P4DE_SLURM, source=_P4DE_SLURM.source + "; p4de figure, same network"),
     ),
     InstanceType(
         name="p4de.24xlarge", vcpu=96, memory_gib=1152, gpu_model="A100-SXM4-80GB", gpu_count=8,
         gpu_memory_gib=80, efa_devices=4, network_cards=4, network_gbps=400, nvme_disks=8,
         nvme_disk_gib=1000, max_pods=737, gpudirect_rdma=True,
         price=Price(27.45, "2025-06", _SKY),
-        nccl_busbw_2node_gbps=76.8, nccl_busbw_source=_NCCL_SRC,
+        nccl_reference=_P4DE_SLURM,
     ),
     InstanceType(
         name="p5.48xlarge", vcpu=192, memory_gib=2048, gpu_model="H100-SXM5-80GB", gpu_count=8,
         gpu_memory_gib=80, efa_devices=32, network_cards=32, network_gbps=3200, nvme_disks=8,
         nvme_disk_gib=3840, max_pods=100, gpudirect_rdma=True,
         price=Price(55.04, "2025-06", _SKY),
-        nccl_busbw_2node_gbps=437.0, nccl_busbw_source=_NCCL_SRC,
+        nccl_reference=_P5_EKS,
     ),
     InstanceType(
         name="p5e.48xlarge", vcpu=192, memory_gib=2048, gpu_model="H200-141GB", gpu_count=8,
@@ -169,7 +209,7 @@ _TYPES = (
         nvme_disk_gib=3840, max_pods=100, gpudirect_rdma=True,
         # Sold through Capacity Blocks only: no on-demand price to quote.
         price=None,
-        nccl_busbw_2node_gbps=437.0, nccl_busbw_source=f"{_NCCL_SRC} (p5 figure, same network)",
+        nccl_reference=dataclasses.replace(_P5_EKS, source=_P5_EKS.source + "; p5 figure, same network"),
         notes=("capacity blocks only; no on-demand price",),
     ),
     InstanceType(
@@ -177,7 +217,7 @@ _TYPES = (
         gpu_memory_gib=141, efa_devices=16, network_cards=16, network_gbps=3200, nvme_disks=8,
         nvme_disk_gib=3840, max_pods=198, gpudirect_rdma=True,
         price=Price(63.30, "2025-06", _SKY),
-        nccl_busbw_2node_gbps=437.0, nccl_busbw_source=f"{_NCCL_SRC} (p5 figure, same bandwidth)",
+        nccl_reference=dataclasses.replace(_P5_EKS, source=_P5_EKS.source + "; p5 figure, same bandwidth"),
     ),
     InstanceType(
         name="g6.12xlarge", vcpu=48, memory_gib=192, gpu_model="L4-24GB", gpu_count=4,

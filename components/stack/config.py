@@ -276,7 +276,9 @@ class NcclTest(_Model):
     enabled: bool = False
     install_mpi_operator: bool = True
     image: str = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.42.0-ofiv1.16.0-ncclv2.27.5-1-testsv2.16.4"
-    message_size_bytes: int = Field(1 << 30, ge=8)
+    # The size whose bus bandwidth is checked; default: the size the instance type's reference
+    # figure was published at (catalog.NcclReference), so the check compares like with like.
+    message_size_bytes: Optional[int] = Field(None, ge=8)
     # Pass when bus bandwidth >= this fraction of the published 2-node figure of the instance type.
     min_bus_bw_fraction: float = Field(0.9, gt=0, le=1.5)
 
@@ -489,10 +491,10 @@ def _cross_checks(cfg: StackConfig, region: Optional[str], config_keys: set[str]
         if g.count < 2:
             p.append((_path(("workloads", "ncclTest", "enabled")),
                       "the NCCL test measures the network between nodes: gpuNodes.count >= 2"))
-        if it.nccl_busbw_2node_gbps is None:
+        if it.nccl_reference is None:
             p.append((_path(("workloads", "ncclTest", "enabled")),
                       f"no published bus bandwidth for {it.name} to check against; "
-                      f"types with one: {', '.join(t for t, v in catalog.CATALOG.items() if v.nccl_busbw_2node_gbps)}"))
+                      f"types with one: {', '.join(t for t, v in catalog.CATALOG.items() if v.nccl_reference)}"))
     try:
         check_pinned_image(w.nccl_test.image)
     except ValueError as e:

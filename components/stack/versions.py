@@ -27,3 +27,33 @@ EFA_PLUGIN_KNOWN_TYPES = ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.4
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 POD_IDENTITY_ADDON = "eks-pod-identity-agent"
+VPC_CNI_ADDON = "vpc-cni"
+KUBE_PROXY_ADDON = "kube-proxy"
+COREDNS_ADDON = "coredns"
+
+# EKS managed add-on versions, per Kubernetes minor. Every add-on the stack creates (the ones
+# pulumi-eks creates for it included) takes its version from here: an unpinned add-on resolves
+# the newest build on every `up` and can roll aws-node across busy GPU nodes.
+EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
+    # AWS EKS user guide add-on tables (managing-vpc-cni, -kube-proxy, -coredns), 1.34 rows.
+    "1.34": {VPC_CNI_ADDON: "v1.20.4-eksbuild.1", KUBE_PROXY_ADDON: "v1.34.1-eksbuild.2",
+             COREDNS_ADDON: "v1.12.4-eksbuild.1", POD_IDENTITY_ADDON: "v1.3.10-eksbuild.2",
+             FSX_CSI_ADDON: "v1.9.0-eksbuild.1"},
+    # awslabs/cdk-eks-blueprints lib/addons/*/index.ts version maps (2026-04-08).
+    "1.35": {VPC_CNI_ADDON: "v1.21.1-eksbuild.1", KUBE_PROXY_ADDON: "v1.35.0-eksbuild.2",
+             COREDNS_ADDON: "v1.13.2-eksbuild.3", POD_IDENTITY_ADDON: "v1.3.10-eksbuild.2",
+             FSX_CSI_ADDON: "v1.9.0-eksbuild.1"},
+    # The defaults a 1.36 cluster picked in a recorded deploy (2026-09-16); no AWS table seen.
+    "1.36": {VPC_CNI_ADDON: "v1.22.4-eksbuild.3", KUBE_PROXY_ADDON: "v1.36.0-eksbuild.21",
+             COREDNS_ADDON: "v1.14.3-eksbuild.16", POD_IDENTITY_ADDON: "v1.3.10-eksbuild.3",
+             FSX_CSI_ADDON: "v1.9.0-eksbuild.1"},
+}
+# Not verified against the EKS API from here (no AWS account): the FSx CSI build is the one seen
+# pinned for 1.35 (driver appVersion 1.9.0) and assumed for 1.34/1.36. Before the first `up` of
+# a new minor, compare with `aws eks describe-addon-versions --kubernetes-version 1.35
+# --addon-name <name>`; a wrong build fails at `up`, a floating one rolls nodes unasked.
+
+
+def eks_addons(kubernetes_version: str) -> dict[str, str]:
+    """The pinned add-on versions for a Kubernetes minor (config allows only the minors listed)."""
+    return EKS_ADDON_VERSIONS[kubernetes_version]

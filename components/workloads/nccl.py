@@ -3,9 +3,10 @@
 Everything the reference typed by hand (1 GPU / 1 EFA per worker, SEED-DEFECTS D15) is derived:
 slotsPerWorker = GPUs per node, workers = GPU node count, `-np` = nodes x GPUs, and each worker
 requests all GPUs and EFA devices of its node. The launcher pipes the output through
-`/scripts/nccl_check.py`, which fails the launcher when the bus bandwidth at
-`ncclTest.messageSizeBytes` is below `minBusBwFraction` x the published 2-node figure of the
-instance type (catalog) - a run that silently fell back to TCP (~3 GB/s on p5) fails loudly.
+`/scripts/nccl_check.py`, which fails the launcher when the bus bandwidth is below
+`minBusBwFraction` x the published 2-node figure of the instance type (catalog.NcclReference), at
+the size that figure was published at (p5: 437.8 GB/s at 2 GiB on EKS; p4de: 76.8 GB/s at 1 GiB,
+a Slurm figure, labelled so) - a run that silently fell back to TCP (~3 GB/s on p5) fails loudly.
 
 Workers follow the mpi-operator convention for OpenMPI: they run sshd in the foreground
 (`/usr/sbin/sshd -De`; the hpc-cloud nccl-tests image installs openssh-server) and the launcher
@@ -42,15 +43,27 @@ COMPONENT = "nccl-test"
 ALL_REDUCE = "/opt/nccl-tests/build/all_reduce_perf"
 CHECK = "/scripts/nccl_check.py"
 MAX_BYTES = 16 << 30  # -e 16G, the published sweep
+ITERATIONS = 100  # -n 100, and -c 1 (check results), as the reference Kubernetes job
+# The reference Kubernetes MPIJob (awsome-distributed-training micro-benchmarks/nccl-tests/
+# kubernetes/nccl-tests.yaml): NCCL buffer and chunk sizes, and the aws-ofi-nccl tuner shipped in
+# the hpc-cloud nccl-tests image at this path. Only with EFA (FI_PROVIDER=efa).
+REFERENCE_NCCL_ENV = {
+    "NCCL_BUFFSIZE": "8388608",
+    "NCCL_P2P_NET_CHUNKSIZE": "524288",
+    "NCCL_TUNER_PLUGIN": "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-ofi-tuner.so",
+}
+# OpenMPI transport for the launcher's own traffic (not NCCL's): no UCX, TCP between ranks, and
+# never over loopback or container bridges (same reference job).
+MPI_TRANSPORT = ("--mca", "pml", "^ucx", "--mca", "btl", "tcp,self",
+                 "--mca", "btl_tcp_if_exclude", "lo,docker0,veth_def_agent")
 RUN_SECONDS = 30 * 60
 DEADLINE_SECONDS = RUN_SECONDS + pod.IMAGE_PULL_MARGIN_SECONDS
 # Launcher: mpirun and ssh only.
 LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}
-# Worker: hugepages for the EFA provider, memory for NCCL's host buffers; /dev/shm (NCCL's
+# Worker: memory for NCCL's host buffers; /dev/shm (NCCL's
 # intra-node transport, well under 1 GiB for 8 GPUs) is charged to the memory limit.
 WORKER_CPU = "8"
 WORKER_MEMORY = "32Gi"
-WORKER_HUGEPAGES = "5120Mi"
 WORKER_SHM_GIB = 8
 SSHD_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE",
                      "SETGID", "SETUID", "SYS_CHROOT")
@@ -60,11 +73,28 @@ class NcclTestArgs(pod.WorkloadArgs):
     pass
 
 
+def reference(cfg: StackConfig) -> catalog.NcclReference:
+    ref = cfg.gpu_nodes.instance.nccl_reference
+    if ref is None:  # config validation refuses the NCCL test without one
+        raise ValueError(f"no published NCCL bus bandwidth for {cfg.gpu_nodes.instance_type}")
+    return ref
+
+
+def check_size(cfg: StackConfig) -> int:
+    """The size whose row is checked: the reference's own size unless config names another."""
+    return cfg.workloads.nccl_test.message_size_bytes or reference(cfg).size_bytes
+
+
 def min_busbw(cfg: StackConfig) -> float:
-    it = cfg.gpu_nodes.instance
-    if it.nccl_busbw_2node_gbps is None:
-        raise ValueError(f"no published NCCL bus bandwidth for {it.name}")
-    return round(cfg.workloads.nccl_test.min_bus_bw_fraction * it.nccl_busbw_2node_gbps, 2)
+    return round(cfg.workloads.nccl_test.min_bus_bw_fraction * reference(cfg).busbw_gbps, 2)
+
+
+def check_label(cfg: StackConfig) -> str:
+    g, ref = cfg.gpu_nodes, reference(cfg)
+    label = f"{g.count}x {g.instance_type}, {cfg.workloads.nccl_test.min_bus_bw_fraction} x {ref.label}"
+    if check_size(cfg) != ref.size_bytes:
+        label += f"; checked at {check_size(cfg)} B, not the published size: not like for like"
+    return label
 
 
 def _size(n: int) -> str:
@@ -72,23 +102,24 @@ def _size(n: int) -> str:
 
 
 def nccl_env(cfg: StackConfig) -> dict[str, str]:
-    return catalog.nccl_env(cfg.gpu_nodes.instance, cfg.gpu_nodes.efa_devices_per_node)
+    env = catalog.nccl_env(cfg.gpu_nodes.instance, cfg.gpu_nodes.efa_devices_per_node)
+    if "FI_PROVIDER" in env:
+        env.update(REFERENCE_NCCL_ENV)
+    return env
 
 
 def launcher_script(cfg: StackConfig) -> str:
     g = cfg.gpu_nodes
     it = g.instance
-    nt = cfg.workloads.nccl_test
     exported = [*sorted(nccl_env(cfg)), "LD_LIBRARY_PATH", "PATH"]
-    label = (f"{g.count}x {it.name}, {nt.min_bus_bw_fraction} x {it.nccl_busbw_2node_gbps} GB/s "
-             f"({it.nccl_busbw_source})")
     mpirun = [
         "mpirun", "--allow-run-as-root", "-np", str(g.count * it.gpu_count), "-N", str(it.gpu_count),
-        "--bind-to", "none", *[a for v in exported for a in ("-x", v)],
-        ALL_REDUCE, "-b", "8", "-e", _size(max(MAX_BYTES, nt.message_size_bytes)), "-f", "2", "-g", "1",
+        "--bind-to", "none", *MPI_TRANSPORT, *[a for v in exported for a in ("-x", v)],
+        ALL_REDUCE, "-b", "8", "-e", _size(max(MAX_BYTES, check_size(cfg))), "-f", "2", "-g", "1",
+        "-c", "1", "-n", str(ITERATIONS),
     ]
-    check = ["python3", CHECK, "--size", str(nt.message_size_bytes), "--min-busbw", str(min_busbw(cfg)),
-             "--label", label]
+    check = ["python3", CHECK, "--size", str(check_size(cfg)), "--min-busbw", str(min_busbw(cfg)),
+             "--label", check_label(cfg)]
     return f"set -o pipefail; {shlex.join(mpirun)} | {shlex.join(check)}"
 
 
@@ -137,7 +168,7 @@ def worker_resources(cfg: StackConfig) -> k8s.core.v1.ResourceRequirementsArgs:
     g = cfg.gpu_nodes
     extended = pod.PodSizing(cpu=0, memory_mib=0, shm_gib=0, gpus=g.instance.gpu_count,
                              efa=g.efa_devices_per_node).extended()
-    fixed = {"memory": WORKER_MEMORY, "hugepages-2Mi": WORKER_HUGEPAGES, **extended}
+    fixed = {"memory": WORKER_MEMORY, **extended}  # extended() carries the EFA huge pages
     return k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": WORKER_CPU, **fixed}, limits=fixed)
 
 

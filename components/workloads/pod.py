@@ -16,14 +16,18 @@ CPU request = floor((allocatable_cpu - DAEMONSET_CPU_MILLI - 2 % x allocatable_c
     proxy threads; the request already reserves nearly the whole node).
 
 Memory request = limit = floor((allocatable.memory_mib_conservative - DAEMONSET_MEMORY_MIB
-    - 2 % x memory_mib_conservative) / 1024) GiB.
-    p4de: 1 082 712 MiB conservative -> 1036 GiB;  p5: 1 938 410 MiB -> 1854 GiB;
-    g6: 178 933 MiB -> 171 GiB.
+    - 2 % x memory_mib_conservative) / 1024) GiB, where on EFA nodes allocatable is net of the
+    driver's pre-allocated huge pages (catalog.EFA_HUGEPAGES_2MI x 2 MiB = 10 256 MiB).
+    p4de: 1 072 456 MiB conservative -> 1026 GiB;  p5: 1 928 154 MiB -> 1845 GiB;
+    g6: 168 677 MiB -> 161 GiB.
+EFA pods also request `hugepages-2Mi` (catalog.EFA_POD_HUGEPAGES_MIB, 5120 MiB) from that pool
+for libfabric, as requests == limits beside GPUs and EFA devices.
 The memory-backed /dev/shm emptyDir is charged to the same pod memory cgroup (FACTS.md), i.e. it
 lives *inside* this limit, not beside it: pages the trainer writes to /dev/shm plus its own RSS
 must stay below the limit. `fits()` therefore checks (a) the whole limit plus the DaemonSets fits
-the conservative allocatable and (b) /dev/shm takes at most a quarter of the limit, which leaves
-p5 1854 - 128 = 1726 GiB and p4de 1036 - 72 = 964 GiB for the processes.
+the conservative allocatable, (b) /dev/shm takes at most a quarter of the limit, which leaves
+p5 1845 - 128 = 1717 GiB and p4de 1026 - 72 = 954 GiB for the processes, and (c) the huge pages
+fit the node's pool.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from components.stack.config import StackConfig
 from components.stack.labels import GPU_TAINT_KEY, MANAGED_BY, ROLE_LABEL
 
 GPU = "nvidia.com/gpu"
+HUGEPAGES = "hugepages-2Mi"
 EFA = "vpc.amazonaws.com/efa"
 CONTAINER = "trainer"
 PRIORITY_CLASS = "rltrain-training"
@@ -89,14 +94,22 @@ class PodSizing:
     cpu_limit: bool = False
 
     @property
+    def hugepages_mib(self) -> int:
+        """EFA pods request huge pages for libfabric (catalog.EFA_POD_HUGEPAGES_MIB) rather than
+        switching them off (FI_EFA_USE_HUGE_PAGE=0): the driver pre-allocates them on every EFA
+        node whether used or not, one GPU pod runs per node, and the reference NCCL job does so."""
+        return catalog.EFA_POD_HUGEPAGES_MIB if self.efa > 0 else 0
+
+    @property
     def memory_gib(self) -> int:
         return self.memory_mib // catalog.GIB_IN_MIB
 
     def extended(self) -> dict[str, str]:
-        """GPU and EFA, requests == limits; EFA omitted when 0."""
+        """GPU, EFA and the EFA huge pages, requests == limits; EFA and huge pages omitted when 0."""
         out = {GPU: str(self.gpus)}
         if self.efa > 0:
             out[EFA] = str(self.efa)
+            out[HUGEPAGES] = f"{self.hugepages_mib}Mi"
         return out
 
     def resources(self) -> k8s.core.v1.ResourceRequirementsArgs:
@@ -113,7 +126,7 @@ def shm_gib(cfg: StackConfig) -> int:
 
 
 def sizing_for(it: catalog.InstanceType, *, efa: int, shm: int) -> PodSizing:
-    alloc = it.allocatable()
+    alloc = it.allocatable(efa=efa > 0)
     cpu_milli = alloc.cpu_milli - catalog.DAEMONSET_CPU_MILLI - math.ceil(alloc.cpu_milli * CPU_HEADROOM)
     mem_mib = (alloc.memory_mib_conservative - catalog.DAEMONSET_MEMORY_MIB
                - math.ceil(alloc.memory_mib_conservative * MEMORY_HEADROOM))
@@ -123,9 +136,10 @@ def sizing_for(it: catalog.InstanceType, *, efa: int, shm: int) -> PodSizing:
 
 def fits(sizing: PodSizing, instance: catalog.InstanceType) -> bool:
     """True when the pod plus the GPU node's DaemonSets fit what the kubelet offers."""
-    alloc = instance.allocatable()
+    alloc = instance.allocatable(efa=sizing.efa > 0)
     return (
         sizing.cpu * 1000 + catalog.DAEMONSET_CPU_MILLI <= alloc.cpu_milli
+        and sizing.hugepages_mib <= alloc.hugepages_2mi_mib
         and sizing.memory_mib + catalog.DAEMONSET_MEMORY_MIB <= alloc.memory_mib_conservative
         and sizing.shm_gib * catalog.GIB_IN_MIB <= sizing.memory_mib * SHM_MAX_SHARE
         and 0 < sizing.gpus <= instance.gpu_count
@@ -138,7 +152,7 @@ def pod_sizing(cfg: StackConfig) -> PodSizing:
     sizing = sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node, shm=shm_gib(cfg))
     if not fits(sizing, it):
         raise ValueError(
-            f"training pod {sizing} does not fit {it.name} (allocatable {it.allocatable()}); "
+            f"training pod {sizing} does not fit {it.name} (allocatable {it.allocatable(efa=sizing.efa > 0)}); "
             f"/dev/shm ({sizing.shm_gib} GiB) may use at most {SHM_MAX_SHARE:.0%} of the memory limit: "
             "lower rltrain:workloads.shmSizeGiB"
         )

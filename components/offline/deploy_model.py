@@ -1,0 +1,436 @@
+"""Deploy model: what the engine, AWS and the kubelet will do with the recorded resources.
+
+The policy rules check what the program declares; these rules check what happens when it is
+deployed, from the same resource view (a row of `rendered/<stack>/resources.json`):
+
+- **Order** (`deploy-order`): the engine creates a resource only after everything it depends on:
+  its `dependsOn` (explicit `depends_on` and property dependencies, as sent in RegisterResource),
+  its `provider` and its `parent`. Whatever acts on the cluster must reach the cluster through
+  those edges, and every GPU workload must reach the GPU node group, the device plugins it needs
+  and its volume; otherwise `pulumi up` may create it first and it fails or hangs.
+- **Reachability** (`network-flows`): from the recorded security groups and rules, plus what EKS
+  documents for the groups it creates itself, every flow a working cluster needs is derived and
+  checked; the render summary prints the table.
+- **Privilege** (`least-privilege`): no role holds a `*FullAccess` managed policy or a wildcard
+  action on a wildcard resource unless `PRIVILEGE_EXCEPTIONS` (and the README) say why.
+
+Memory (allocatable minus the EFA huge pages, every GPU pod fits, EFA pods take huge pages) is
+checked by the `pod-fits-node` and `efa-hugepages` rules in `policy.py`.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Optional
+
+from components.offline.policy import GPU, EFA, Violation, k8s_objects, pods, rule
+
+Resource = dict[str, Any]
+_PLACEHOLDER = re.compile(r"^\[known after deploy: (?P<res>.+)\.(?P<out>[^.\]]+)\]$")
+
+CLUSTER_TYPES = ("eks:index:Cluster", "aws:eks/cluster:Cluster")
+# Resources that act on the cluster: they need it to exist first.
+ACTS_ON_CLUSTER = ("aws:eks/addon:Addon", "aws:eks/accessEntry:AccessEntry",
+                   "aws:eks/podIdentityAssociation:PodIdentityAssociation", "aws:eks/nodeGroup:NodeGroup",
+                   "eks:index:ManagedNodeGroup", "pulumi:providers:kubernetes")
+
+
+def ref(r: Resource) -> str:
+    return f"{r['type']}::{r['name']}"
+
+
+# --- order ----------------------------------------------------------------------------------------
+
+
+class Graph:
+    """The engine's ordering edges: dependsOn, provider and parent (a child waits for its parent)."""
+
+    def __init__(self, resources: list[Resource]):
+        self.rows = {ref(r): r for r in resources}
+        components = {r["name"]: ref(r) for r in resources if not r.get("custom")}
+        self.edges: dict[str, set[str]] = collections.defaultdict(set)
+        for r in resources:
+            me = ref(r)
+            self.edges[me].update(r.get("dependsOn") or [])
+            if r.get("provider"):
+                self.edges[me].add(r["provider"])
+            if r.get("parent") and r["parent"] in components:
+                self.edges[me].add(components[r["parent"]])
+
+    def reaches(self, start: str, targets: set[str]) -> bool:
+        seen, todo = {start}, [start]
+        while todo:
+            node = todo.pop()
+            for nxt in self.edges.get(node, ()):
+                if nxt in targets:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    def order(self) -> list[list[str]]:
+        """Creation waves: each resource after everything it depends on (for the README)."""
+        known = set(self.rows)
+        depth: dict[str, int] = {}
+
+        def level(node: str, stack: frozenset = frozenset()) -> int:
+            if node in depth:
+                return depth[node]
+            deps = [d for d in self.edges.get(node, ()) if d in known and d not in stack]
+            depth[node] = 1 + max((level(d, stack | {node}) for d in deps), default=-1)
+            return depth[node]
+
+        for node in known:
+            level(node)
+        waves: dict[int, list[str]] = collections.defaultdict(list)
+        for node, d in depth.items():
+            waves[d].append(node)
+        return [sorted(waves[d]) for d in sorted(waves)]
+
+
+def _cluster_refs(resources: list[Resource]) -> set[str]:
+    refs = {ref(r) for r in resources if r["type"] in CLUSTER_TYPES}
+    # The aws.eks.Cluster pulumi-eks hands back by reference is part of the component.
+    for r in resources:
+        for d in r.get("dependsOn") or []:
+            if d.split("::", 1)[0] in CLUSTER_TYPES:
+                refs.add(d)
+    return refs
+
+
+def _is_gpu_node_group(r: Resource) -> bool:
+    return r["type"] == "aws:eks/nodeGroup:NodeGroup" and any(
+        t.get("key") == GPU for t in (r["inputs"].get("taints") or []))
+
+
+def _release(resources: list[Resource], chart: str) -> Optional[Resource]:
+    return next((r for r in resources if r["type"] == "kubernetes:helm.sh/v3:Release"
+                 and r["inputs"].get("chart") == chart), None)
+
+
+@rule("deploy-order", "everything acting on the cluster comes after it; GPU workloads after the GPU "
+                      "nodes, the device plugins and their volume")
+def _order(resources, ctx):
+    graph = Graph(resources)
+    clusters = _cluster_refs(resources)
+    if clusters:
+        for r in resources:
+            acts = r["type"] in ACTS_ON_CLUSTER or (r["type"].startswith("kubernetes:") and r.get("custom"))
+            if acts and ref(r) not in clusters and not graph.reaches(ref(r), clusters):
+                yield Violation("deploy-order", f"{r['type']} {r['name']}",
+                                "has no path to the EKS cluster through dependsOn, provider or parent: "
+                                "`pulumi up` may create it before the cluster exists",
+                                "take the cluster name from the cluster's output (EksCluster.cluster_name) "
+                                "or add depends_on=[the cluster]", r["name"])
+    gpu_groups = {ref(r) for r in resources if _is_gpu_node_group(r)}
+    nvidia = _release(resources, "nvidia-device-plugin")
+    efa = _release(resources, "aws-efa-k8s-device-plugin")
+    claims = {(o.get("metadata") or {}).get("name"): ref(r) for r, o in k8s_objects(resources)
+              if o.get("kind") == "PersistentVolumeClaim"}
+    for p in pods(resources):
+        if not p.requests_gpu():
+            continue
+        owner = next(r for r in resources if r["name"] == p.pulumi_name and r.get("custom"))
+        need: list[tuple[str, set[str]]] = []
+        if gpu_groups:
+            need.append(("the GPU node group", gpu_groups))
+        if nvidia:
+            need.append(("the NVIDIA device plugin", {ref(nvidia)}))
+        requests_efa = any(EFA in ((c.get("resources") or {}).get("limits") or {}) for c in p.containers)
+        if requests_efa and efa:
+            need.append(("the EFA device plugin", {ref(efa)}))
+        for v in p.spec.get("volumes") or []:
+            claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim in claims:
+                need.append((f"its volume claim {claim}", {claims[claim]}))
+        for what, targets in need:
+            if not graph.reaches(ref(owner), targets):
+                yield Violation("deploy-order", p.owner, f"is not ordered after {what}: created first, its pods "
+                                "stay Pending (or fail their deadline) until it exists",
+                                f"add depends_on on {what}", owner["name"])
+
+
+# --- reachability ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SgRule:
+    direction: str  # "ingress" | "egress"
+    sg: str  # the group the rule sits on (its placeholder id)
+    peer_sg: Optional[str]
+    cidr: Optional[str]
+    protocol: str  # "-1", "tcp", "udp"
+    lo: int
+    hi: int
+    name: str
+
+    def admits(self, protocol: str, lo: int, hi: int) -> bool:
+        if self.protocol == "-1":
+            return True
+        return self.protocol == protocol and self.lo <= lo and hi <= self.hi
+
+
+@dataclass
+class Endpoint:
+    name: str
+    sgs: list[str]
+    # Every network interface's groups (EFA traffic uses all of them); the primary's otherwise.
+    interfaces: list[list[str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Flow:
+    name: str
+    src: str
+    dst: str
+    protocol: str
+    ports: tuple[int, int]
+    # EFA's SRD traffic is carried only by a rule that references the group (not a CIDR rule):
+    # memory registration fails otherwise (KNOWN-FAILURES F4).
+    sg_reference_only: bool = False
+    all_interfaces: bool = False
+
+
+@dataclass(frozen=True)
+class FlowResult:
+    flow: Flow
+    ok: bool
+    via: str  # the rules that carry it, or what is missing
+
+
+INTERNET = "internet"
+# What EKS documents for the cluster security group it creates: it admits all traffic from its
+# members and allows all egress (EKS user guide, "cluster security group requirements"). The
+# control plane's ENIs carry it, so do managed nodes without a custom launch template.
+EKS_SG_IMPLICIT = ("ingress self all", "egress 0.0.0.0/0 all")
+
+
+def _sg_id_of(r: Resource) -> str:
+    return f"[known after deploy: {r['name']}.id]"
+
+
+def security_rules(resources: list[Resource]) -> list[SgRule]:
+    out = []
+    for r in resources:
+        i = r["inputs"]
+        if r["type"] in ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+                         "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"):
+            direction = "ingress" if "Ingress" in r["type"] else "egress"
+            proto = str(i.get("ipProtocol", "-1"))
+            lo, hi = (0, 65535) if proto == "-1" else (int(i.get("fromPort", 0)), int(i.get("toPort", 65535)))
+            out.append(SgRule(direction, i.get("securityGroupId"), i.get("referencedSecurityGroupId"),
+                              i.get("cidrIpv4"), proto, lo, hi, r["name"]))
+    return out
+
+
+def endpoints(resources: list[Resource]) -> dict[str, Endpoint]:
+    """Control plane, system nodes, GPU nodes and FSx with the security groups each carries."""
+    eps: dict[str, Endpoint] = {}
+    cluster = next((r for r in resources if r["type"] == "eks:index:Cluster"), None)
+    if cluster is None:
+        return eps
+    eks_sg = f"[known after deploy: {cluster['name']}.eksCluster.vpcConfig.clusterSecurityGroupId]"
+    eps["control plane"] = Endpoint("control plane", [eks_sg])
+    if any(r["type"] == "eks:index:ManagedNodeGroup" for r in resources):
+        # No launch template of ours: EKS gives these nodes the cluster security group.
+        eps["system nodes"] = Endpoint("system nodes", [eks_sg])
+    templates = {_sg_id_of(r): r for r in resources if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"}
+    for r in resources:
+        if not _is_gpu_node_group(r):
+            continue
+        lt = templates.get(str((r["inputs"].get("launchTemplate") or {}).get("id")))
+        if lt is None:
+            eps["GPU nodes"] = Endpoint("GPU nodes", [eks_sg])
+            continue
+        nics = lt["inputs"].get("networkInterfaces") or []
+        interfaces = [list(n.get("securityGroups") or []) for n in nics]
+        primary = interfaces[0] if interfaces else list(lt["inputs"].get("vpcSecurityGroupIds") or [])
+        eps["GPU nodes"] = Endpoint("GPU nodes", primary, interfaces or [primary])
+    for r in resources:
+        if r["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            eps["FSx"] = Endpoint("FSx", list(r["inputs"].get("securityGroupIds") or []))
+    eps["_eks_sg"] = Endpoint("_eks_sg", [eks_sg])
+    return eps
+
+
+def required_flows(eps: dict[str, Endpoint]) -> list[Flow]:
+    flows = []
+    if "GPU nodes" in eps:
+        flows += [
+            Flow("GPU nodes -> API server", "GPU nodes", "control plane", "tcp", (443, 443)),
+            Flow("control plane -> GPU kubelet", "control plane", "GPU nodes", "tcp", (10250, 10250)),
+            Flow("GPU node <-> GPU node, all traffic (EFA, NCCL)", "GPU nodes", "GPU nodes", "-1", (0, 65535),
+                 sg_reference_only=True, all_interfaces=True),
+            Flow("GPU nodes -> registries, S3, AWS APIs", "GPU nodes", INTERNET, "tcp", (443, 443)),
+        ]
+        if "system nodes" in eps:
+            flows += [
+                Flow("GPU pods -> CoreDNS on system nodes (udp)", "GPU nodes", "system nodes", "udp", (53, 53)),
+                Flow("GPU pods -> CoreDNS on system nodes (tcp)", "GPU nodes", "system nodes", "tcp", (53, 53)),
+                # The MPI launcher has no GPU and runs on system nodes: ssh and OpenMPI's
+                # out-of-band TCP to the workers, and back; operators and webhooks likewise.
+                Flow("system nodes -> GPU nodes, all TCP (MPI launcher, operators)", "system nodes", "GPU nodes",
+                     "tcp", (0, 65535)),
+                Flow("GPU nodes -> system nodes, all TCP (MPI ranks, webhooks)", "GPU nodes", "system nodes",
+                     "tcp", (0, 65535)),
+            ]
+        if "FSx" in eps:
+            for lo, hi in ((988, 988), (1018, 1023)):
+                flows += [Flow(f"GPU nodes -> FSx Lustre {lo}-{hi}", "GPU nodes", "FSx", "tcp", (lo, hi)),
+                          Flow(f"FSx -> GPU nodes Lustre {lo}-{hi}", "FSx", "GPU nodes", "tcp", (lo, hi))]
+    if "system nodes" in eps:
+        flows += [Flow("system nodes -> API server", "system nodes", "control plane", "tcp", (443, 443)),
+                  Flow("system nodes -> registries, S3, AWS APIs", "system nodes", INTERNET, "tcp", (443, 443))]
+    return flows
+
+
+def _vpc_cidr(resources: list[Resource]) -> Optional[ipaddress.IPv4Network]:
+    vpc = next((r for r in resources if r["type"] == "aws:ec2/vpc:Vpc"), None)
+    try:
+        return ipaddress.ip_network(vpc["inputs"]["cidrBlock"]) if vpc else None
+    except (KeyError, ValueError):
+        return None
+
+
+def _cidr_covers(cidr: Optional[str], vpc: Optional[ipaddress.IPv4Network], internet: bool) -> bool:
+    if not cidr:
+        return False
+    try:
+        net = ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return False
+    if net.prefixlen == 0:
+        return True
+    return not internet and vpc is not None and vpc.subnet_of(net)
+
+
+def _rules_for(rules: list[SgRule], eks_sg: str) -> list[SgRule]:
+    implicit = [SgRule("ingress", eks_sg, eks_sg, None, "-1", 0, 65535, "EKS cluster SG (documented): self"),
+                SgRule("egress", eks_sg, None, "0.0.0.0/0", "-1", 0, 65535, "EKS cluster SG (documented): all out")]
+    return rules + implicit
+
+
+def evaluate_flows(resources: list[Resource]) -> list[FlowResult]:
+    eps = endpoints(resources)
+    if not eps:
+        return []
+    eks_sg = eps.pop("_eks_sg").sgs[0]
+    rules = _rules_for(security_rules(resources), eks_sg)
+    vpc = _vpc_cidr(resources)
+    results = []
+    for flow in required_flows(eps):
+        src = eps[flow.src]
+        src_sets = src.interfaces if flow.all_interfaces else [src.sgs]
+        via, missing = [], []
+        for sgs in src_sets:
+            internet = flow.dst == INTERNET
+            dst_sgs = [] if internet else (sgs if flow.all_interfaces and flow.src == flow.dst else eps[flow.dst].sgs)
+            lo, hi = flow.ports
+            out = [r for r in rules if r.direction == "egress" and r.sg in sgs and r.admits(flow.protocol, lo, hi)
+                   and ((r.peer_sg in dst_sgs) or (not flow.sg_reference_only
+                                                   and _cidr_covers(r.cidr, vpc, internet)))]
+            inn = [] if internet else [
+                r for r in rules if r.direction == "ingress" and r.sg in dst_sgs and r.admits(flow.protocol, lo, hi)
+                and ((r.peer_sg in sgs) or (not flow.sg_reference_only and _cidr_covers(r.cidr, vpc, False)))]
+            if not out:
+                missing.append(f"no egress rule on {_short(sgs)} to {flow.dst} {_ports(flow)}")
+            if not internet and not inn:
+                missing.append(f"no ingress rule on {_short(dst_sgs)} from {flow.src} {_ports(flow)}")
+            via += [r.name for r in out[:1] + inn[:1]]
+        ok = not missing
+        results.append(FlowResult(flow, ok, ", ".join(sorted(set(via))) if ok else "; ".join(sorted(set(missing)))))
+    return results
+
+
+def _short(sgs: Iterable[str]) -> str:
+    names = []
+    for s in sgs:
+        m = _PLACEHOLDER.match(str(s))
+        if m and m.group("out") == "id":
+            names.append(m.group("res"))
+        elif m and m.group("out") == "clusterSecurityGroupId":
+            names.append("EKS cluster SG" if ".eksCluster" in m.group("res") else "pulumi-eks control-plane SG")
+        else:
+            names.append(str(s))
+    return "[" + ", ".join(names) + "]"
+
+
+def _ports(flow: Flow) -> str:
+    if flow.protocol == "-1":
+        return "(all traffic, by security-group reference)" if flow.sg_reference_only else "(all traffic)"
+    lo, hi = flow.ports
+    return f"({flow.protocol} {lo})" if lo == hi else f"({flow.protocol} {lo}-{hi})"
+
+
+@rule("network-flows", "every flow a working cluster needs is allowed by the security groups")
+def _flows(resources, ctx):
+    for res in evaluate_flows(resources):
+        if not res.ok:
+            yield Violation("network-flows", f"flow {res.flow.name}", f"not allowed: {res.via}",
+                            "add the security-group rule named (EKS adds no cluster security group to a "
+                            "launch template that sets its own groups)")
+
+
+def flow_table(resources: list[Resource]) -> list[str]:
+    results = evaluate_flows(resources)
+    if not results:
+        return []
+    width = max(len(r.flow.name) for r in results)
+    lines = ["network flows (security groups as recorded + what EKS documents for its cluster SG):"]
+    lines += [f"  {'ok ' if r.ok else 'MISSING'} {r.flow.name:<{width}}  {_ports(r.flow)}  {r.via}"
+              for r in results]
+    return lines
+
+
+# --- privilege ------------------------------------------------------------------------------------
+
+# Managed policies or statements allowed despite the rule, each with the README's reason.
+PRIVILEGE_EXCEPTIONS: dict[str, str] = {}
+
+
+def _statements(policy: Any) -> list[dict[str, Any]]:
+    if isinstance(policy, list):  # a multi-line JSON string recorded as lines
+        policy = "\n".join(policy)
+    if isinstance(policy, str):
+        try:
+            policy = json.loads(policy)
+        except ValueError:
+            return []
+    stmts = (policy or {}).get("Statement") or []
+    return [stmts] if isinstance(stmts, dict) else list(stmts)
+
+
+def _as_list(v: Any) -> list[str]:
+    return [v] if isinstance(v, str) else list(v or [])
+
+
+@rule("least-privilege", "no *FullAccess managed policy and no wildcard action on a wildcard resource")
+def _privilege(resources, ctx):
+    for r in resources:
+        i = r["inputs"]
+        if r["type"] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment":
+            arn = str(i.get("policyArn", ""))
+            if arn.endswith("FullAccess") and arn not in PRIVILEGE_EXCEPTIONS:
+                yield Violation("least-privilege", f"role policy attachment {r['name']}",
+                                f"attaches {arn.rsplit('/', 1)[-1]}, which allows every action of the service on "
+                                "every resource (e.g. deleting any file system)",
+                                "attach only the actions the role uses (or none: a static FSx volume needs no "
+                                "AWS API), or list it in PRIVILEGE_EXCEPTIONS with the README's reason", r["name"])
+        if r["type"] in ("aws:iam/rolePolicy:RolePolicy", "aws:iam/policy:Policy"):
+            for st in _statements(i.get("policy")):
+                actions, res = _as_list(st.get("Action")), _as_list(st.get("Resource"))
+                if st.get("Effect") == "Allow" and "*" in res and any(a == "*" or a.endswith(":*") for a in actions) \
+                        and r["name"] not in PRIVILEGE_EXCEPTIONS:
+                    yield Violation("least-privilege", f"policy {r['name']}",
+                                    f"allows {actions} on every resource", "name the actions and resources", r["name"])
+
+
+def checks_that_ran(resources: list[Resource]) -> Iterator[str]:
+    """One line per deploy-model check, for the summary."""
+    graph = Graph(resources)
+    yield f"deploy order: {len(graph.order())} creation waves over {len(graph.rows)} resources"
