@@ -1,6 +1,6 @@
 """rltrain policy pack: `pulumi preview --policy-pack policy` (rules in components/offline/policy.py)."""
 
-from pack import policies
+from pack import PACK_NAME, policies
 from pulumi_policy import PolicyPack
 
-PolicyPack(name="rltrain-guardrails", policies=policies())
+PolicyPack(name=PACK_NAME, policies=policies())

@@ -1,64 +1,263 @@
-"""The CrossGuard pack runs the same rule functions as the render (policy/pack.py)."""
+"""The CrossGuard pack (policy/), driven through pulumi-policy's own analyzer entry point.
+
+`pulumi preview --policy-pack policy` starts policy/__main__.py, whose PolicyPack serves a
+`pulumi_policy.policy._PolicyAnalyzerServicer`; the engine calls its `AnalyzeStack` with an
+`AnalyzeStackRequest`. These tests build that request from the committed renders
+(rendered/<stack>/resources.json) the way the engine sends it: properties as protobuf Structs,
+secrets as the secret signature object, values not known yet as the engine's unknown sentinel,
+`protect` in the options, a URN per resource. pulumi-policy then wraps the properties in its
+read-only proxies, exactly as on a real preview.
+"""
+
+from __future__ import annotations
 
 import copy
-import importlib.util
+import json
+import re
+import runpy
 import sys
+from typing import Any
 
+import pulumi_policy
 import pytest
-from pulumi_policy import PolicyResource, PolicyResourceOptions, StackValidationArgs
-from support import rendered
+from google.protobuf import json_format, struct_pb2
+from pulumi.runtime import proto  # what pulumi_policy.policy builds its responses from
+from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY
+from pulumi_policy.policy import _PolicyAnalyzerServicer
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy  # the engine's unknown; the wrapper
 
 from components.offline import policy
-from components.offline.mock_engine import ROOT
+from components.offline.mock_engine import ROOT, UNKNOWN
+from components.stack.stackfile import SECRET
+
+STACKS = ("byo", "dev", "p4de", "p5")
+PROJECT = "rltrain"
+AFTER_DEPLOY = re.compile(r"\[known after deploy: [^\]]*\]")
+PLAINTEXT = "plaintext-the-render-hides"  # what a `[secret]` of the render stands for on the wire
+
+
+# --- the pack, as the CLI loads it ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pack_args(monkeypatch_module):
+    """Run policy/__main__.py with PolicyPack captured instead of served (it would block forever)."""
+    captured: dict[str, Any] = {}
+    monkeypatch_module.setattr(pulumi_policy, "PolicyPack", lambda **kwargs: captured.update(kwargs))
+    monkeypatch_module.syspath_prepend(str(ROOT / "policy"))
+    runpy.run_path(str(ROOT / "policy" / "__main__.py"), run_name="__main__")
+    return captured
 
 
 @pytest.fixture(scope="module")
-def pack():
-    sys.path.insert(0, str(ROOT / "policy"))
-    spec = importlib.util.spec_from_file_location("rltrain_policy_pack", ROOT / "policy" / "pack.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
 
 
-def as_policy_resources(rows):
-    out = []
-    for r in rows:
-        opts = PolicyResourceOptions(protect=r["options"]["protect"], ignore_changes=[], delete_before_replace=None,
-                                     aliases=[], custom_timeouts=None, additional_secret_outputs=[])
-        out.append(PolicyResource(resource_type=r["type"], props=r["inputs"], urn=f"urn:pulumi:p5::rltrain::{r['name']}",
-                                  name=r["name"], opts=opts, provider=None, parent=None, dependencies=[],
-                                  property_dependencies={}))
-    return out
+@pytest.fixture(scope="module")
+def pack(pack_args):
+    return sys.modules["pack"]
 
 
-def run_pack(pack, rows):
-    reported = []
-    for p in pack.policies():
-        p.validate(StackValidationArgs(resources=as_policy_resources(rows)),
-                   lambda message, urn=None, name=p.name: reported.append((name, message, urn)))
-    return reported
+@pytest.fixture(scope="module")
+def analyzer(pack_args):
+    """The servicer PolicyPack.__init__ builds (pulumi_policy/policy.py), minus the gRPC server."""
+    return _PolicyAnalyzerServicer(pack_args["name"], "0.0.1", pack_args["policies"],
+                                   pack_args.get("enforcement_level") or pulumi_policy.EnforcementLevel.ADVISORY)
 
 
-def test_one_policy_per_rule(pack):
-    assert [p.name for p in pack.policies()] == list(policy.RULES)
+# --- requests as the engine builds them ----------------------------------------------------------
+
+def committed(stack: str) -> list[dict[str, Any]]:
+    return json.loads((ROOT / "rendered" / stack / "resources.json").read_text())
 
 
-def test_pack_passes_the_committed_stacks(pack):
-    assert run_pack(pack, rendered("p5").resources) == []
+def stack_urn(stack: str) -> str:
+    return f"urn:pulumi:{stack}::{PROJECT}::pulumi:pulumi:Stack::{PROJECT}-{stack}"
 
 
+def urns(stack: str, rows: list[dict[str, Any]]) -> list[str]:
+    """URN of each row: the parent chain's types joined by `$` (the stack itself not included)."""
+    components = {r["name"]: r for r in rows if not r["custom"]}
+
+    def qualified(r: dict[str, Any]) -> str:
+        parent = components.get(r["parent"] or "")
+        return f"{qualified(parent)}${r['type']}" if parent else r["type"]
+
+    return [f"urn:pulumi:{stack}::{PROJECT}::{qualified(r)}::{r['name']}" for r in rows]
+
+
+def urn_of(stack: str, rows: list[dict[str, Any]], type_: str, name: str) -> str:
+    return next(u for r, u in zip(rows, urns(stack, rows)) if r["type"] == type_ and r["name"] == name)
+
+
+def wire(value: Any, first_preview: bool) -> Any:
+    """A rendered value as the engine marshals it for the analyzer."""
+    if isinstance(value, dict):
+        return {k: wire(v, first_preview) for k, v in value.items()}
+    if isinstance(value, list):
+        return [wire(v, first_preview) for v in value]
+    if value == SECRET:
+        return {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": PLAINTEXT}
+    if value == UNKNOWN or (first_preview and isinstance(value, str) and AFTER_DEPLOY.search(value)):
+        return UNKNOWN_STRING_VALUE  # an interpolation of an unknown is unknown as a whole
+    return value
+
+
+def request(stack: str, rows: list[dict[str, Any]], first_preview: bool = False):
+    resources = [proto.AnalyzerResource(type="pulumi:pulumi:Stack", name=f"{PROJECT}-{stack}",
+                                        urn=stack_urn(stack), properties=struct_pb2.Struct())]
+    by_name = {r["name"]: u for r, u in zip(rows, urns(stack, rows)) if not r["custom"]}
+    for r, urn in zip(rows, urns(stack, rows)):
+        props = struct_pb2.Struct()
+        props.update(wire(r["inputs"], first_preview))
+        opts = r["options"]
+        parent = by_name[r["parent"]] if r["parent"] else stack_urn(stack)
+        resources.append(proto.AnalyzerResource(
+            type=r["type"], name=r["name"], urn=urn, properties=props, parent=parent,
+            options=proto.AnalyzerResourceOptions(protect=opts["protect"], parent=parent,
+                                                  deleteBeforeReplace=opts["deleteBeforeReplace"],
+                                                  deleteBeforeReplaceDefined=True)))
+    return proto.AnalyzeStackRequest(resources=resources)
+
+
+def analyze(analyzer, stack: str, rows: list[dict[str, Any]], first_preview: bool = False):
+    return analyzer.AnalyzeStack(request(stack, rows, first_preview), None)
+
+
+def trainer(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    job = next(r for r in rows if r["inputs"].get("kind") == "Job"
+               and r["inputs"]["metadata"]["name"] == "rltrain-training")
+    return job["inputs"]["spec"]["template"]["spec"]
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+def test_one_mandatory_policy_per_rule(pack_args):
+    assert [p.name for p in pack_args["policies"]] == list(policy.RULES)
+    assert {p.enforcement_level for p in pack_args["policies"]} == {pulumi_policy.EnforcementLevel.MANDATORY}
+
+
+def test_the_requests_are_what_the_engine_sends():
+    """Guards the harness: placeholders become sentinels and secrets, nothing else changes."""
+    rows = committed("p5")
+    first = {r.urn: r for r in request("p5", rows, first_preview=True).resources}
+    text = json.dumps([json_format.MessageToDict(r.properties) for r in first.values()])
+    assert "known after deploy" not in text and UNKNOWN_STRING_VALUE in text
+    assert SECRET not in text and SPECIAL_SECRET_SIG in text
+    fs = first[urn_of("p5", rows, "aws:fsx/lustreFileSystem:LustreFileSystem", "storage-fs")]
+    assert fs.options.protect and fs.urn.endswith("rltrain:index:FsxLustreVolume$aws:fsx/lustreFileSystem:"
+                                                   "LustreFileSystem::storage-fs")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_committed_stacks_pass(analyzer, stack, capsys):
+    response = analyze(analyzer, stack, committed(stack))
+    assert list(response.diagnostics) == [] and list(response.not_applicable) == []
+    assert capsys.readouterr().err == ""  # every value known: nothing to report
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_first_preview_runs_every_rule(analyzer, stack, capsys):
+    """Every `[known after deploy: …]` sent as unknown: no "can't run policy" (the whole rule skipped),
+    no violation, and every rule ran to the end: its line on what it could not see comes after it."""
+    rows = committed(stack)
+    response = analyze(analyzer, stack, rows, first_preview=True)
+    assert [(d.policyName, d.message) for d in response.diagnostics] == []
+    err = capsys.readouterr().err.splitlines()
+    if not any(AFTER_DEPLOY.search(json.dumps(r["inputs"])) for r in rows):  # byo: nothing created
+        assert err == []
+        return
+    assert [line.split(":", 1)[0] for line in err] == [f"rltrain-guardrails/{name}" for name in policy.RULES]
+    assert all("unknown until deploy" in line for line in err)
+
+
+def test_first_preview_names_the_unknown_values(analyzer, capsys):
+    rows = committed("p5")
+    analyze(analyzer, "p5", rows, first_preview=True)
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("rltrain-guardrails/pv-retain:"))
+    total = sum(len(AFTER_DEPLOY.findall(json.dumps(r["inputs"]))) for r in rows)
+    assert f"ran with {total} value(s) unknown until deploy, seen as '[unknown before deploy]'" in line
+    assert "; storage-pv (spec.csi.volumeAttributes.dnsname, spec.csi.volumeAttributes.mountname, " \
+           "spec.csi.volumeHandle)" in line  # the FSx file system's id and names in the PersistentVolume
+    assert re.search(r"; gpu-lt \(networkInterfaces\[\*\]\.securityGroups\[\*\] x\d+\);", line)  # folded
+    assert "; aws:ec2/natGateway:NatGateway::network-nat (subnetId, allocationId)" in line  # names repeat
+
+
+@pytest.mark.parametrize("first_preview", [False, True], ids=["update", "first-preview"])
 @pytest.mark.parametrize("mutate,rule", [
     (lambda c, s: c.update(image="repo/rl:latest"), "image-pinned"),
     (lambda c, s: c["resources"]["limits"].update({"vpc.amazonaws.com/efa": 4}), "efa-count"),
     (lambda c, s: s.update(volumes=[v for v in s["volumes"] if v["name"] != "dshm"]), "shm-memory"),
 ])
-def test_pack_refuses_with_rule_name(pack, mutate, rule):
-    rows = copy.deepcopy(rendered("p5").resources)
-    job = next(r for r in rows if r["inputs"].get("kind") == "Job"
-               and r["inputs"]["metadata"]["name"] == "rltrain-training")
-    spec = job["inputs"]["spec"]["template"]["spec"]
+def test_violation_is_mandatory_with_the_resource_urn(analyzer, mutate, rule, first_preview):
+    rows = copy.deepcopy(committed("p5"))
+    spec = trainer(rows)
     mutate(spec["containers"][0], spec)
-    reported = run_pack(pack, rows)
-    assert [name for name, _, _ in reported] == [rule]
-    assert reported[0][2] == "urn:pulumi:p5::rltrain::workloads-single-node-job"
+    response = analyze(analyzer, "p5", rows, first_preview)
+    assert [d.policyName for d in response.diagnostics] == [rule]
+    d = response.diagnostics[0]
+    assert d.urn == urn_of("p5", rows, "kubernetes:batch/v1:Job", "workloads-single-node-job")
+    assert d.enforcementLevel == proto.MANDATORY and d.policyPackName == "rltrain-guardrails"
+    assert d.message.startswith(policy.RULES[rule][1] + "\nJob/rltrain-training")
+
+
+def test_efa_message_reads_as_the_render(analyzer):
+    """Numbers arrive as floats on the wire; the rules see the render's integers."""
+    rows = copy.deepcopy(committed("p5"))
+    trainer(rows)["containers"][0]["resources"]["limits"]["vpc.amazonaws.com/efa"] = 4
+    (d,) = analyze(analyzer, "p5", rows).diagnostics
+    assert "vpc.amazonaws.com/efa limit 4," in d.message and "4.0" not in d.message
+
+
+@pytest.mark.parametrize("first_preview", [False, True], ids=["update", "first-preview"])
+def test_unprotected_file_system(analyzer, first_preview):
+    rows = copy.deepcopy(committed("p5"))
+    fs = next(r for r in rows if r["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem")
+    fs["options"]["protect"] = False
+    response = analyze(analyzer, "p5", rows, first_preview)
+    assert [(d.policyName, d.urn, d.enforcementLevel) for d in response.diagnostics] == [
+        ("stateful-protected", urn_of("p5", rows, fs["type"], "storage-fs"), proto.MANDATORY)]
+
+
+def test_rules_get_plain_dicts(pack):
+    """The rules' `a | b` and isinstance checks need dicts, not pulumi-policy's proxies."""
+    props = unknown_checking_proxy({"a": {"b": [{"c": 1.0}, UNKNOWN_STRING_VALUE]}, "d": UNKNOWN_STRING_VALUE})
+    resource = pulumi_policy.PolicyResource("t:m:T", props, "urn:x", "x", None, None, None, [], {})
+    unknowns: list[tuple[str, str]] = []
+    view = pack.resource_view(resource, unknowns)
+    assert view["inputs"] == {"a": {"b": [{"c": 1}, UNKNOWN]}, "d": UNKNOWN}
+    assert type(view["inputs"]["a"]) is dict and type(view["inputs"]["a"]["b"]) is list
+    assert unknowns == [("x", "a.b[1]"), ("x", "d")]
+
+
+def test_policy_requirements_are_the_repository_pins():
+    def pins(path):
+        out = {}
+        for line in path.read_text().splitlines():
+            m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)$", line.strip())
+            if m:
+                out[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
+        return out
+
+    req = (ROOT / "policy" / "requirements.txt").read_text()
+    assert "-c ../constraints.txt" in req.splitlines()  # transitive pins, as for the program
+    constraints = pins(ROOT / "constraints.txt")
+    own = pins(ROOT / "policy" / "requirements.txt")
+    assert "pulumi-policy" in own and "pulumi" in own
+    assert {k: constraints.get(k) for k in own} == own
+
+
+def test_rule_failing_on_a_placeholder_is_advisory_only_on_preview(analyzer, monkeypatch):
+    """A rule that cannot run on `[unknown before deploy]` gets pulumi-policy's advisory; without
+    unknowns the same failure is a broken rule and fails the analysis."""
+    def broken(rows, rules):
+        raise AttributeError("'str' object has no attribute 'get'")
+    monkeypatch.setattr(policy, "evaluate", broken)
+    response = analyze(analyzer, "p5", committed("p5"), first_preview=True)
+    assert {(d.policyName, d.enforcementLevel, d.urn) for d in response.diagnostics} == {
+        (name, proto.ADVISORY, "") for name in policy.RULES}
+    assert "during preview: it failed on a value unknown until deploy (AttributeError: " \
+           in response.diagnostics[0].message
+    with pytest.raises(AttributeError):
+        analyze(analyzer, "p5", committed("p5"))
