@@ -99,7 +99,14 @@ def resource_view(r: PolicyResource, unknowns: Optional[Unknowns] = None) -> dic
         unknowns.extend((r.name, p) for p in found)
     opts = getattr(r, "opts", None)
     parent = getattr(r, "parent", None)
+    provider = getattr(r, "provider", None)
+    # The engine's ordering edges, as the render records them (`type::name`), for the deploy model.
+    edges = [f"{d.resource_type}::{d.name}" for d in getattr(r, "dependencies", None) or []]
     return {"type": r.resource_type, "name": r.name, "parent": getattr(parent, "name", None),
+            # Components (ours and pulumi-eks's remote ones) are not custom resources.
+            "custom": not r.resource_type.startswith(("rltrain:", "eks:index:")),
+            "dependsOn": edges,
+            "provider": f"{provider.resource_type}::{provider.name}" if provider else None,
             "inputs": inputs if isinstance(inputs, dict) else {},
             "options": {"protect": bool(getattr(opts, "protect", False)),
                         "deleteBeforeReplace": bool(getattr(opts, "delete_before_replace", False))}}

@@ -108,13 +108,20 @@ def request(stack: str, rows: list[dict[str, Any]], first_preview: bool = False)
     resources = [proto.AnalyzerResource(type="pulumi:pulumi:Stack", name=f"{PROJECT}-{stack}",
                                         urn=stack_urn(stack), properties=struct_pb2.Struct())]
     by_name = {r["name"]: u for r, u in zip(rows, urns(stack, rows)) if not r["custom"]}
+    by_ref = {f"{r['type']}::{r['name']}": u for r, u in zip(rows, urns(stack, rows))}
     for r, urn in zip(rows, urns(stack, rows)):
         props = struct_pb2.Struct()
         props.update(wire(r["inputs"], first_preview))
         opts = r["options"]
         parent = by_name[r["parent"]] if r["parent"] else stack_urn(stack)
+        # The engine sends each resource's dependencies (URNs) and its provider.
+        deps = [by_ref[d] for d in r.get("dependsOn") or [] if d in by_ref]
+        provider = r.get("provider")
         resources.append(proto.AnalyzerResource(
-            type=r["type"], name=r["name"], urn=urn, properties=props, parent=parent,
+            type=r["type"], name=r["name"], urn=urn, properties=props, parent=parent, dependencies=deps,
+            provider=proto.AnalyzerProviderResource(type=provider.split("::")[0], name=provider.split("::")[1],
+                                                    urn=by_ref.get(provider, ""), properties=struct_pb2.Struct())
+            if provider else None,
             options=proto.AnalyzerResourceOptions(protect=opts["protect"], parent=parent,
                                                   deleteBeforeReplace=opts["deleteBeforeReplace"],
                                                   deleteBeforeReplaceDefined=True)))
@@ -261,3 +268,15 @@ def test_rule_failing_on_a_placeholder_is_advisory_only_on_preview(analyzer, mon
            in response.diagnostics[0].message
     with pytest.raises(AttributeError):
         analyze(analyzer, "p5", committed("p5"))
+
+
+@pytest.mark.parametrize("first_preview", [False, True], ids=["update", "first-preview"])
+def test_deploy_order_sees_the_engine_edges(analyzer, first_preview):
+    """The deploy model runs in the pack on the dependencies the engine sends: an FSx CSI add-on
+    with no path to the cluster is refused there as in the render."""
+    rows = copy.deepcopy(committed("p5"))
+    addon = next(r for r in rows if r["name"] == "addons-fsx-csi")
+    addon["dependsOn"], addon["parent"] = [], None
+    response = analyze(analyzer, "p5", rows, first_preview)
+    assert [(d.policyName, d.urn) for d in response.diagnostics] == [
+        ("deploy-order", urn_of("p5", rows, addon["type"], "addons-fsx-csi"))]
