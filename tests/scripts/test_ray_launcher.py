@@ -26,12 +26,20 @@ Cleanup does not use `ray stop` either, for the same reason. Each launcher
 runs in its own session (start_new_session), which neither `ray start` nor
 unshare leaves, so killing the session's processes by pid removes exactly
 what the test started.
+
+Waits that real Ray would only make long (a `ray start` that hangs, a GCS that
+never answers) run against a fake `ray` executable placed first on PATH, and a
+loopback port that accepts connections but never answers.
+
+The resume contract is tested with tests/scripts/resume_trainer.py as the
+training command, against a real Ray head started by the launcher.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -54,6 +62,11 @@ RAY_CLI = shutil.which("ray", path=str(BIN_DIR)) or shutil.which("ray")
 
 HEAD_IP = "127.0.0.2"
 WORKER_IP = "127.0.0.3"
+# Another Ray cluster on the same host, which the launcher must never join.
+UNRELATED_IP = "127.0.0.4"
+# A "head" that accepts TCP connections and never answers.
+SILENT_IP = "127.0.0.5"
+RESUME_TRAINER = Path(__file__).resolve().parent / "resume_trainer.py"
 
 needs_ray = pytest.mark.skipif(
     RAY_CLI is None, reason="the ray CLI is not installed (pip install ray==2.60.0)"
@@ -214,7 +227,8 @@ class Launchers:
             key: value
             for key, value in os.environ.items()
             if not key.startswith("RAY_")
-            and key not in ("NUM_NODES", "JOB_COMPLETION_INDEX", "HOSTNAME", "RUN_DONE_MARKER")
+            and key
+            not in ("NUM_NODES", "JOB_COMPLETION_INDEX", "HOSTNAME", "RUN_DONE_MARKER", "CKPT_DIR", "RESUME")
         }
         # The launcher finds `ray` on PATH; use the one installed beside this Python.
         env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
@@ -246,6 +260,33 @@ class Launchers:
         run = Run(proc, out, err, namespaced)
         self.runs.append(run)
         return run
+
+    def start_program(self, argv, env: dict, name: str) -> Run:
+        """Any other program, in its own session like the launchers."""
+        index = len(self.runs)
+        out = self.tmp_path / f"{name}-{index}.out"
+        err = self.tmp_path / f"{name}-{index}.err"
+        with open(out, "wb") as out_handle, open(err, "wb") as err_handle:
+            proc = subprocess.Popen(
+                list(argv),
+                env=env,
+                cwd=self.tmp_path,
+                stdin=subprocess.DEVNULL,
+                stdout=out_handle,
+                stderr=err_handle,
+                start_new_session=True,
+            )
+        run = Run(proc, out, err, namespaced=False)
+        self.runs.append(run)
+        return run
+
+    def kill_session(self, run: Run) -> None:
+        """Kill everything `run` started (e.g. a head's Ray daemons): a lost head."""
+        for pid in session_pids(run.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def run(self, env: dict, command=(), timeout: float = 30, container: bool = False) -> Run:
         run = self.start(env, command, container=container)
@@ -296,6 +337,82 @@ def closed_port():
         yield sock.getsockname()[1]
 
 
+class SilentHead:
+    """A listening socket nobody accepts from: TCP connects, Ray never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind((SILENT_IP, 0))
+        self.sock.listen(64)
+        self.host = SILENT_IP
+        self.port = self.sock.getsockname()[1]
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def silent_head():
+    head = SilentHead()
+    try:
+        yield head
+    finally:
+        head.close()
+
+
+FAKE_RAY = """#!/bin/sh
+# A stand-in for the ray CLI: FAKE_RAY_MODE says what `ray start` does.
+echo "$*" >> "$FAKE_RAY_LOG"
+[ "$1" = stop ] && exit 0
+case "$FAKE_RAY_MODE" in
+  hang) exec sleep 300 ;;
+  succeed) exit 0 ;;
+  fail) echo "fake ray: cannot start" >&2; exit 1 ;;
+  join|join-gcs-lost)
+    echo "2026-01-01 00:00:00,000 SUCC scripts.py:1251 -- Ray runtime started."
+    # Like Ray's own handler: SIGTERM ends `ray start --block` with exit 1.
+    trap 'echo "fake ray: SIGTERM"; exit 1' TERM
+    while [ ! -e "$FAKE_RAY_RELEASE" ]; do sleep 0.05; done
+    if [ "$FAKE_RAY_MODE" = join-gcs-lost ]; then
+      echo "(raylet) rpc_client.h:204: Failed to connect to GCS within 60 seconds. GCS may have been killed." >&2
+    fi
+    exit 1 ;;
+esac
+echo "fake ray: unknown FAKE_RAY_MODE=$FAKE_RAY_MODE" >&2
+exit 99
+"""
+
+
+class FakeRay:
+    def __init__(self, tmp_path: Path) -> None:
+        self.bin = tmp_path / "fakebin"
+        self.bin.mkdir()
+        script = self.bin / "ray"
+        script.write_text(FAKE_RAY)
+        script.chmod(0o755)
+        self.log = tmp_path / "fake-ray.log"
+        self.release = tmp_path / "fake-ray-release"
+
+    def env(self, launchers: "Launchers", mode: str, **values: str) -> dict:
+        env = launchers.env(**values)
+        env["PATH"] = f"{self.bin}{os.pathsep}{env['PATH']}"
+        env.update(FAKE_RAY_MODE=mode, FAKE_RAY_LOG=str(self.log), FAKE_RAY_RELEASE=str(self.release))
+        return env
+
+    @property
+    def calls(self) -> list:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+@pytest.fixture
+def fake_ray(tmp_path):
+    return FakeRay(tmp_path)
+
+
 def head_extra_args(client_port: int) -> str:
     return " ".join(
         [
@@ -337,9 +454,62 @@ def python_command(code: str) -> list:
 # --------------------------------------------------------------------------
 
 
-@needs_ray
-def test_head_and_worker_form_a_two_node_cluster_and_head_trains(launchers):
+def start_unrelated_ray(launchers: Launchers) -> str:
+    """A plain Ray head on UNRELATED_IP, as another user's cluster on the host."""
     port = free_port()
+    env = launchers.env(RAY_TMPDIR=launchers.ray_tmpdir())
+    started = launchers.start_program(
+        [
+            RAY_CLI,
+            "start",
+            "--head",
+            f"--port={port}",
+            *shlex.split(head_extra_args(free_port()).replace(HEAD_IP, UNRELATED_IP)),
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        env,
+        name="unrelated",
+    )
+    assert started.wait(timeout=60) == 0, started.describe()
+    return f"{UNRELATED_IP}:{port}"
+
+
+def node_ips_of(launchers: Launchers, address: str) -> list:
+    """Every node (alive or dead) that ever registered with the cluster at address."""
+    probe = subprocess.run(
+        python_command(
+            "import json, ray\n"
+            f"ray.init(address={address!r}, log_to_driver=False)\n"
+            "print(json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes())))\n"
+        ),
+        env=launchers.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert probe.returncode == 0, probe.stderr
+    return json.loads(probe.stdout.strip().splitlines()[-1])
+
+
+# The trainer of the two-node test: a plain ray.init(), as most trainers do.
+REPORTING_TRAINER = (
+    "import os, ray\n"
+    "ray.init(log_to_driver=False)\n"
+    "nodes = sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])\n"
+    "gcs = ray.get_runtime_context().gcs_address\n"
+    "print(f'trained-ok pid={os.getpid()} gcs={gcs} nodes={\",\".join(nodes)}', flush=True)\n"
+)
+
+
+@needs_ray
+def test_two_node_cluster_ignores_another_ray_on_the_host_and_worker_exits_6_when_head_is_lost(launchers):
+    # Another cluster on the same host, and its address inherited in
+    # RAY_ADDRESS: with ray.init(address="auto") the head would have counted
+    # (and the trainer used) that cluster instead of its own.
+    unrelated = start_unrelated_ray(launchers)
+    port = free_port()
+    token = "run-token-0123456789abcdef"
     worker = launchers.start(
         launchers.env(
             NUM_NODES="2",
@@ -349,6 +519,11 @@ def test_head_and_worker_form_a_two_node_cluster_and_head_trains(launchers):
             RAY_JOIN_DEADLINE_SECONDS="90",
             RAY_TMPDIR=launchers.ray_tmpdir(),
             RAY_START_EXTRA_ARGS=worker_extra_args(),
+            RAY_ADDRESS=unrelated,
+            RAY_AUTH_TOKEN=token,
+            # Ray's own setting (60 s by default): how long the raylet keeps
+            # trying a GCS that went away before it exits.
+            RAY_gcs_rpc_server_reconnect_timeout_s="3",
         ),
         # Workers ignore the command; it must never run there.
         python_command("raise SystemExit('worker ran the training command')"),
@@ -362,29 +537,55 @@ def test_head_and_worker_form_a_two_node_cluster_and_head_trains(launchers):
         launchers.env(
             NUM_NODES="2",
             JOB_COMPLETION_INDEX="0",
+            RAY_HEAD_HOST=HEAD_IP,
             RAY_PORT=str(port),
             RAY_NODE_WAIT_SECONDS="90",
             RAY_TMPDIR=launchers.ray_tmpdir(),
             RAY_START_EXTRA_ARGS=head_extra_args(free_port()),
+            RAY_ADDRESS=unrelated,
+            RAY_AUTH_TOKEN=token,
         ),
-        python_command("import os; print(f'trained-ok pid={os.getpid()}')"),
+        python_command(REPORTING_TRAINER),
         name="head",
         container=True,
     )
     launcher_pid = 1 if head.namespaced else head.pid
 
-    assert head.wait(timeout=90) == 0, head.describe()
+    assert head.wait(timeout=90) == 0, head.describe() + "\n" + worker.describe()
     # Same pid as the launcher: the trainer replaced it (os.execvp), so it
-    # gets the kubelet's SIGTERM directly and its exit code is the pod's.
-    assert f"trained-ok pid={launcher_pid}" in head.stdout
-    assert "[ray-launcher rank=0] 2 of 2 Ray nodes alive; starting training" in head.stdout
-    # The worker joined and is still serving as a Ray node (ray start --block).
-    assert worker.proc.poll() is None, worker.describe()
+    # gets the kubelet's SIGTERM directly and its exit code is the pod's. Its
+    # plain ray.init() reached this run's cluster (RAY_ADDRESS from the
+    # launcher), authenticated with the token, and saw both nodes.
+    assert f"trained-ok pid={launcher_pid} gcs={HEAD_IP}:{port} nodes={HEAD_IP},{WORKER_IP}\n" in head.stdout
+    assert f"ignoring the inherited RAY_ADDRESS={unrelated}; this run's Ray is at {HEAD_IP}:{port}" in head.stdout
+    assert f"connected to Ray at {HEAD_IP}:{port}; waiting up to 90 s for 2 nodes" in head.stdout
+    assert (
+        "[ray-launcher rank=0] 2 of 2 Ray nodes alive; starting training with "
+        f"RAY_ADDRESS={HEAD_IP}:{port}"
+    ) in head.stdout
+    assert "Ray token authentication on (token from RAY_AUTH_TOKEN)" in head.stdout
+    assert token not in head.stdout + head.stderr + worker.stdout + worker.stderr
     assert (
         f"[ray-launcher rank=1] head reachable; joining: ray start --address={HEAD_IP}:{port} --block"
         in worker.stdout
     )
+    assert f"[ray-launcher rank=1] joined the Ray cluster at {HEAD_IP}:{port}" in worker.stdout
+    # And the other cluster never saw either of this run's nodes.
+    assert node_ips_of(launchers, unrelated) == [UNRELATED_IP]
+
+    # The head's pod is gone (its Ray too: killed with the namespace, or here).
+    launchers.kill_session(head)
+    assert worker.wait(timeout=60) == 6, worker.describe()
+    assert re.search(
+        rf"\[ray-launcher rank=1\] ERROR: lost the Ray head {re.escape(HEAD_IP)}:{port}: "
+        r"`ray start --block` exited with code 1 and "
+        r"(Ray reported it lost the GCS|its port no longer answers \(tried for 3 s\)); "
+        r"exiting 6 \(head lost, a disruption\)",
+        worker.stderr,
+    ), worker.describe()
     assert "worker ran the training command" not in worker.stderr
+    # The unrelated cluster is untouched.
+    assert node_ips_of(launchers, unrelated) == [UNRELATED_IP]
 
 
 @needs_ray
@@ -442,6 +643,168 @@ def test_worker_exits_4_when_head_is_unreachable(launchers, closed_port):
     assert 1.0 <= elapsed < 10, f"deadline of 1 s took {elapsed:.1f} s"
 
 
+# --------------------------------------------------------------------------
+# Every wait is bounded (a fake `ray` where real Ray would take minutes)
+# --------------------------------------------------------------------------
+
+
+def test_head_gives_up_when_ray_start_hangs(launchers, fake_ray, tmp_path):
+    trained = tmp_path / "trained"
+    started = time.monotonic()
+    head = launchers.run(
+        fake_ray.env(
+            launchers,
+            "hang",
+            NUM_NODES="1",
+            JOB_COMPLETION_INDEX="0",
+            RAY_HEAD_HOST="127.0.0.1",
+            RAY_START_TIMEOUT_SECONDS="1",
+        ),
+        python_command(f"open({str(trained)!r}, 'w').close()"),
+        container=True,
+    )
+    elapsed = time.monotonic() - started
+
+    assert head.proc.returncode == 7, head.describe()
+    assert (
+        "[ray-launcher rank=0] ERROR: `ray start --head` did not finish within 1 s "
+        "(RAY_START_TIMEOUT_SECONDS); giving up"
+    ) in head.stderr
+    # Whatever the hung `ray start` had started is stopped.
+    assert fake_ray.calls[-1] == "stop --force"
+    assert not trained.exists()
+    assert elapsed < 15, f"a 1 s timeout took {elapsed:.1f} s"
+
+
+def test_worker_gives_up_when_ray_start_never_joins(launchers, fake_ray, silent_head):
+    started = time.monotonic()
+    worker = launchers.run(
+        fake_ray.env(
+            launchers,
+            "hang",
+            NUM_NODES="2",
+            JOB_COMPLETION_INDEX="1",
+            RAY_HEAD_HOST=silent_head.host,
+            RAY_PORT=str(silent_head.port),
+            RAY_START_TIMEOUT_SECONDS="1",
+        ),
+        ["true"],
+        container=True,
+    )
+    elapsed = time.monotonic() - started
+
+    assert worker.proc.returncode == 7, worker.describe()
+    assert (
+        f"[ray-launcher rank=1] ERROR: `ray start` did not join the Ray cluster at {silent_head.address} "
+        "within 1 s (RAY_START_TIMEOUT_SECONDS); stopping it and giving up"
+    ) in worker.stderr
+    assert fake_ray.calls == [f"start --address={silent_head.address} --block --disable-usage-stats"]
+    assert elapsed < 15, f"a 1 s timeout took {elapsed:.1f} s"
+
+
+@needs_ray
+def test_head_gives_up_when_its_ray_never_answers(launchers, fake_ray, silent_head, tmp_path):
+    # `ray start --head` "succeeds" but nothing answers at the head address:
+    # the real ray.init would keep retrying; the launcher abandons it. The
+    # inherited RAY_ADDRESS (another cluster) is not tried instead.
+    trained = tmp_path / "trained"
+    started = time.monotonic()
+    head = launchers.run(
+        fake_ray.env(
+            launchers,
+            "succeed",
+            NUM_NODES="1",
+            JOB_COMPLETION_INDEX="0",
+            RAY_HEAD_HOST=silent_head.host,
+            RAY_PORT=str(silent_head.port),
+            RAY_CONNECT_TIMEOUT_SECONDS="3",
+            RAY_ADDRESS="127.0.0.9:6379",
+        ),
+        python_command(f"open({str(trained)!r}, 'w').close()"),
+        timeout=60,
+        container=True,
+    )
+    elapsed = time.monotonic() - started
+
+    assert head.proc.returncode == 8, head.describe()
+    assert f"ignoring the inherited RAY_ADDRESS=127.0.0.9:6379; this run's Ray is at {silent_head.address}" in (
+        head.stdout
+    )
+    assert f"Ray head up; connecting to it at {silent_head.address} (up to 3 s)" in head.stdout
+    assert (
+        f"[ray-launcher rank=0] ERROR: cannot connect to this run's Ray head at {silent_head.address}: "
+        "no connection within 3 s (RAY_CONNECT_TIMEOUT_SECONDS); giving up"
+    ) in head.stderr
+    assert fake_ray.calls[-1] == "stop --force"
+    assert not trained.exists()
+    assert elapsed < 20, f"a 3 s timeout took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize(
+    ("mode", "head_goes_away", "code", "message"),
+    [
+        # The raylet said so (production: `ray start --block` prints its log's tail).
+        ("join-gcs-lost", False, 6, "exited with code 1 and Ray reported it lost the GCS; exiting 6"),
+        # Nothing said, but the head's port is gone.
+        ("join", True, 6, "exited with code 1 and its port no longer answers (tried for 3 s); exiting 6"),
+        # The head is fine: this node failed, and that is not a disruption.
+        ("join", False, 1, "exited with code 1 while the head 127.0.0.5:{port} is still reachable"),
+        ("fail", False, 5, "`ray start` exited with code 1 before joining the Ray cluster at 127.0.0.5:{port}"),
+    ],
+)
+def test_worker_exit_code_tells_a_lost_head_from_a_failure(
+    launchers, fake_ray, silent_head, mode, head_goes_away, code, message
+):
+    if not head_goes_away:
+        fake_ray.release.touch()  # `ray start --block` fails right after joining
+    worker = launchers.start(
+        fake_ray.env(
+            launchers,
+            mode,
+            NUM_NODES="2",
+            JOB_COMPLETION_INDEX="1",
+            RAY_HEAD_HOST=silent_head.host,
+            RAY_PORT=str(silent_head.port),
+        ),
+        ["true"],
+        container=True,
+    )
+    if head_goes_away:
+        worker.wait_for_output("joined the Ray cluster", timeout=10)
+        silent_head.close()
+        fake_ray.release.touch()
+
+    assert worker.wait(timeout=20) == code, worker.describe()
+    assert message.format(port=silent_head.port) in worker.stdout + worker.stderr
+    # Ray's own output is passed through.
+    assert ("Ray runtime started." in worker.stdout) == mode.startswith("join")
+
+
+def test_sigterm_stops_a_joined_worker_with_143(launchers, fake_ray, silent_head):
+    worker = launchers.start(
+        fake_ray.env(
+            launchers,
+            "join",
+            NUM_NODES="2",
+            JOB_COMPLETION_INDEX="1",
+            RAY_HEAD_HOST=silent_head.host,
+            RAY_PORT=str(silent_head.port),
+        ),
+        ["true"],
+        container=True,
+    )
+    worker.wait_for_output("joined the Ray cluster", timeout=10)
+
+    os.kill(worker.launcher_pid(), signal.SIGTERM)
+
+    # Forwarded to `ray start --block`, which exits 1 (as Ray does); the pod
+    # reports the signal, and no head loss.
+    assert worker.wait(timeout=10) == 128 + signal.SIGTERM, worker.describe()
+    assert "fake ray: SIGTERM" in worker.stdout
+    assert "`ray start --block` exited with code 1 after SIGTERM" in worker.stdout
+    assert "lost the Ray head" not in worker.stderr
+
+
 @pytest.mark.skipif(not pid_namespaces_work(), reason="needs PID namespaces (unshare, root)")
 def test_sigterm_stops_a_waiting_launcher_running_as_pid_1(launchers, closed_port):
     # The kernel drops signals with the default action that are sent to a
@@ -493,6 +856,17 @@ def test_rank_comes_from_the_hostname_ordinal(launchers, closed_port):
         ({"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "x"}, "JOB_COMPLETION_INDEX must be an integer, got 'x'"),
         ({"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "2"}, "rank 2 is out of range for NUM_NODES=2"),
         ({"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "1"}, "RAY_HEAD_HOST is required on workers (rank 1)"),
+        ({"NUM_NODES": "1"}, "RAY_HEAD_HOST is required on the head too (or --node-ip-address in"),
+        ({"NUM_NODES": "1", "RAY_HEAD_HOST": "h", "RAY_START_TIMEOUT_SECONDS": "0"},
+         "RAY_START_TIMEOUT_SECONDS must be >= 1, got '0'"),
+        ({"NUM_NODES": "1", "RAY_HEAD_HOST": "h", "RAY_CONNECT_TIMEOUT_SECONDS": "1m"},
+         "RAY_CONNECT_TIMEOUT_SECONDS must be an integer, got '1m'"),
+        ({"NUM_NODES": "1", "RAY_HEAD_HOST": "h", "RAY_AUTH_TOKEN": " "},
+         "RAY_AUTH_TOKEN is set but empty; check the Secret it comes from"),
+        ({"NUM_NODES": "1", "RAY_HEAD_HOST": "h", "RAY_AUTH_TOKEN": "t", "RAY_AUTH_MODE": "disabled"},
+         "RAY_AUTH_TOKEN is set but RAY_AUTH_MODE='disabled'; unset RAY_AUTH_MODE or set it to 'token'"),
+        ({"NUM_NODES": "1", "RAY_HEAD_HOST": "h", "RAY_AUTH_MODE": "on"},
+         "RAY_AUTH_MODE must be 'token' or 'disabled', got 'on'"),
     ],
 )
 def test_invalid_environment_exits_2_naming_the_variable(launchers, variables, message):
@@ -513,7 +887,7 @@ def test_unparseable_hostname_exits_2(launchers):
 
 
 def test_head_without_a_command_exits_2_with_usage(launchers):
-    run = launchers.run(launchers.env(NUM_NODES="1", JOB_COMPLETION_INDEX="0"), [])
+    run = launchers.run(launchers.env(NUM_NODES="1", JOB_COMPLETION_INDEX="0", RAY_HEAD_HOST="127.0.0.1"), [])
 
     assert run.proc.returncode == 2, run.describe()
     assert "no training command given after '--'" in run.stderr
@@ -623,19 +997,90 @@ def test_parse_rank_rejects(env, message):
 
 
 def test_load_config_defaults():
-    cfg = launcher.load_config({"NUM_NODES": "1", "JOB_COMPLETION_INDEX": "0"})
+    cfg = launcher.load_config({"NUM_NODES": "1", "JOB_COMPLETION_INDEX": "0", "RAY_HEAD_HOST": "run-0.svc"})
 
     assert cfg == launcher.Config(
         num_nodes=1,
         rank=0,
-        head_host=None,
+        head_host="run-0.svc",
         port=6379,
         node_wait_seconds=300,
         join_deadline_seconds=600,
         done_marker=None,
         extra_start_args=(),
+        ray_address="run-0.svc:6379",
+        start_timeout_seconds=120,
+        connect_timeout_seconds=60,
+        auth_mode="disabled",
     )
     assert cfg.is_head
+
+
+@pytest.mark.parametrize(
+    ("env", "address"),
+    [
+        ({"RAY_HEAD_HOST": "run-0.svc"}, "run-0.svc:6379"),
+        # Where `ray start --head` was told to bind wins, in either spelling.
+        ({"RAY_HEAD_HOST": "run-0.svc", "RAY_START_EXTRA_ARGS": "--node-ip-address=10.0.0.5"}, "10.0.0.5:6379"),
+        ({"RAY_START_EXTRA_ARGS": "--node-ip-address 10.0.0.6 --num-cpus=1"}, "10.0.0.6:6379"),
+        ({"RAY_HEAD_HOST": "fd00::5", "RAY_PORT": "7000"}, "[fd00::5]:7000"),
+    ],
+)
+def test_head_connects_to_an_explicit_address(env, address):
+    cfg = launcher.load_config({"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "0", **env})
+
+    assert cfg.ray_address == address
+
+
+@pytest.mark.parametrize(
+    ("env", "mode"),
+    [
+        ({}, "disabled"),
+        ({"RAY_AUTH_TOKEN": "s3cret"}, "token"),
+        ({"RAY_AUTH_TOKEN": "s3cret", "RAY_AUTH_MODE": "Token"}, "token"),
+        # A token file named by RAY_AUTH_TOKEN_PATH: the operator's choice.
+        ({"RAY_AUTH_MODE": "token"}, "token"),
+        ({"RAY_AUTH_MODE": "disabled"}, "disabled"),
+    ],
+)
+def test_auth_mode(env, mode):
+    assert launcher.auth_mode(env) == mode
+
+
+def test_exit_codes_are_distinct_module_constants():
+    codes = {name: value for name, value in vars(launcher).items() if name.startswith("EXIT_")}
+
+    assert codes == {
+        "EXIT_USAGE": 2,
+        "EXIT_NODES_TIMEOUT": 3,
+        "EXIT_HEAD_UNREACHABLE": 4,
+        "EXIT_RAY_START_FAILED": 5,
+        "EXIT_HEAD_LOST": 6,
+        "EXIT_RAY_START_TIMEOUT": 7,
+        "EXIT_RAY_CONNECT_FAILED": 8,
+        "EXIT_NOT_FOUND": 127,
+    }
+    # None of them can be mistaken for a signal's 128+N.
+    assert all(code < 128 for code in codes.values())
+
+
+def test_pulumi_program_imports_the_exit_codes_without_ray():
+    # The Pulumi program maps these codes in the pod failure policy; importing
+    # the script must not need (or import) Ray.
+    probe = subprocess.run(
+        python_command(
+            "import sys\n"
+            "from components.scripts import ray_launcher as launcher\n"
+            "print(launcher.EXIT_HEAD_LOST, launcher.EXIT_RAY_START_TIMEOUT, 'ray' in sys.modules)\n"
+        ),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout == "6 7 False\n"
 
 
 def test_load_config_worker_values():
@@ -673,6 +1118,7 @@ def test_head_command_keeps_the_dashboard_private_whatever_extra_args_say():
         {
             "NUM_NODES": "2",
             "JOB_COMPLETION_INDEX": "0",
+            "RAY_HEAD_HOST": "run-0.svc",
             "RAY_START_EXTRA_ARGS": "--include-dashboard=true --dashboard-host=0.0.0.0 --num-gpus=8",
         }
     )
