@@ -588,6 +588,62 @@ def test_two_node_cluster_ignores_another_ray_on_the_host_and_worker_exits_6_whe
     assert node_ips_of(launchers, unrelated) == [UNRELATED_IP]
 
 
+# The trainer of the token test: three clients of its own cluster, at the
+# address the launcher passes. Ray's own client retries (20 by default, about
+# a second each) are cut to 2 so a refused client gives up quickly.
+AUTH_PROBING_TRAINER = """
+import os, subprocess, sys
+code = (
+    "import ray\\n"
+    f"ray.init(address={os.environ['RAY_ADDRESS']!r}, log_to_driver=False)\\n"
+    "print('nodes', len(ray.nodes()))\\n"
+)
+def client(**auth):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_")}
+    env.update(auth, RAY_NUM_REDIS_GET_RETRIES="2")
+    return subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+clients = {
+    "no-token": client(),
+    "wrong-token": client(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="not-the-token"),
+    "the-token": client(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.environ["RAY_AUTH_TOKEN"]),
+}
+for name, proc in clients.items():
+    out, err = proc.communicate(timeout=90)
+    refused = "InvalidAuthToken" in err
+    print(f"client {name}: exit={proc.returncode} refused={refused} {out.strip()}", flush=True)
+"""
+
+
+@needs_ray
+def test_token_authentication_refuses_clients_without_the_token(launchers):
+    token = "ray-token-from-the-secret-5f2c"
+    head = launchers.run(
+        launchers.env(
+            NUM_NODES="1",
+            JOB_COMPLETION_INDEX="0",
+            RAY_HEAD_HOST=HEAD_IP,
+            RAY_PORT=str(free_port()),
+            RAY_NODE_WAIT_SECONDS="60",
+            RAY_TMPDIR=launchers.ray_tmpdir(),
+            RAY_START_EXTRA_ARGS=head_extra_args(free_port()),
+            RAY_AUTH_TOKEN=token,
+        ),
+        python_command(AUTH_PROBING_TRAINER),
+        timeout=120,
+        container=True,
+    )
+
+    assert head.proc.returncode == 0, head.describe()
+    # The launcher itself connected with the token (the node count needs it).
+    assert "[ray-launcher rank=0] Ray token authentication on (token from RAY_AUTH_TOKEN)" in head.stdout
+    assert "1 of 1 Ray nodes alive; starting training" in head.stdout
+    assert "client no-token: exit=1 refused=True" in head.stdout, head.describe()
+    assert "client wrong-token: exit=1 refused=True" in head.stdout, head.describe()
+    assert "client the-token: exit=0 refused=False nodes 1" in head.stdout, head.describe()
+    assert token not in head.stdout + head.stderr
+
+
 @needs_ray
 def test_head_gives_up_when_workers_do_not_join(launchers, tmp_path):
     foreign = [] if pid_namespaces_work() else foreign_ray_daemons(launchers.sessions)
