@@ -73,8 +73,8 @@ needs_ray = pytest.mark.skipif(
 )
 
 
-def _load_launcher():
-    spec = importlib.util.spec_from_file_location("ray_launcher", LAUNCHER_PATH)
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     # Registered before exec_module so the dataclass can resolve its module.
     sys.modules[spec.name] = module
@@ -82,7 +82,8 @@ def _load_launcher():
     return module
 
 
-launcher = _load_launcher()
+launcher = _load("ray_launcher", LAUNCHER_PATH)
+resume_trainer = _load("resume_trainer", RESUME_TRAINER)
 
 
 # --------------------------------------------------------------------------
@@ -1018,6 +1019,130 @@ def test_head_writes_marker_after_success_and_restart_idles(launchers, tmp_path)
     assert restarted.wait(timeout=10) == 0, restarted.describe()
     assert re.search(r"^trained-ok", restarted.stdout, re.MULTILINE) is None, restarted.describe()
     assert "starting the Ray head" not in restarted.stdout
+
+
+# --------------------------------------------------------------------------
+# The resume contract: CKPT_DIR + RESUME=auto, through the launcher
+# --------------------------------------------------------------------------
+
+
+def fresh_values(last_step: int) -> list:
+    """The value after each step 0..last_step of an uninterrupted run."""
+    values, value = [], 0
+    for step in range(last_step + 1):
+        value = resume_trainer.advance(value, step)
+        values.append(value)
+    return values
+
+
+def steps_run(output: str) -> list:
+    return [(int(step), int(value)) for step, value in re.findall(r"^step (\d+) value=(\d+)$", output, re.MULTILINE)]
+
+
+def checkpoints(ckpt: Path) -> dict:
+    """{name: complete?} for every entry in a checkpoint directory."""
+    return {entry.name: (entry / "COMPLETE").is_file() for entry in sorted(ckpt.iterdir())}
+
+
+def resume_env(launchers: Launchers, ckpt: Path, **values: str) -> dict:
+    return launchers.env(
+        NUM_NODES="1",
+        JOB_COMPLETION_INDEX="0",
+        RAY_HEAD_HOST=HEAD_IP,
+        RAY_PORT=str(free_port()),
+        RAY_NODE_WAIT_SECONDS="60",
+        RAY_TMPDIR=launchers.ray_tmpdir(),
+        RAY_START_EXTRA_ARGS=head_extra_args(free_port()),
+        CKPT_DIR=str(ckpt),
+        RESUME="auto",
+        **values,
+    )
+
+
+def trainer_command(last_step: int, step_seconds: float = 0.0) -> list:
+    return [sys.executable, str(RESUME_TRAINER), "--last-step", str(last_step), "--step-seconds", str(step_seconds)]
+
+
+@needs_ray
+def test_trainer_resumes_after_sigterm_from_the_newest_complete_checkpoint(launchers, tmp_path):
+    ckpt = tmp_path / "fsx" / "runs" / "exp1" / "identity-a"
+    marker = tmp_path / "fsx" / "runs" / "exp1" / "DONE"
+    # The StatefulSet form: the launcher stays PID 1, forwards SIGTERM to the
+    # trainer and writes RUN_DONE_MARKER only after a real finish.
+    first = launchers.start(
+        resume_env(launchers, ckpt, RUN_DONE_MARKER=str(marker)),
+        trainer_command(last_step=1000, step_seconds=0.2),
+        name="first",
+        container=True,
+    )
+    deadline = time.monotonic() + 90
+    while not (ckpt / "step-0002" / "COMPLETE").exists():
+        assert first.proc.poll() is None and time.monotonic() < deadline, first.describe()
+        time.sleep(0.05)
+
+    os.kill(first.launcher_pid(), signal.SIGTERM)  # mid-run, as a drain would
+
+    assert first.wait(timeout=30) == 128 + signal.SIGTERM, first.describe()
+    stopped = re.search(r"^stopping before step (\d+) \(SIGTERM\)", first.stdout, re.MULTILINE)
+    assert stopped is not None, first.describe()
+    last = int(stopped.group(1)) - 1
+    assert last >= 2
+    expected = fresh_values(last + 3)
+    assert "resume: no complete checkpoint" in first.stdout
+    assert steps_run(first.stdout) == [(step, expected[step]) for step in range(last + 1)]
+    assert checkpoints(ckpt) == {f"step-{step:04d}": True for step in range(last + 1)}
+    assert "[ray-launcher rank=0] training command exited with code 143" in first.stdout
+    assert not marker.exists(), "a run stopped by SIGTERM is not done"
+
+    # A newer checkpoint that was being written when its writer died: no
+    # COMPLETE marker, truncated state. It must be ignored, then replaced.
+    half = ckpt / f"step-{last + 1:04d}"
+    half.mkdir()
+    (half / "state.json").write_text('{"step": ')
+
+    second = launchers.run(
+        resume_env(launchers, ckpt, RUN_DONE_MARKER=str(marker)),
+        trainer_command(last_step=last + 3),
+        timeout=120,
+        container=True,
+    )
+
+    assert second.proc.returncode == 0, second.describe()
+    assert f"resume: ignoring step-{last + 1:04d} (no COMPLETE marker" in second.stdout
+    assert (
+        f"resume: from step-{last:04d} value={expected[last]}; starting at step {last + 1}" in second.stdout
+    ), second.describe()
+    # Exactly the missing steps, and the same values as an uninterrupted run.
+    assert steps_run(second.stdout) == [(step, expected[step]) for step in range(last + 1, last + 4)]
+    assert f"finished at step {last + 3} value={expected[last + 3]}" in second.stdout
+    assert checkpoints(ckpt) == {f"step-{step:04d}": True for step in range(last + 4)}
+    assert json.loads((ckpt / f"step-{last + 1:04d}" / "state.json").read_text()) == {
+        "step": last + 1,
+        "value": expected[last + 1],
+    }
+    assert marker.exists()
+
+
+@needs_ray
+def test_trainer_with_another_checkpoint_dir_starts_from_step_0(launchers, tmp_path):
+    experiment = tmp_path / "fsx" / "runs" / "exp1"
+    # The old identity's run got to step 5 ...
+    old = experiment / "identity-a"
+    old.mkdir(parents=True)
+    for step, value in enumerate(fresh_values(5)):
+        resume_trainer.save_checkpoint(old, step, value)
+    before = checkpoints(old)
+    # ... and a changed model path gives the run another identity.
+    new = experiment / "identity-b"
+
+    head = launchers.run(resume_env(launchers, new), trainer_command(last_step=1), timeout=120, container=True)
+
+    assert head.proc.returncode == 0, head.describe()
+    assert f"resume: no complete checkpoint in {new} (RESUME=auto); starting at step 0" in head.stdout
+    expected = fresh_values(1)
+    assert steps_run(head.stdout) == [(0, expected[0]), (1, expected[1])]
+    assert checkpoints(new) == {"step-0000": True, "step-0001": True}
+    assert checkpoints(old) == before
 
 
 # --------------------------------------------------------------------------
