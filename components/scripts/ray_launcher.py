@@ -72,7 +72,20 @@ which can be another cluster on the same host. So the head connects with
 ray.init(address="<RAY_HEAD_HOST or --node-ip-address>:<RAY_PORT>"), workers
 run `ray start --address=<RAY_HEAD_HOST>:<RAY_PORT>`, an inherited RAY_ADDRESS
 is dropped, and the training command gets RAY_ADDRESS=<that head address>,
-which its plain `ray.init()` (or "auto") uses before any discovery.
+which its plain `ray.init()` (or "auto") uses before any discovery. (Also
+for trainers: ray.init() replaces the process's SIGTERM handler with one that
+exits at once, ray/_private/worker.py init(); a trainer that checkpoints on
+SIGTERM installs its handler after ray.init(), as tests/scripts/
+resume_trainer.py does.)
+
+Token authentication is Ray's own (2.60): with RAY_AUTH_MODE=token every Ray
+gRPC server (GCS, raylet, Ray Client server) checks an "authorization: Bearer
+<token>" header and every Ray client sends one (ray/_private/authentication/,
+ray/_private/grpc_utils.py). The token comes from RAY_AUTH_TOKEN, else the file
+RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token (the C++ token loader in
+ray/_raylet.so; ray/exceptions.py AuthenticationError). A client without the
+right token fails with "Unauthenticated: ... InvalidAuthToken". RAY_AUTH_TOKEN
+without RAY_AUTH_MODE=token sends nothing, hence the launcher sets the mode.
 
 Exit codes (module-level EXIT_* names, importable by the Pulumi program):
 
@@ -87,7 +100,9 @@ Exit codes (module-level EXIT_* names, importable by the Pulumi program):
         --block` exited non-zero and either reported that it lost the GCS or
         the head's port no longer answers. A disruption (the head's pod died
         or was replaced), not a failure of this pod: the pod failure policy
-        should Ignore it so it does not count against the retry budget.
+        should Ignore it so it does not count against the retry budget. Ray
+        notices first: its raylet gives up on the GCS after
+        RAY_gcs_rpc_server_reconnect_timeout_s (Ray's setting, 60 s default).
     7   EXIT_RAY_START_TIMEOUT: `ray start` did not finish (head) or join
         (worker) within RAY_START_TIMEOUT_SECONDS
     8   EXIT_RAY_CONNECT_FAILED: the head could not connect to its own Ray
