@@ -5,6 +5,11 @@ import pytest
 from components.stack import catalog
 from components.stack import config
 from components.workloads import pod
+from components.workloads import placement
+from components.workloads import runs
+from components.workloads import security
+from components.workloads import sizing
+from components.workloads import volumes
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rlinf-on-eks/rlinf:20260401-085549"
 
 
@@ -25,7 +30,7 @@ def env_of(template):
 
 def template(cfg, **kw):
     kw.setdefault("secret_name", "training-secrets" if cfg.training.secret_env else None)
-    return pod.training_pod_template(cfg, claim_name="fsx-claim", pod_labels=pod.labels("t", "run"),
+    return pod.training_pod_template(cfg, claim_name="fsx-claim", pod_labels=runs.labels("t", "run"),
                                      command=["python3", "train.py"], num_nodes=1, **kw)
 
 
@@ -39,42 +44,42 @@ def template(cfg, **kw):
     ("g6.12xlarge", 46, 161, 4, 1),
 ])
 def test_sizing_derived_from_catalog(instance, cpu, mem_gib, gpus, efa):
-    s = pod.pod_sizing(make_cfg(instance))
+    s = sizing.pod_sizing(make_cfg(instance))
     assert (s.cpu, s.memory_gib, s.gpus, s.efa) == (cpu, mem_gib, gpus, efa)
-    assert pod.fits(s, catalog.get(instance))
+    assert sizing.fits(s, catalog.get(instance))
 
 
 @pytest.mark.parametrize("instance,ref_cpu,ref_mem_gib", [("p4de.24xlarge", 90, 1000), ("p5.48xlarge", 180, 1800)])
 def test_sizing_covers_reference_sizes(instance, ref_cpu, ref_mem_gib):
-    s = pod.pod_sizing(make_cfg(instance))
+    s = sizing.pod_sizing(make_cfg(instance))
     assert s.cpu >= ref_cpu and s.memory_gib >= ref_mem_gib
 
 
 @pytest.mark.parametrize("instance", ["p4de.24xlarge", "p5.48xlarge", "g6.12xlarge", "g5.12xlarge"])
 def test_pod_plus_daemonsets_fit_allocatable_with_shm_inside_the_limit(instance):
     it = catalog.get(instance)
-    s = pod.pod_sizing(make_cfg(instance))
+    s = sizing.pod_sizing(make_cfg(instance))
     alloc = it.allocatable()
     assert s.cpu * 1000 + catalog.DAEMONSET_CPU_MILLI <= alloc.cpu_milli
     # The memory-backed /dev/shm is charged to the pod's memory limit: limit (which includes shm)
     # plus DaemonSets fits the conservative allocatable, and shm leaves most of it to the processes.
     assert s.memory_mib + catalog.DAEMONSET_MEMORY_MIB <= alloc.memory_mib_conservative
-    assert s.shm_gib * 1024 <= s.memory_mib * pod.SHM_MAX_SHARE
+    assert s.shm_gib * 1024 <= s.memory_mib * sizing.SHM_MAX_SHARE
     assert s.memory_gib - s.shm_gib >= 0.75 * s.memory_gib
 
 
 def test_fits_rejects_oversized():
     it = catalog.get("p5.48xlarge")
-    s = pod.pod_sizing(make_cfg())
-    assert not pod.fits(pod.PodSizing(cpu=192, memory_mib=s.memory_mib, shm_gib=8, gpus=8, efa=32), it)
-    assert not pod.fits(pod.PodSizing(cpu=s.cpu, memory_mib=2048 * 1024, shm_gib=8, gpus=8, efa=32), it)
-    assert not pod.fits(pod.PodSizing(cpu=s.cpu, memory_mib=s.memory_mib, shm_gib=8, gpus=8, efa=33), it)
-    assert not pod.fits(pod.PodSizing(cpu=s.cpu, memory_mib=s.memory_mib, shm_gib=1000, gpus=8, efa=32), it)
+    s = sizing.pod_sizing(make_cfg())
+    assert not sizing.fits(sizing.PodSizing(cpu=192, memory_mib=s.memory_mib, shm_gib=8, gpus=8, efa=32), it)
+    assert not sizing.fits(sizing.PodSizing(cpu=s.cpu, memory_mib=2048 * 1024, shm_gib=8, gpus=8, efa=32), it)
+    assert not sizing.fits(sizing.PodSizing(cpu=s.cpu, memory_mib=s.memory_mib, shm_gib=8, gpus=8, efa=33), it)
+    assert not sizing.fits(sizing.PodSizing(cpu=s.cpu, memory_mib=s.memory_mib, shm_gib=1000, gpus=8, efa=32), it)
 
 
 def test_oversized_shm_is_a_clear_error():
     with pytest.raises(ValueError, match="shmSizeGiB"):
-        pod.pod_sizing(make_cfg(workloads={"shmSizeGiB": 1000}))
+        sizing.pod_sizing(make_cfg(workloads={"shmSizeGiB": 1000}))
 
 
 def test_resources_limits_equal_requests_for_gpu_and_efa():
@@ -86,7 +91,7 @@ def test_resources_limits_equal_requests_for_gpu_and_efa():
 
 
 def test_cpu_limit_only_when_asked():
-    s = pod.PodSizing(cpu=2, memory_mib=20 * 1024, shm_gib=12, gpus=8, efa=32, cpu_limit=True)
+    s = sizing.PodSizing(cpu=2, memory_mib=20 * 1024, shm_gib=12, gpus=8, efa=32, cpu_limit=True)
     r = template(make_cfg(), sizing=s).spec.containers[0].resources
     assert r.requests["cpu"] == r.limits["cpu"] == "2"
     assert r.requests["memory"] == r.limits["memory"] == "20Gi"
@@ -178,7 +183,7 @@ def test_volumes_and_mounts():
 def test_image_and_pull_policy():
     c = template(make_cfg()).spec.containers[0]
     assert c.image == IMAGE and c.image_pull_policy == "IfNotPresent"
-    assert c.name == pod.CONTAINER
+    assert c.name == runs.CONTAINER
 
 
 def test_hardened_security_context():
@@ -203,7 +208,7 @@ def test_scheduling_on_gpu_nodes():
 
 
 def test_run_affinity_colocates_instead_of_spreading():
-    a = pod.run_affinity("r")
+    a = placement.run_affinity("r")
     (anti,) = a.pod_anti_affinity.required_during_scheduling_ignored_during_execution
     assert anti.topology_key == "kubernetes.io/hostname"
     prefs = {p.pod_affinity_term.topology_key: p.weight
@@ -213,25 +218,25 @@ def test_run_affinity_colocates_instead_of_spreading():
 
 
 def test_checkov_skips_are_reasoned_and_conditional():
-    skips = pod.checkov_skips(make_cfg(), image=IMAGE)
+    skips = security.checkov_skips(make_cfg(), image=IMAGE)
     checks = [v.split("=", 1)[0] for v in skips.values()]
     assert "CKV_K8S_11" in checks and "CKV_K8S_43" in checks and "CKV_K8S_35" not in checks
     assert all("=" in v and len(v.split("=", 1)[1]) > 10 for v in skips.values())
-    digest = pod.checkov_skips(make_cfg(), image="r/i@sha256:" + "0" * 64, secrets=True)
+    digest = security.checkov_skips(make_cfg(), image="r/i@sha256:" + "0" * 64, secrets=True)
     checks = [v.split("=", 1)[0] for v in digest.values()]
     assert "CKV_K8S_43" not in checks and "CKV_K8S_35" in checks
-    hardened = pod.checkov_skips(make_cfg(), image=IMAGE, cpu_limit=True, read_only_root=True)
+    hardened = security.checkov_skips(make_cfg(), image=IMAGE, cpu_limit=True, read_only_root=True)
     checks = [v.split("=", 1)[0] for v in hardened.values()]
     assert "CKV_K8S_11" not in checks and "CKV_K8S_22" not in checks and "CKV_K8S_22" in [
         v.split("=", 1)[0] for v in skips.values()]
     # checkov splits the annotation on "=": a reason containing one would break the skip
     with pytest.raises(ValueError, match="free of"):
-        pod.checkov_skips(make_cfg(), image=IMAGE, extra=[("CKV_K8S_37", "a=b")])
+        security.checkov_skips(make_cfg(), image=IMAGE, extra=[("CKV_K8S_37", "a=b")])
 
 
 def test_template_and_workload_share_the_skips():
     t = template(make_cfg(training={"secretEnv": {"HF_TOKEN": "hfToken"}}), annotations={"x": "y"})
-    skips = pod.skips_of(t)
+    skips = security.skips_of(t)
     assert skips and all(k.startswith("checkov.io/skip") for k in skips)
     assert "x" not in skips and "CKV_K8S_35" in {v.split("=", 1)[0] for v in skips.values()}
 
@@ -242,16 +247,16 @@ def test_read_only_root_gets_a_tmp_volume():
     assert c.security_context.read_only_root_filesystem is True
     assert {m.name: m.mount_path for m in c.volume_mounts}["tmp"] == "/tmp"
     tmp = {v.name: v for v in t.spec.volumes}["tmp"]
-    assert tmp.empty_dir.size_limit == pod.TMP_SIZE and tmp.empty_dir.medium is None
-    assert "CKV_K8S_22" not in {v.split("=", 1)[0] for v in pod.skips_of(t).values()}
+    assert tmp.empty_dir.size_limit == volumes.TMP_SIZE and tmp.empty_dir.medium is None
+    assert "CKV_K8S_22" not in {v.split("=", 1)[0] for v in security.skips_of(t).values()}
     # training keeps a writable root filesystem
     assert template(make_cfg()).spec.containers[0].security_context.read_only_root_filesystem is None
 
 
 def test_deadline_and_failure_policy():
     cfg = make_cfg(workloads={"maxRunMinutes": 60})
-    assert pod.deadline_seconds(cfg) == 4200  # 60 min + 10 min pull margin (reference: 4200)
-    rules = pod.pod_failure_policy(cfg).rules
+    assert runs.deadline_seconds(cfg) == 4200  # 60 min + 10 min pull margin (reference: 4200)
+    rules = runs.pod_failure_policy(cfg).rules
     assert rules[0].action == "Ignore" and rules[0].on_pod_conditions[0].type == "DisruptionTarget"
     assert rules[1].action == "FailJob"
     assert rules[1].on_exit_codes.container_name == "trainer"

@@ -19,17 +19,17 @@ import pulumi_kubernetes as k8s
 
 from components.stack.config import StackConfig
 from components.stack.labels import MANAGED_BY
-from components.workloads import pod
 from components.workloads.job import TrainingJob, TrainingJobArgs
 from components.workloads.multinode import MultiNodeTraining, MultiNodeTrainingArgs
 from components.workloads.nccl import NcclTest, NcclTestArgs
 from components.workloads.scripts_configmap import ScriptsConfigMap, ScriptsConfigMapArgs, read_scripts
 from components.workloads.validation import ClusterValidation, ClusterValidationArgs
+from components.workloads import runs
 
 
 def priority_class_args(cfg: StackConfig) -> k8s.scheduling.v1.PriorityClassInitArgs:
     return k8s.scheduling.v1.PriorityClassInitArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=pod.PRIORITY_CLASS, labels=MANAGED_BY),
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=runs.PRIORITY_CLASS, labels=MANAGED_BY),
         value=cfg.workloads.priority,
         preemption_policy="PreemptLowerPriority",
         global_default=False,
@@ -51,13 +51,13 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     parent = Workloads(name, opts)
     out: dict[str, Any] = {"workloads": parent}
     priority = k8s.scheduling.v1.PriorityClass(f"{name}-priority", priority_class_args(cfg),
-                                               pod.child_opts(parent, opts))
+                                               runs.child_opts(parent, opts))
     files = read_scripts()
     scripts = ScriptsConfigMap(f"{name}-scripts", ScriptsConfigMapArgs(files=files), namespace,
-                               pod.child_opts(parent, opts))
+                               runs.child_opts(parent, opts))
     out.update(priority_class=priority, scripts=scripts)
     # Pods reference both by name: create them first.
-    wl_opts = pod.child_opts(parent, opts, priority, scripts)
+    wl_opts = runs.child_opts(parent, opts, priority, scripts)
     base = dict(cfg=cfg, claim_name=claim_name, scripts_digest=scripts.digest)
     if w.validation.enabled:
         out["validation"] = ClusterValidation(f"{name}-validation", ClusterValidationArgs(**base), namespace,

@@ -24,14 +24,14 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.workloads import pod
+from components.workloads import pod, runs, security
 from components.workloads.multinode import run_guards
 
 NAME = "rltrain-training"
 COMPONENT = "training"
 
 
-class TrainingJobArgs(pod.WorkloadArgs):
+class TrainingJobArgs(runs.WorkloadArgs):
     pass
 
 
@@ -39,7 +39,7 @@ def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
              secret_name: Optional[pulumi.Input[str]]) -> k8s.batch.v1.JobInitArgs:
     cfg = a.cfg
     w = cfg.workloads
-    obj_labels = pod.labels(COMPONENT, NAME)
+    obj_labels = runs.labels(COMPONENT, NAME)
     template = pod.training_pod_template(
         cfg,
         claim_name=a.claim_name,
@@ -50,13 +50,13 @@ def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
     )
     return k8s.batch.v1.JobInitArgs(
         # checkov reads skips from the Job's own metadata, not from its pod template.
-        metadata=pod.object_metadata(NAME, namespace, obj_labels, {**pod.SKIP_AWAIT, **pod.skips_of(template)}),
+        metadata=runs.object_metadata(NAME, namespace, obj_labels, {**runs.SKIP_AWAIT, **security.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completions=1,
             parallelism=1,
             backoff_limit=w.retries,
-            pod_failure_policy=pod.pod_failure_policy(cfg),
-            active_deadline_seconds=pod.deadline_seconds(cfg),
+            pod_failure_policy=runs.pod_failure_policy(cfg),
+            active_deadline_seconds=runs.deadline_seconds(cfg),
             ttl_seconds_after_finished=w.ttl_seconds_after_finished,
             template=template,
         ),
@@ -73,10 +73,10 @@ class TrainingJob(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:TrainingJob", name, None, opts)
         cfg = args.cfg
-        obj_labels = pod.labels(COMPONENT, NAME)
+        obj_labels = runs.labels(COMPONENT, NAME)
         netpol, pdb = run_guards(name, NAME, namespace, obj_labels, cfg, self, opts)
         self.job = k8s.batch.v1.Job(
             f"{name}-job", job_args(args, namespace, secret_name),
-            pod.child_opts(self, opts, netpol, pdb, delete_before_replace=True))
+            runs.child_opts(self, opts, netpol, pdb, delete_before_replace=True))
         self.job_name = NAME
         self.register_outputs({"job": NAME})

@@ -39,7 +39,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.stack.config import StackConfig
-from components.workloads import pod
+from components.workloads import env, placement, pod, runs, security, volumes
 RUN = "rltrain-multinode"
 COMPONENT = "multinode"
 LAUNCHER = "/scripts/ray_launcher.py"
@@ -49,7 +49,7 @@ POD_IDENTITY_CIDR = "169.254.170.23/32"
 LUSTRE_PORTS = ((988, None), (1018, 1023))
 
 
-class MultiNodeTrainingArgs(pod.WorkloadArgs):
+class MultiNodeTrainingArgs(runs.WorkloadArgs):
     pass
 
 
@@ -69,9 +69,9 @@ def head_host(run: str, namespace: pulumi.Input[str]) -> pulumi.Output[str]:
 def done_marker(cfg: StackConfig, run: str) -> str:
     """Per-run marker: a changed image, command or config starts a new run, an unchanged one does not."""
     w = cfg.workloads
-    key = pod.short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path,
+    key = runs.short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path,
                          str(cfg.multi_node_count))
-    return f"{pod.FSX_PATH}/runs/{w.experiment_name}/{run}-{key}.done"
+    return f"{volumes.FSX_PATH}/runs/{w.experiment_name}/{run}-{key}.done"
 
 
 def ray_env(cfg: StackConfig, run: str, namespace: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
@@ -93,11 +93,11 @@ def ray_env(cfg: StackConfig, run: str, namespace: pulumi.Input[str]) -> dict[st
 def headless_service_args(run: str, namespace: pulumi.Input[str], ray_port: int,
                           obj_labels: dict[str, str]) -> k8s.core.v1.ServiceInitArgs:
     return k8s.core.v1.ServiceInitArgs(
-        metadata=pod.object_metadata(service_name(run), namespace, obj_labels),
+        metadata=runs.object_metadata(service_name(run), namespace, obj_labels),
         spec=k8s.core.v1.ServiceSpecArgs(
             cluster_ip="None",
             publish_not_ready_addresses=True,
-            selector=pod.selector_labels(run),
+            selector=runs.selector_labels(run),
             ports=[k8s.core.v1.ServicePortArgs(name="ray-gcs", port=ray_port, target_port=ray_port,
                                                protocol="TCP")],
         ),
@@ -120,7 +120,7 @@ def network_policy_args(run: str, namespace: pulumi.Input[str], obj_labels: dict
     The VPC CNI enforces NetworkPolicy only with its network policy agent enabled.
     """
     same_run = k8s.networking.v1.NetworkPolicyPeerArgs(
-        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(run)))
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(run)))
     anywhere = k8s.networking.v1.NetworkPolicyPeerArgs(
         ip_block=k8s.networking.v1.IPBlockArgs(cidr="0.0.0.0/0"))
     dns = k8s.networking.v1.NetworkPolicyPeerArgs(
@@ -145,9 +145,9 @@ def network_policy_args(run: str, namespace: pulumi.Input[str], obj_labels: dict
                 namespace_selector=k8s.meta.v1.LabelSelectorArgs())],
             ports=[_port(mlflow_port)]))
     return k8s.networking.v1.NetworkPolicyInitArgs(
-        metadata=pod.object_metadata(run, namespace, obj_labels),
+        metadata=runs.object_metadata(run, namespace, obj_labels),
         spec=k8s.networking.v1.NetworkPolicySpecArgs(
-            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(run)),
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(run)),
             policy_types=["Ingress", "Egress"],
             ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[same_run])],
             egress=egress,
@@ -159,10 +159,10 @@ def pdb_args(run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str]
              ) -> k8s.policy.v1.PodDisruptionBudgetInitArgs:
     """No voluntary eviction of a running run: a node-group upgrade waits for it (D13)."""
     return k8s.policy.v1.PodDisruptionBudgetInitArgs(
-        metadata=pod.object_metadata(run, namespace, obj_labels),
+        metadata=runs.object_metadata(run, namespace, obj_labels),
         spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
             max_unavailable=0,
-            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(run)),
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(run)),
         ),
     )
 
@@ -173,10 +173,10 @@ def run_guards(name: str, run: str, namespace: pulumi.Input[str], obj_labels: di
     """The NetworkPolicy and PodDisruptionBudget every training run gets (single- and multi-node)."""
     netpol = k8s.networking.v1.NetworkPolicy(
         f"{name}-netpol",
-        network_policy_args(run, namespace, obj_labels, pod.mlflow_port(cfg.workloads.mlflow_tracking_uri)),
-        pod.child_opts(parent, opts))
+        network_policy_args(run, namespace, obj_labels, env.mlflow_port(cfg.workloads.mlflow_tracking_uri)),
+        runs.child_opts(parent, opts))
     pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(run, namespace, obj_labels),
-                                            pod.child_opts(parent, opts))
+                                            runs.child_opts(parent, opts))
     return netpol, pdb
 
 
@@ -192,15 +192,15 @@ def pod_template(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
         cfg,
         claim_name=a.claim_name,
         secret_name=secret_name,
-        pod_labels=pod.labels(COMPONENT, run),
+        pod_labels=runs.labels(COMPONENT, run),
         command=launcher_command(cfg),
         num_nodes=cfg.multi_node_count,
         extra_env=ray_env(cfg, run, namespace),
-        affinity=pod.run_affinity(run),
+        affinity=placement.run_affinity(run),
         restart_policy="Never" if form == "indexed-job" else "Always",
         # A StatefulSet sets the subdomain from serviceName itself.
         subdomain=service_name(run) if form == "indexed-job" else None,
-        annotations=pod.scripts_annotation(a.scripts_digest),
+        annotations=volumes.scripts_annotation(a.scripts_digest),
     )
 
 
@@ -212,8 +212,8 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
     template = pod_template(a, namespace, secret_name, run)
     # checkov reads skips from the Job's own metadata, not from its pod template.
     return k8s.batch.v1.JobInitArgs(
-        metadata=pod.object_metadata(run, namespace, pod.labels(COMPONENT, run),
-                                     {**pod.SKIP_AWAIT, **pod.skips_of(template)}),
+        metadata=runs.object_metadata(run, namespace, runs.labels(COMPONENT, run),
+                                     {**runs.SKIP_AWAIT, **security.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
@@ -222,8 +222,8 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
             success_policy=k8s.batch.v1.SuccessPolicyArgs(rules=[
                 k8s.batch.v1.SuccessPolicyRuleArgs(succeeded_indexes="0")]),
             backoff_limit=w.retries,
-            pod_failure_policy=pod.pod_failure_policy(cfg),
-            active_deadline_seconds=pod.deadline_seconds(cfg),
+            pod_failure_policy=runs.pod_failure_policy(cfg),
+            active_deadline_seconds=runs.deadline_seconds(cfg),
             ttl_seconds_after_finished=w.ttl_seconds_after_finished,
             template=template,
         ),
@@ -235,13 +235,13 @@ def statefulset_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
     cfg = a.cfg
     template = pod_template(a, namespace, secret_name, run)
     return k8s.apps.v1.StatefulSetInitArgs(
-        metadata=pod.object_metadata(run, namespace, pod.labels(COMPONENT, run),
-                                     {**pod.SKIP_AWAIT, **pod.skips_of(template)}),
+        metadata=runs.object_metadata(run, namespace, runs.labels(COMPONENT, run),
+                                     {**runs.SKIP_AWAIT, **security.skips_of(template)}),
         spec=k8s.apps.v1.StatefulSetSpecArgs(
             service_name=service_name(run),
             replicas=cfg.multi_node_count,
             pod_management_policy="Parallel",
-            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(run)),
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(run)),
             template=template,
         ),
     )
@@ -260,10 +260,10 @@ class MultiNodeTraining(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:MultiNodeTraining", name, None, opts)
         cfg = args.cfg
         run = RUN
-        obj_labels = pod.labels(COMPONENT, run)
+        obj_labels = runs.labels(COMPONENT, run)
         svc = k8s.core.v1.Service(
             f"{name}-svc", headless_service_args(run, namespace, cfg.workloads.multi_node.ray_port, obj_labels),
-            pod.child_opts(self, opts))
+            runs.child_opts(self, opts))
         netpol, pdb = run_guards(name, run, namespace, obj_labels, cfg, self, opts)
         # Fixed name + delete-before-replace: see job.py. The pods must not start before the
         # Service (DNS), the policy and the PDB exist.
@@ -271,11 +271,11 @@ class MultiNodeTraining(pulumi.ComponentResource):
         if cfg.workloads.multi_node.form == "indexed-job":
             workload = k8s.batch.v1.Job(
                 f"{name}-job", job_args(args, namespace, secret_name, run),
-                pod.child_opts(self, opts, *deps, delete_before_replace=True))
+                runs.child_opts(self, opts, *deps, delete_before_replace=True))
         else:
             workload = k8s.apps.v1.StatefulSet(
                 f"{name}-statefulset", statefulset_args(args, namespace, secret_name, run),
-                pod.child_opts(self, opts, *deps, delete_before_replace=True, replace_on_changes=["spec"]))
+                runs.child_opts(self, opts, *deps, delete_before_replace=True, replace_on_changes=["spec"]))
         self.workload = workload
         self.workload_name = run
         self.service_name = service_name(run)

@@ -28,7 +28,7 @@ import pulumi_kubernetes as k8s
 
 from components.stack import catalog
 from components.stack.config import StackConfig
-from components.workloads import pod
+from components.workloads import placement, runs, security, sizing, volumes
 # Kubeflow MPI operator release manifest (no official Helm chart; FACTS.md). Pinned: bump the tag
 # here and nowhere else. Applied with server-side apply (the provider default), which the CRD's
 # size needs. Path checked in kubeflow/mpi-operator: deploy/v2beta1/mpi-operator.yaml.
@@ -57,7 +57,7 @@ REFERENCE_NCCL_ENV = {
 MPI_TRANSPORT = ("--mca", "pml", "^ucx", "--mca", "btl", "tcp,self",
                  "--mca", "btl_tcp_if_exclude", "lo,docker0,veth_def_agent")
 RUN_SECONDS = 30 * 60
-DEADLINE_SECONDS = RUN_SECONDS + pod.IMAGE_PULL_MARGIN_SECONDS
+DEADLINE_SECONDS = RUN_SECONDS + runs.IMAGE_PULL_MARGIN_SECONDS
 # Launcher: mpirun and ssh only.
 LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}
 # Worker: memory for NCCL's host buffers; /dev/shm (NCCL's
@@ -69,7 +69,7 @@ SSHD_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "
                      "SETGID", "SETUID", "SYS_CHROOT")
 
 
-class NcclTestArgs(pod.WorkloadArgs):
+class NcclTestArgs(runs.WorkloadArgs):
     pass
 
 
@@ -131,18 +131,18 @@ def _pod_spec_common(cfg: StackConfig) -> dict[str, Any]:
     return dict(
         service_account_name=cfg.training.service_account,
         automount_service_account_token=False,
-        priority_class_name=pod.PRIORITY_CLASS,
-        security_context=pod.pod_security_context(),
+        priority_class_name=runs.PRIORITY_CLASS,
+        security_context=security.pod_security_context(),
     )
 
 
 def launcher_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
     cfg = a.cfg
     image = cfg.workloads.nccl_test.image
-    obj_labels = pod.labels(COMPONENT, f"{NAME}-launcher")
+    obj_labels = runs.labels(COMPONENT, f"{NAME}-launcher")
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=obj_labels, annotations={
-            **pod.checkov_skips(cfg, image=image, cpu_limit=False), **pod.scripts_annotation(a.scripts_digest)}),
+            **security.checkov_skips(cfg, image=image, cpu_limit=False), **volumes.scripts_annotation(a.scripts_digest)}),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy="Never",
             **_pod_spec_common(cfg),
@@ -154,19 +154,19 @@ def launcher_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
                 env=_env(nccl_env(cfg)),
                 resources=k8s.core.v1.ResourceRequirementsArgs(
                     requests=dict(LAUNCHER_RESOURCES), limits={"memory": LAUNCHER_RESOURCES["memory"]}),
-                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="scripts", mount_path=pod.SCRIPTS_PATH,
+                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="scripts", mount_path=volumes.SCRIPTS_PATH,
                                                            read_only=True)],
-                security_context=pod.container_security_context(),
+                security_context=security.container_security_context(),
             )],
             volumes=[k8s.core.v1.VolumeArgs(name="scripts", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
-                name=pod.SCRIPTS_CONFIGMAP, default_mode=pod.SCRIPTS_MODE))],
+                name=volumes.SCRIPTS_CONFIGMAP, default_mode=volumes.SCRIPTS_MODE))],
         ),
     )
 
 
 def worker_resources(cfg: StackConfig) -> k8s.core.v1.ResourceRequirementsArgs:
     g = cfg.gpu_nodes
-    extended = pod.PodSizing(cpu=0, memory_mib=0, shm_gib=0, gpus=g.instance.gpu_count,
+    extended = sizing.PodSizing(cpu=0, memory_mib=0, shm_gib=0, gpus=g.instance.gpu_count,
                              efa=g.efa_devices_per_node).extended()
     fixed = {"memory": WORKER_MEMORY, **extended}  # extended() carries the EFA huge pages
     return k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": WORKER_CPU, **fixed}, limits=fixed)
@@ -177,15 +177,15 @@ def worker_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
     image = cfg.workloads.nccl_test.image
     run = f"{NAME}-worker"
     return k8s.core.v1.PodTemplateSpecArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod.labels(COMPONENT, run),
-                                            annotations=pod.checkov_skips(cfg, image=image, extra=[
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(COMPONENT, run),
+                                            annotations=security.checkov_skips(cfg, image=image, extra=[
                                                 ("CKV_K8S_37", "sshd (mpi-operator convention) needs "
                                                                "baseline-level capabilities")])),
         spec=k8s.core.v1.PodSpecArgs(
             **_pod_spec_common(cfg),
-            node_selector=dict(pod.GPU_NODE_SELECTOR),
-            tolerations=pod.gpu_tolerations(),
-            affinity=pod.run_affinity(run),
+            node_selector=dict(placement.GPU_NODE_SELECTOR),
+            tolerations=placement.gpu_tolerations(),
+            affinity=placement.run_affinity(run),
             containers=[k8s.core.v1.ContainerArgs(
                 name="worker",
                 image=image,
@@ -193,8 +193,8 @@ def worker_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
                 command=["/usr/sbin/sshd", "-De"],
                 env=_env(nccl_env(cfg)),
                 resources=worker_resources(cfg),
-                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="dshm", mount_path=pod.SHM_PATH)],
-                security_context=pod.container_security_context(SSHD_CAPABILITIES),
+                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="dshm", mount_path=volumes.SHM_PATH)],
+                security_context=security.container_security_context(SSHD_CAPABILITIES),
             )],
             volumes=[k8s.core.v1.VolumeArgs(name="dshm", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
                 medium="Memory", size_limit=f"{WORKER_SHM_GIB}Gi"))],
@@ -234,17 +234,17 @@ class NcclTest(pulumi.ComponentResource):
         deps: list[pulumi.Resource] = []
         if cfg.workloads.nccl_test.install_mpi_operator:
             operator = k8s.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=MPI_OPERATOR_MANIFEST,
-                                              opts=pod.child_opts(self, opts))
+                                              opts=runs.child_opts(self, opts))
             deps.append(operator)
-        skips = pod.checkov_skips(cfg, image=cfg.workloads.nccl_test.image)
+        skips = security.checkov_skips(cfg, image=cfg.workloads.nccl_test.image)
         self.mpijob = k8s.apiextensions.CustomResource(
             f"{name}-mpijob",
             api_version="kubeflow.org/v2beta1",
             kind="MPIJob",
-            metadata=pod.object_metadata(NAME, namespace, pod.labels(COMPONENT, NAME),
-                                         {**pod.SKIP_AWAIT, **skips}),
+            metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME),
+                                         {**runs.SKIP_AWAIT, **skips}),
             spec=mpijob_spec(args),
-            opts=pod.child_opts(self, opts, *deps, delete_before_replace=True),
+            opts=runs.child_opts(self, opts, *deps, delete_before_replace=True),
         )
         self.mpijob_name = NAME
         self.register_outputs({"mpijob": NAME})

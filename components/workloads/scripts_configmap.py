@@ -15,7 +15,8 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
 from components.stack.labels import MANAGED_BY
-from components.workloads.pod import SCRIPTS_CONFIGMAP, child_opts
+from components.workloads.runs import child_opts
+from components.workloads.volumes import SCRIPTS_CONFIGMAP
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "scripts"
 

@@ -27,7 +27,7 @@ import pulumi_kubernetes as k8s
 
 from components.stack import catalog
 from components.stack.config import StackConfig
-from components.workloads import pod
+from components.workloads import placement, pod, runs, security, sizing, volumes
 NAME = "rltrain-validation"
 COMPONENT = "validation"
 COMMAND = ("python3", "/scripts/validate_node.py")
@@ -36,30 +36,30 @@ VALIDATION_CPU = 2
 VALIDATION_MEMORY_MARGIN_GIB = 8
 # Checks take seconds; the rest is the cold image pull margin.
 RUN_SECONDS = 10 * 60
-DEADLINE_SECONDS = RUN_SECONDS + pod.IMAGE_PULL_MARGIN_SECONDS
+DEADLINE_SECONDS = RUN_SECONDS + runs.IMAGE_PULL_MARGIN_SECONDS
 
 
-class ClusterValidationArgs(pod.WorkloadArgs):
+class ClusterValidationArgs(runs.WorkloadArgs):
     pass
 
 
-def sizing(cfg: StackConfig) -> pod.PodSizing:
-    shm = pod.shm_gib(cfg)
-    return pod.PodSizing(cpu=VALIDATION_CPU, memory_mib=(shm + VALIDATION_MEMORY_MARGIN_GIB) * catalog.GIB_IN_MIB,
+def validation_sizing(cfg: StackConfig) -> sizing.PodSizing:
+    shm = sizing.shm_gib(cfg)
+    return sizing.PodSizing(cpu=VALIDATION_CPU, memory_mib=(shm + VALIDATION_MEMORY_MARGIN_GIB) * catalog.GIB_IN_MIB,
                          shm_gib=shm, gpus=cfg.gpu_nodes.instance.gpu_count,
                          efa=cfg.gpu_nodes.efa_devices_per_node, cpu_limit=True)
 
 
 def validation_env(cfg: StackConfig) -> dict[str, str]:
-    s = sizing(cfg)
+    s = validation_sizing(cfg)
     return {"EXPECTED_GPUS": str(s.gpus), "EXPECTED_EFA": str(s.efa), "SHM_MIN_GIB": str(s.shm_gib),
-            "FSX_PATH": pod.FSX_PATH}
+            "FSX_PATH": volumes.FSX_PATH}
 
 
 def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batch.v1.JobInitArgs:
     cfg = a.cfg
     n = cfg.gpu_nodes.count
-    obj_labels = pod.labels(COMPONENT, NAME)
+    obj_labels = runs.labels(COMPONENT, NAME)
     template = pod.training_pod_template(
         cfg,
         claim_name=a.claim_name,
@@ -68,21 +68,21 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
         pod_labels=obj_labels,
         command=COMMAND,
         num_nodes=n,
-        extra_env=validation_env(cfg),  # NODE_NAME comes from spec.nodeName (pod.env_vars)
-        affinity=pod.run_affinity(NAME, co_located=False),
-        sizing=sizing(cfg),
-        annotations=pod.scripts_annotation(a.scripts_digest),
+        extra_env=validation_env(cfg),  # NODE_NAME comes from spec.nodeName (env.env_vars)
+        affinity=placement.run_affinity(NAME, co_located=False),
+        sizing=validation_sizing(cfg),
+        annotations=volumes.scripts_annotation(a.scripts_digest),
         read_only_root=True,
     )
     # checkov reads skips from the Job's own metadata, not from its pod template.
     return k8s.batch.v1.JobInitArgs(
-        metadata=pod.object_metadata(NAME, namespace, obj_labels, {**pod.SKIP_AWAIT, **pod.skips_of(template)}),
+        metadata=runs.object_metadata(NAME, namespace, obj_labels, {**runs.SKIP_AWAIT, **security.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
             parallelism=n,
             backoff_limit=0,
-            pod_failure_policy=pod.pod_failure_policy(cfg),
+            pod_failure_policy=runs.pod_failure_policy(cfg),
             active_deadline_seconds=DEADLINE_SECONDS,
             ttl_seconds_after_finished=cfg.workloads.ttl_seconds_after_finished,
             template=template,
@@ -93,9 +93,9 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
 def network_policy_args(namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
     """Deny all: no ingress, no egress for the validation pods (see the module docstring)."""
     return k8s.networking.v1.NetworkPolicyInitArgs(
-        metadata=pod.object_metadata(NAME, namespace, pod.labels(COMPONENT, NAME)),
+        metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME)),
         spec=k8s.networking.v1.NetworkPolicySpecArgs(
-            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=pod.selector_labels(NAME)),
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(NAME)),
             policy_types=["Ingress", "Egress"],
         ),
     )
@@ -110,8 +110,8 @@ class ClusterValidation(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:ClusterValidation", name, None, opts)
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(namespace),
-                                                 pod.child_opts(self, opts))
+                                                 runs.child_opts(self, opts))
         self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
-                                    pod.child_opts(self, opts, netpol, delete_before_replace=True))
+                                    runs.child_opts(self, opts, netpol, delete_before_replace=True))
         self.job_name = NAME
         self.register_outputs({"job": NAME})

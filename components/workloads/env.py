@@ -1,0 +1,84 @@
+"""Container environment of the training pods: run settings, NCCL/EFA settings, secrets by reference only (D16).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+from urllib.parse import urlsplit
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.stack import catalog
+from components.stack.config import StackConfig
+
+
+# Env set by the program; user `workloads.env` may not override these (the launcher and the
+# validation script depend on them being right).
+PROTECTED_ENV = frozenset({
+    "NUM_GPUS", "NUM_NODES", "POD_NAMESPACE", "NODE_NAME", "JOB_COMPLETION_INDEX",
+    "RAY_HEAD_HOST", "RAY_PORT", "RAY_NODE_WAIT_SECONDS", "RUN_DONE_MARKER",
+    "EXPECTED_GPUS", "EXPECTED_EFA", "SHM_MIN_GIB", "FSX_PATH",
+})
+
+
+def mlflow_port(uri: Optional[str]) -> Optional[int]:
+    if not uri:
+        return None
+    u = urlsplit(uri)
+    return u.port or (443 if u.scheme == "https" else 80)
+
+
+def _plain(name: str, value: pulumi.Input[str]) -> k8s.core.v1.EnvVarArgs:
+    return k8s.core.v1.EnvVarArgs(name=name, value=value)
+
+
+def _field(name: str, path: str) -> k8s.core.v1.EnvVarArgs:
+    return k8s.core.v1.EnvVarArgs(name=name, value_from=k8s.core.v1.EnvVarSourceArgs(
+        field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path=path)))
+
+
+def secret_env(cfg: StackConfig, secret_name: Optional[pulumi.Input[str]]) -> list[k8s.core.v1.EnvVarArgs]:
+    """Secrets as secretKeyRef only, never a plain value in the pod spec (D16)."""
+    mapping = cfg.training.secret_env
+    if mapping and secret_name is None:
+        raise ValueError("training.secretEnv is set but no Secret name was passed to the workloads")
+    return [
+        k8s.core.v1.EnvVarArgs(name=env, value_from=k8s.core.v1.EnvVarSourceArgs(
+            secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret_name, key=key, optional=False)))
+        for env, key in sorted(mapping.items())
+    ]
+
+
+def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.Input[str]],
+             efa: int, extra: Optional[Mapping[str, pulumi.Input[str]]] = None,
+             include_secrets: bool = True) -> list[k8s.core.v1.EnvVarArgs]:
+    """The container env, sorted by name. `extra` is component-specific (Ray, validation)."""
+    w = cfg.workloads
+    it = cfg.gpu_nodes.instance
+    values: dict[str, pulumi.Input[str]] = {
+        "NUM_GPUS": str(it.gpu_count),
+        "NUM_NODES": str(num_nodes),
+        "CONFIG_NAME": w.config_name,
+        "VENV_NAME": w.venv_name,
+        "MODEL_PATH": w.model_path,
+        "EXPERIMENT_NAME": w.experiment_name,
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
+        **catalog.nccl_env(it, efa),
+    }
+    if w.mlflow_tracking_uri:
+        values["MLFLOW_TRACKING_URI"] = w.mlflow_tracking_uri
+    clash = sorted(set(w.env) & PROTECTED_ENV)
+    if clash:
+        raise ValueError(f"rltrain:workloads.env may not set {', '.join(clash)}: the program sets them")
+    values.update(w.env)  # user tuning (e.g. NCCL_DEBUG=INFO) wins over the defaults above
+    values.update(extra or {})
+    secrets = secret_env(cfg, secret_name) if include_secrets else []
+    clash = sorted({s.name for s in secrets} & (set(values) | {"POD_NAMESPACE", "NODE_NAME"}))
+    if clash:
+        raise ValueError(f"training.secretEnv names {', '.join(clash)}, which is also a plain env var")
+    out = [_plain(k, v) for k, v in values.items()]
+    out += [_field("POD_NAMESPACE", "metadata.namespace"), _field("NODE_NAME", "spec.nodeName")]
+    out += secrets
+    return sorted(out, key=lambda e: e.name)
