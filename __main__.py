@@ -36,7 +36,7 @@ training = TrainingNamespace(
     secret_values={k: rl.require_secret(k) for k in set(cfg.training.secret_env.values())}, opts=k8s_opts)
 after_ns = pulumi.ResourceOptions(provider=provider, depends_on=[training])
 addons = ClusterAddons("addons", ClusterAddonsArgs(
-    instance_type=cfg.gpu_nodes.instance_type, efa=cfg.gpu_nodes.efa_enabled,
+    instance_type=cfg.gpu_nodes.instance_type, efa=cfg.gpu_nodes.efa_enabled, device_plugins=cfg.device_plugins,
     kubernetes_version=None if cfg.byo_cluster else cfg.cluster.kubernetes_version),
     cluster=platform.cluster.cluster_name if platform else None,
     after=(platform.cluster.pod_identity_agent,) if platform else (),

@@ -13,7 +13,7 @@ from components.offline import render
 from components.offline.mock_engine import run_program
 from components.workloads import nccl
 from components.workloads.build import build_workloads
-from components.workloads.scripts_configmap import read_scripts
+from components.workloads.script_files import read_scripts, scripts_digest
 
 
 def _render(stack: str, mutate=None):
@@ -88,20 +88,21 @@ def test_p5_training_job(p5):
     assert c["command"] == list(cfg.workloads.command)
     assert c["imagePullPolicy"] == "IfNotPresent"
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert mounts["fsx"] == "/fsx" and mounts["dshm"] == "/dev/shm" and mounts["scripts"] == "/scripts"
+    # The single-node trainer runs the user's command: it mounts no script.
+    assert mounts == {"fsx": "/fsx", "dshm": "/dev/shm"}
     vols = {v["name"]: v for v in pod["volumes"]}
     assert vols["fsx"]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Gi"}
-    assert vols["scripts"]["configMap"]["defaultMode"] == 0o755
     assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60
-    assert spec["ttlSecondsAfterFinished"] == cfg.workloads.ttl_seconds_after_finished
+    assert "ttlSecondsAfterFinished" not in spec  # a finished run stays until the stack disables it
     assert spec["backoffLimit"] == cfg.workloads.retries and spec["completions"] == 1
     assert pod["restartPolicy"] == "Never"
     rules = spec["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     assert rules[1]["action"] == "FailJob"
     assert rules[1]["onExitCodes"] == {"containerName": "trainer", "operator": "In", "values": [2, 126, 127]}
-    assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    assert job["metadata"]["annotations"]["pulumi.com/waitFor"] == "jsonpath={.metadata.uid}"
+    assert "pulumi.com/skipAwait" not in job["metadata"]["annotations"]
     e = env(c)
     assert e["NUM_NODES"] == "1" and e["NUM_GPUS"] == "8"
     assert e["HF_TOKEN"] == {"secretKeyRef": {"name": "training-secrets", "key": "hfToken", "optional": False}}
@@ -142,7 +143,7 @@ def test_multinode_service_policy_pdb(p5):
             ("TCP", 1018, 1023)} <= ports
     assert 8265 not in {p[1] for p in ports} and 10001 not in {p[1] for p in ports}
     pdb = find(docs, "PodDisruptionBudget", "rltrain-multinode")["spec"]
-    assert pdb["maxUnavailable"] == 0 and pdb["selector"]["matchLabels"] == sel
+    assert pdb["minAvailable"] == 2 and "maxUnavailable" not in pdb and pdb["selector"]["matchLabels"] == sel
 
 
 def test_multinode_indexed_job(p5):
@@ -155,7 +156,8 @@ def test_multinode_indexed_job(p5):
     assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
     assert spec["podFailurePolicy"]["rules"][1]["action"] == "FailJob"
     assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60
-    assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    assert job["metadata"]["annotations"]["pulumi.com/waitFor"] == "jsonpath={.metadata.uid}"
+    assert "pulumi.com/skipAwait" not in job["metadata"]["annotations"]
     assert pod["subdomain"] == "rltrain-multinode-svc"
     c = container(job)
     assert c["command"] == ["python3", "/scripts/ray_launcher.py", "--", *cfg.workloads.command]
@@ -176,17 +178,24 @@ def test_multinode_indexed_job(p5):
     assert rec.delete_before_replace
     names = {d.split("::", 1)[1] for d in rec.depends_on}
     assert {"workloads-multi-node-svc", "workloads-multi-node-netpol", "workloads-multi-node-pdb",
-            "workloads-scripts-configmap", "workloads-priority"} <= names
+            "workloads-scripts-ray-launcher", "workloads-priority"} <= names
 
 
-def test_launcher_configmap_holds_the_scripts(p5):
+def test_each_script_in_its_own_immutable_configmap(p5):
     _, _, docs = p5
-    cm = find(docs, "ConfigMap", "rltrain-scripts")
-    assert cm["data"] == read_scripts()
-    assert "ray_launcher.py" in cm["data"] and "validate_node.py" in cm["data"]
-    digest = cm["metadata"]["annotations"]["rltrain/scripts-sha256"]
+    scripts = read_scripts()
+    launcher = scripts["ray_launcher.py"]
+    cm = find(docs, "ConfigMap", launcher.configmap)
+    assert cm["data"] == {"ray_launcher.py": launcher.text} and cm["immutable"] is True
+    assert launcher.configmap.startswith("rltrain-script-ray-launcher-")
+    cms = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
+    assert cms == {scripts[f].configmap for f in ("ray_launcher.py", "validate_node.py", "nccl_check.py")}
     job = find(docs, "Job", "rltrain-multinode")
-    assert job["spec"]["template"]["metadata"]["annotations"]["rltrain/scripts-sha256"] == digest
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["annotations"]["rltrain/scripts-sha256"] == scripts_digest([launcher])
+    [vol] = [v for v in pod["spec"]["volumes"] if v["name"] == "scripts"]
+    assert vol["projected"] == {"defaultMode": 0o755, "sources": [{"configMap": {
+        "name": launcher.configmap, "items": [{"key": "ray_launcher.py", "path": "ray_launcher.py"}]}}]}
 
 
 def test_statefulset_form(sts):
@@ -196,7 +205,7 @@ def test_statefulset_form(sts):
     spec = ss["spec"]
     assert spec["serviceName"] == "rltrain-multinode-svc"
     assert spec["podManagementPolicy"] == "Parallel" and spec["replicas"] == 2
-    assert ss["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    assert ss["metadata"]["annotations"]["pulumi.com/waitFor"] == "jsonpath={.metadata.uid}"
     e = env(container(ss))
     marker = e["RUN_DONE_MARKER"]
     assert marker.startswith(f"/fsx/runs/{cfg.workloads.experiment_name}/rltrain-multinode-")
@@ -217,7 +226,7 @@ def test_mpijob(p5):
     assert spec["slotsPerWorker"] == 8
     assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
     assert spec["runPolicy"]["cleanPodPolicy"] == "Running"
-    assert spec["runPolicy"]["activeDeadlineSeconds"] > 0 and "ttlSecondsAfterFinished" in spec["runPolicy"]
+    assert spec["runPolicy"]["activeDeadlineSeconds"] > 0 and "ttlSecondsAfterFinished" not in spec["runPolicy"]
     workers = spec["mpiReplicaSpecs"]["Worker"]
     assert workers["replicas"] == 2
     w = workers["template"]["spec"]["containers"][0]
@@ -262,7 +271,8 @@ def test_validation_job(p5):
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == spec["parallelism"] == 2
     assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == 1200
-    assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    assert job["metadata"]["annotations"]["pulumi.com/waitFor"] == "jsonpath={.metadata.uid}"
+    assert "pulumi.com/skipAwait" not in job["metadata"]["annotations"]
     pod = spec["template"]["spec"]
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["topologyKey"] == "kubernetes.io/hostname"

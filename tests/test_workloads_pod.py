@@ -174,10 +174,9 @@ def test_volumes_and_mounts():
     t = template(make_cfg())
     vols = {v.name: v for v in t.spec.volumes}
     assert vols["fsx"].persistent_volume_claim.claim_name == "fsx-claim"
-    assert vols["scripts"].config_map.name == "rltrain-scripts"
-    assert vols["scripts"].config_map.default_mode == 0o755
+    assert "scripts" not in vols  # a pod mounts only the scripts it runs (none here)
     mounts = {m.name: m.mount_path for m in t.spec.containers[0].volume_mounts}
-    assert mounts == {"fsx": "/fsx", "dshm": "/dev/shm", "scripts": "/scripts"}
+    assert mounts == {"fsx": "/fsx", "dshm": "/dev/shm"}
 
 
 def test_image_and_pull_policy():

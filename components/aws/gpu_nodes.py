@@ -125,10 +125,16 @@ class GpuNodeGroup(pulumi.ComponentResource):
         # pulumi-eks's own EFA node group does the same (nodejs/eks/nodes/nodegroup.ts).
         sg_ids = [sg.id, cluster_security_group_id]
 
+        # Fixed AWS names (the placement group, the launch template, the node group): Pulumi creates
+        # a replacement before deleting the old resource unless told otherwise, and the new one's
+        # name clashes with the old (FACTS "Fixed physical names and replacement"). So each is
+        # deleted first; the impact report says so. For the node group that is also what GPU
+        # capacity allows: a reservation or a capacity block rarely holds two groups at once.
+        fixed_name = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
         placement = None
         if args.placement_group:
             pg = aws.ec2.PlacementGroup(f"{name}-placement", name=f"{args.cluster_name}-gpu", strategy="cluster",
-                                        opts=child)
+                                        opts=fixed_name)
             placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name)
         market, reservation = None, None
         if args.capacity_type != "on-demand":
@@ -161,7 +167,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             user_data=user_data(args),
             tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
                 resource_type="instance", tags={"Name": f"{args.cluster_name}-gpu"})],
-            opts=child,
+            opts=fixed_name,
         )
         role = iam.node_role(f"{name}-node-role", self)
         scaling = aws.eks.NodeGroupScalingConfigArgs(desired_size=args.count, min_size=args.count,
@@ -182,7 +188,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
             node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, delete_before_replace=True),
         )
         self.register_outputs({"securityGroupId": self.security_group_id,
                                "nodeGroupName": self.node_group.node_group_name})

@@ -25,6 +25,8 @@ class ClusterAddonsArgs(BaseModel):
 
     instance_type: str
     efa: bool
+    # The cluster-wide rule (StackConfig.installs): on a bring-your-own cluster only when opted in.
+    device_plugins: bool = True
     # None for a bring-your-own cluster: no AWS resources (the CSI driver is then the cluster's).
     kubernetes_version: Optional[str] = None
 
@@ -58,9 +60,11 @@ class ClusterAddons(pulumi.ComponentResource):
         """`cluster`: the created cluster's name as an output of the cluster (None on a
         bring-your-own cluster); `after`: what the EKS add-on needs first (the Pod Identity agent)."""
         super().__init__("rltrain:index:ClusterAddons", name, None, opts)
-        self.nvidia = _release("nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN, nvidia_plugin_values(args), self)
-        self.efa = None
-        if args.efa:
+        self.nvidia = self.efa = None
+        if args.device_plugins:
+            self.nvidia = _release("nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN, nvidia_plugin_values(args),
+                                   self)
+        if args.efa and args.device_plugins:
             if not efa_plugin_knows(args.instance_type):
                 raise ValueError(f"EFA device plugin {versions.EFA_DEVICE_PLUGIN.version} does not list "
                                  f"{args.instance_type}; pin a release that does (components/stack/versions.py)")

@@ -25,7 +25,7 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Optional
 
 from components.offline.mock_engine import UNKNOWN
 from components.offline.policy import GPU, EFA, Violation, k8s_objects, pods, rule
@@ -439,7 +439,73 @@ def _privilege(resources, ctx):
                                     f"allows {actions} on every resource", "name the actions and resources", r["name"])
 
 
-def checks_that_ran(resources: list[Resource]) -> Iterator[str]:
-    """One line per deploy-model check, for the summary."""
-    graph = Graph(resources)
-    yield f"deploy order: {len(graph.order())} creation waves over {len(graph.rows)} resources"
+# --- run replacement --------------------------------------------------------------------------------
+
+# Built-in kinds for which pulumi-kubernetes' skipAwait also skips the wait for deletion
+# (provider/pkg/metadata/overrides.go, allowsSkipAwaitWithDelete; issues #1232, #3154).
+SKIP_AWAIT_SKIPS_DELETE = {"Job", "StatefulSet", "Deployment", "DaemonSet", "Pod", "Namespace",
+                           "ReplicationController"}
+RUN_KINDS = ("Job", "StatefulSet", "MPIJob", "RayJob")
+
+
+def replacement_sequence(r: Resource) -> list[str]:
+    """The provider's steps when a run object is replaced, as `pulumi up` performs them."""
+    obj = r["inputs"]
+    kind = obj.get("kind")
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    fixed = bool(meta.get("name")) and not meta.get("generateName")
+    dbr = bool((r.get("options") or {}).get("deleteBeforeReplace"))
+    skip_delete_wait = annotations.get("pulumi.com/skipAwait") == "true" and kind in SKIP_AWAIT_SKIPS_DELETE
+    if not fixed:
+        return ["create the new object (generated name)", "delete the old one at the end of the update"]
+    if not dbr:
+        return ["create the new object with the same name -> AlreadyExists: the update fails, the old run stays"]
+    steps = ["delete the old object (its pods get SIGTERM and their grace period)"]
+    if skip_delete_wait:
+        steps += ["do not wait for the deletion (skipAwait on a built-in kind)",
+                  "create the new object while the old one is still terminating -> AlreadyExists, not retried "
+                  "(pulumi-kubernetes >= 4.29 creates client-side): the old run is killed and no new one exists"]
+    else:
+        steps += ["wait until the old object is gone", "create the new object"]
+    return steps
+
+
+@rule("run-replacement", "replacing a run never leaves it killed without a successor")
+def _run_replacement(resources, ctx):
+    for r in resources:
+        if not r["type"].startswith("kubernetes:") or r["inputs"].get("kind") not in RUN_KINDS:
+            continue
+        steps = replacement_sequence(r)
+        if "AlreadyExists" in steps[-1]:
+            yield Violation("run-replacement", f"{r['inputs']['kind']}/{(r['inputs'].get('metadata') or {}).get('name')}",
+                            "on replacement: " + "; ".join(steps),
+                            "keep the fixed name with delete_before_replace and replace pulumi.com/skipAwait by "
+                            "pulumi.com/waitFor (the deletion is then awaited)", r["name"])
+
+
+# --- cluster-wide objects ----------------------------------------------------------------------------
+
+CLUSTER_SCOPED = {"Namespace", "PriorityClass", "PersistentVolume", "ClusterRole", "ClusterRoleBinding",
+                  "CustomResourceDefinition", "StorageClass", "ValidatingWebhookConfiguration",
+                  "MutatingWebhookConfiguration", "ResourceFlavor", "ClusterQueue", "Topology"}
+
+
+def owned_cluster_wide(resources: list[Resource]) -> list[str]:
+    """What the stack owns beyond its namespace: cluster-scoped objects, Helm releases (installed
+    cluster-wide), operator manifests. Two stacks on one cluster must share none of these."""
+    out = []
+    for r in resources:
+        i = r["inputs"]
+        if r["type"].startswith("kubernetes:") and i.get("kind") in CLUSTER_SCOPED:
+            out.append(f"{i['kind']} {(i.get('metadata') or {}).get('name')}")
+        elif r["type"] == "kubernetes:helm.sh/v3:Release":
+            out.append(f"Helm release {i.get('namespace')}/{i.get('name')} ({i.get('chart')} {i.get('version')})")
+        elif r["type"].startswith("kubernetes:yaml/"):
+            out.append(f"manifest {i.get('file') or i.get('files')}")
+    return sorted(out)
+
+
+def cluster_wide(resources: list[Resource]) -> list[str]:
+    owned = owned_cluster_wide(resources)
+    return ["cluster-wide objects this stack owns: " + (", ".join(owned) if owned else "none")]

@@ -85,6 +85,8 @@ class Record:
     retain_on_delete: bool
     delete_before_replace: bool
     inputs: dict[str, Any]
+    # Input paths whose change the engine turns into a replacement (`replace_on_changes`).
+    replace_on_changes: list[str] = field(default_factory=list)
     # What the engine orders this resource after: the explicit `depends_on` and the property
     # dependencies it receives in RegisterResource, plus the provider the resource is created
     # through, each as `type::name` (names alone repeat across types).
@@ -107,6 +109,7 @@ class Record:
                 "protect": self.protect,
                 "retainOnDelete": self.retain_on_delete,
                 "deleteBeforeReplace": self.delete_before_replace,
+                **({"replaceOnChanges": self.replace_on_changes} if self.replace_on_changes else {}),
             },
             "inputs": readable(self.inputs),
         }
@@ -235,6 +238,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             retain_on_delete=bool(request.retainOnDelete),
             delete_before_replace=bool(request.deleteBeforeReplace),
             inputs=normalise(inputs),
+            replace_on_changes=sorted(request.replaceOnChanges),
             # Plus resource references among the inputs: a remote component (pulumi-eks) gets none
             # of them as dependencies (the SDK leaves them out), yet its registration waits for
             # the referenced resource's URN, i.e. for that resource to be created.

@@ -12,9 +12,14 @@ failure; in both cases nothing is written. The summary ends with the fit report 
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the CLI: a short-lived process, no cyclic garbage collection (exit: os._exit below)
+    import gc
+    gc.disable()
+
 import argparse
 import collections
 import json
+import os
 import re
 import sys
 import tempfile
@@ -26,7 +31,7 @@ import yaml
 
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy
-from components.offline import replacement
+from components.offline import impact
 from components.stack import stackfile
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 
@@ -81,6 +86,8 @@ class Rendered:
     cfg: config_mod.StackConfig
     result: RunResult
     manifests: list[dict[str, Any]]
+    # The base record the change is judged against (None: nothing to compare with).
+    base: Optional[list[dict[str, Any]]] = None
 
     @property
     def resources(self) -> list[dict[str, Any]]:
@@ -122,8 +129,24 @@ def write(rendered: Rendered, out: Path) -> None:
         with tempfile.NamedTemporaryFile("w", dir=out, prefix=f".{name}.", delete=False) as f:
             f.write(text)
             tmp[name] = Path(f.name)
+        # A temporary file is 0600; the render keeps the file's mode, 0644 for a new one.
+        target = out / name
+        os.chmod(f.name, target.stat().st_mode & 0o7777 if target.exists() else 0o644)
     for name, path in tmp.items():
         path.replace(out / name)
+
+
+def summary_markdown(rendered: Rendered) -> str:
+    """What a reviewer reads first in a pull request: impact against the base, cost, checks."""
+    cost = rendered.result.stack_outputs.get("estimatedCostPerHour") or {}
+    violations = rendered.violations()
+    lines = [f"### Stack `{rendered.stack}`", "",
+             f"Estimated cost: ${cost.get('usd') or 0:,.2f}/h ({cost.get('breakdown') or cost.get('note', '')})", "",
+             *impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg), markdown=True), "",
+             f"Policy and deploy-model rules: {len(policy.RULES)} run, "
+             + (f"**{len(violations)} violation(s)**" if violations else "all pass")]
+    lines += [f"- `{v.rule}` {v.resource}: {v.message}" for v in violations]
+    return "\n".join(lines) + "\n"
 
 
 def summary(rendered: Rendered) -> str:
@@ -138,23 +161,38 @@ def summary(rendered: Rendered) -> str:
         f"  GPU nodes: {g.count} x {g.instance_type} = {g.total_gpus} GPUs "
         f"({g.instance.gpu_model}), EFA {'on, ' + str(g.efa_devices_per_node) + ' devices/node' if g.efa_enabled else 'off'}",
         "  estimated cost: " + (f"${usd:,.2f}/h = {cost.get('breakdown')} (prices of {cost.get('priceDate')})"
-                                if cost.get("priceDate") else f"{usd}/h: {cost.get('note', 'unknown')}"),
+                                if cost.get("priceDate") else
+                                (f"${usd:,.0f}/h" if usd is not None else "unknown") + f" ({cost.get('note', '')})"),
         "  resources by type:",
     ]
     lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]
+    lines += ["  " + line for line in impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg))]
+    lines += ["  " + line for line in deploy_model.cluster_wide(rendered.resources)]
     lines += ["  " + line for line in deploy_model.flow_table(rendered.resources)]
     lines += ["  " + line for line in policy.fit_report(rendered.resources)]
     return "\n".join(lines)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m components.offline.render", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m components.offline.render", description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_epilog())
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--stack", help="stack name (reads Pulumi.STACK.yaml)")
     which.add_argument("--all", action="store_true", help="every Pulumi.*.yaml stack")
     ap.add_argument("--out", type=Path, help="output directory (default rendered/STACK); only with --stack")
     ap.add_argument("--project-dir", type=Path, default=ROOT,
                     help="directory holding Pulumi.yaml, __main__.py and the stack files (default: this repo)")
+    ap.add_argument("--base", type=Path,
+                    help="directory holding the base records STACK/resources.json the change is judged against "
+                         "(default: PROJECT_DIR/rendered, the committed records; in a pull request, the base "
+                         "branch's)")
+    ap.add_argument("--accept-impact", action="store_true",
+                    help="write the render even when the impact needs an opt-in the stack does not set: for a "
+                         "change of the program itself, whose impact the pull request shows and reviewers accept "
+                         "(a stack change opts in with its allow* keys instead)")
+    ap.add_argument("--summary-md", type=Path,
+                    help="also append a Markdown summary per stack (impact, cost, checks) to this file, e.g. "
+                         "$GITHUB_STEP_SUMMARY")
     args = ap.parse_args(argv)
     if args.out and args.all:
         ap.error("--out goes with --stack")
@@ -180,16 +218,24 @@ def main(argv: Optional[list[str]] = None) -> int:
         for v in rendered.violations():
             print(f"Pulumi.{rendered.stack}.yaml: policy {v}", file=sys.stderr)
             failed = True
-    # Replacement guard: compare with the committed snapshot of each stack.
+    # Update impact (components/offline/impact.py): judged against the base record of each stack.
+    base = (args.base or root / "rendered").resolve()
     for rendered in results:
-        snapshot = root / "rendered" / rendered.stack / "resources.json"
-        before = json.loads(snapshot.read_text()) if snapshot.exists() else None
-        refused, allowed = replacement.check(before, rendered.resources, rendered.cfg)
-        for r in refused:
+        snapshot = base / rendered.stack / "resources.json"
+        rendered.base = json.loads(snapshot.read_text()) if snapshot.exists() else None
+        verdict = impact.check(rendered.base, rendered.resources, rendered.cfg)
+        for r in verdict.refused:
+            if args.accept_impact and r.kind != impact.REFUSED:
+                print(f"Pulumi.{rendered.stack}.yaml: accepted (--accept-impact): {r.message()}", file=sys.stderr)
+                continue
             print(f"Pulumi.{rendered.stack}.yaml: REFUSED: {r.message()}", file=sys.stderr)
             failed = True
-        for r in allowed:
+        for r in verdict.allowed:
             print(f"Pulumi.{rendered.stack}.yaml: warning: {r.message()} (allowed)", file=sys.stderr)
+    if args.summary_md:
+        with args.summary_md.open("a", encoding="utf-8") as f:
+            for rendered in results:
+                f.write(summary_markdown(rendered) + "\n")
     if failed:
         return 1
     for rendered in results:
@@ -200,5 +246,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
+def _epilog() -> str:
+    return (f"stacks: {', '.join(stackfile.stack_names(ROOT)) or 'none'} (Pulumi.STACK.yaml in the project directory)\n"
+            "exit codes:\n"
+            "  0  rendered and written\n"
+            "  1  a policy rule, the deploy model or the change-impact guard refused the result; nothing written\n"
+            "  2  invalid config or stack file (every problem with its key path); nothing written")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave without interpreter teardown (module and object finalisation is most of a second here):
+    # everything is written and closed by now; flush what is printed, then exit.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -61,6 +61,9 @@ class ClusterConfig(_Model):
     admin_role_arns: tuple[str, ...] = ()
     system_nodes: SystemNodes = SystemNodes()
     existing: Optional[ExistingCluster] = None
+    # NVIDIA and EFA device plugins (cluster-wide DaemonSets in kube-system). None = the
+    # cluster-wide rule: installed on a created cluster, opt-in on a bring-your-own one.
+    install_device_plugins: Optional[bool] = None
     # Opt-in for a change that replaces the EKS cluster.
     allow_replacement: bool = False
 
@@ -149,6 +152,9 @@ class GpuNodesConfig(_Model):
     fast_image_pull: bool = False
     # Opt-in for a change that replaces the node group (running pods are killed).
     allow_replacement: bool = False
+    # Opt-in for a change that rolls every GPU node (a new launch template version, fewer nodes):
+    # running runs are killed, or the roll fails on their PodDisruptionBudgets.
+    allow_node_roll: bool = False
 
     @field_validator("instance_type")
     @classmethod
@@ -274,7 +280,8 @@ class MultiNode(_Model):
 
 class NcclTest(_Model):
     enabled: bool = False
-    install_mpi_operator: bool = True
+    # None = the cluster-wide rule: installed on a created cluster, not on a bring-your-own one.
+    install_mpi_operator: Optional[bool] = None
     image: str = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.42.0-ofiv1.16.0-ncclv2.27.5-1-testsv2.16.4"
     # The size whose bus bandwidth is checked; default: the size the instance type's reference
     # figure was published at (catalog.NcclReference), so the check compares like with like.
@@ -296,7 +303,6 @@ class WorkloadsConfig(_Model):
     shm_size_gib: Optional[int] = Field(None, ge=1, alias="shmSizeGiB")
     termination_grace_period_seconds: int = Field(300, ge=30, le=3600)
     max_run_minutes: int = Field(1440, ge=5)
-    ttl_seconds_after_finished: int = Field(86400, ge=0)
     retries: int = Field(3, ge=0, le=20)
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
     priority: int = Field(1000000, ge=0, le=1000000000)
@@ -304,6 +310,9 @@ class WorkloadsConfig(_Model):
     multi_node: MultiNode = MultiNode()
     nccl_test: NcclTest = NcclTest()
     validation: Toggle = Toggle(enabled=True)
+    # Opt-in for a change that stops a running run and starts it again (a new pod template, a
+    # changed MPIJob spec): the run gets SIGTERM and its grace period, then starts over.
+    allow_run_restart: bool = False
 
     @field_validator("image")
     @classmethod
@@ -352,6 +361,20 @@ class StackConfig(_Model):
     @property
     def byo_cluster(self) -> bool:
         return self.cluster.existing is not None
+
+    def installs(self, setting: Optional[bool]) -> bool:
+        """One rule for every cluster-wide install (operators, CRDs, device plugins, queues,
+        monitoring): on by default on a created cluster, off by default and opt-in on a
+        bring-your-own one, where the cluster's owners may already run it."""
+        return (not self.byo_cluster) if setting is None else setting
+
+    @property
+    def device_plugins(self) -> bool:
+        return self.installs(self.cluster.install_device_plugins)
+
+    @property
+    def mpi_operator(self) -> bool:
+        return self.installs(self.workloads.nccl_test.install_mpi_operator)
 
     @property
     def multi_node_count(self) -> int:

@@ -22,19 +22,28 @@ from components.stack.labels import MANAGED_BY
 from components.workloads.job import TrainingJob, TrainingJobArgs
 from components.workloads.multinode import MultiNodeTraining, MultiNodeTrainingArgs
 from components.workloads.nccl import NcclTest, NcclTestArgs
-from components.workloads.scripts_configmap import ScriptsConfigMap, ScriptsConfigMapArgs, read_scripts
+from components.workloads.script_files import read_scripts
+from components.workloads.scripts_configmap import ScriptConfigMaps
 from components.workloads.validation import ClusterValidation, ClusterValidationArgs
 from components.workloads import runs
 
 
 def priority_class_args(cfg: StackConfig) -> k8s.scheduling.v1.PriorityClassInitArgs:
     return k8s.scheduling.v1.PriorityClassInitArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=runs.PRIORITY_CLASS, labels=MANAGED_BY),
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=runs.priority_class(cfg), labels=MANAGED_BY),
         value=cfg.workloads.priority,
         preemption_policy="PreemptLowerPriority",
         global_default=False,
         description="rltrain GPU training workloads",
     )
+
+
+def scripts_used(cfg: StackConfig) -> list[str]:
+    """The programs the enabled workloads run (one ConfigMap each)."""
+    w = cfg.workloads
+    return sorted({f for on, f in ((w.validation.enabled, "validate_node.py"),
+                                   (w.multi_node.enabled, "ray_launcher.py"),
+                                   (w.nccl_test.enabled, "nccl_check.py")) if on})
 
 
 class Workloads(pulumi.ComponentResource):
@@ -52,13 +61,13 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     out: dict[str, Any] = {"workloads": parent}
     priority = k8s.scheduling.v1.PriorityClass(f"{name}-priority", priority_class_args(cfg),
                                                runs.child_opts(parent, opts))
-    files = read_scripts()
-    scripts = ScriptsConfigMap(f"{name}-scripts", ScriptsConfigMapArgs(files=files), namespace,
-                               runs.child_opts(parent, opts))
+    available = read_scripts()
+    used = {f: available[f] for f in scripts_used(cfg)}
+    scripts = ScriptConfigMaps(f"{name}-scripts", used, namespace, runs.child_opts(parent, opts))
     out.update(priority_class=priority, scripts=scripts)
     # Pods reference both by name: create them first.
     wl_opts = runs.child_opts(parent, opts, priority, scripts)
-    base = dict(cfg=cfg, claim_name=claim_name, scripts_digest=scripts.digest)
+    base = dict(cfg=cfg, claim_name=claim_name, scripts=used)
     if w.validation.enabled:
         out["validation"] = ClusterValidation(f"{name}-validation", ClusterValidationArgs(**base), namespace,
                                               opts=wl_opts)

@@ -12,7 +12,6 @@ import pulumi_kubernetes as k8s
 from components.stack import catalog
 from components.stack.config import StackConfig
 
-
 # Env set by the program; user `workloads.env` may not override these (the launcher and the
 # validation script depend on them being right).
 PROTECTED_ENV = frozenset({

@@ -50,14 +50,13 @@ def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
     )
     return k8s.batch.v1.JobInitArgs(
         # checkov reads skips from the Job's own metadata, not from its pod template.
-        metadata=runs.object_metadata(NAME, namespace, obj_labels, {**runs.SKIP_AWAIT, **security.skips_of(template)}),
+        metadata=runs.object_metadata(NAME, namespace, obj_labels, {**runs.AWAIT_CREATED, **security.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completions=1,
             parallelism=1,
             backoff_limit=w.retries,
             pod_failure_policy=runs.pod_failure_policy(cfg),
             active_deadline_seconds=runs.deadline_seconds(cfg),
-            ttl_seconds_after_finished=w.ttl_seconds_after_finished,
             template=template,
         ),
     )

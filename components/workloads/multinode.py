@@ -16,7 +16,7 @@ Forms (`workloads.multiNode.form`):
   instead of a rolling update that would mix two runs in one Ray cluster.
 
 Around both: a headless Service (`publishNotReadyAddresses`, so workers resolve the head before it
-is ready, D14), a NetworkPolicy (D11), a PodDisruptionBudget with maxUnavailable 0 (D13).
+is ready, D14), a NetworkPolicy (D11), a PodDisruptionBudget with minAvailable = every pod (D13).
 
 Ports. The Service lists only the Ray GCS port (`multiNode.rayPort`): a headless Service proxies
 nothing, its ports only name SRV records; the dashboard (8265) and client server (10001) are not
@@ -155,27 +155,34 @@ def network_policy_args(run: str, namespace: pulumi.Input[str], obj_labels: dict
     )
 
 
-def pdb_args(run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str]
+def pdb_args(run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str], pods: int
              ) -> k8s.policy.v1.PodDisruptionBudgetInitArgs:
-    """No voluntary eviction of a running run: a node-group upgrade waits for it (D13)."""
+    """No voluntary eviction of a running run (D13): every pod of the run must stay available.
+
+    `minAvailable`, not `maxUnavailable`: the disruption controller cannot compute the latter for
+    pods without a scale subresource (Job pods) and then allows nothing while reporting a sync
+    error (FACTS "pulumi-kubernetes and pulumi-eks behaviour"). Consequence, by design: a node
+    drain (a managed node group update) cannot evict a running run and fails after EKS's 15-minute
+    drain timeout with PodEvictionFailure; the impact report refuses node rolls without opt-in.
+    """
     return k8s.policy.v1.PodDisruptionBudgetInitArgs(
         metadata=runs.object_metadata(run, namespace, obj_labels),
         spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
-            max_unavailable=0,
+            min_available=pods,
             selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(run)),
         ),
     )
 
 
 def run_guards(name: str, run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str],
-               cfg: StackConfig, parent: pulumi.Resource, opts: Optional[pulumi.ResourceOptions]
+               cfg: StackConfig, parent: pulumi.Resource, opts: Optional[pulumi.ResourceOptions], pods: int = 1
                ) -> tuple[k8s.networking.v1.NetworkPolicy, k8s.policy.v1.PodDisruptionBudget]:
     """The NetworkPolicy and PodDisruptionBudget every training run gets (single- and multi-node)."""
     netpol = k8s.networking.v1.NetworkPolicy(
         f"{name}-netpol",
         network_policy_args(run, namespace, obj_labels, env.mlflow_port(cfg.workloads.mlflow_tracking_uri)),
         runs.child_opts(parent, opts))
-    pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(run, namespace, obj_labels),
+    pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(run, namespace, obj_labels, pods),
                                             runs.child_opts(parent, opts))
     return netpol, pdb
 
@@ -200,7 +207,7 @@ def pod_template(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
         restart_policy="Never" if form == "indexed-job" else "Always",
         # A StatefulSet sets the subdomain from serviceName itself.
         subdomain=service_name(run) if form == "indexed-job" else None,
-        annotations=volumes.scripts_annotation(a.scripts_digest),
+        scripts=[a.scripts["ray_launcher.py"]],
     )
 
 
@@ -213,7 +220,7 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
     # checkov reads skips from the Job's own metadata, not from its pod template.
     return k8s.batch.v1.JobInitArgs(
         metadata=runs.object_metadata(run, namespace, runs.labels(COMPONENT, run),
-                                     {**runs.SKIP_AWAIT, **security.skips_of(template)}),
+                                     {**runs.AWAIT_CREATED, **security.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
@@ -224,7 +231,6 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
             backoff_limit=w.retries,
             pod_failure_policy=runs.pod_failure_policy(cfg),
             active_deadline_seconds=runs.deadline_seconds(cfg),
-            ttl_seconds_after_finished=w.ttl_seconds_after_finished,
             template=template,
         ),
     )
@@ -236,7 +242,7 @@ def statefulset_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
     template = pod_template(a, namespace, secret_name, run)
     return k8s.apps.v1.StatefulSetInitArgs(
         metadata=runs.object_metadata(run, namespace, runs.labels(COMPONENT, run),
-                                     {**runs.SKIP_AWAIT, **security.skips_of(template)}),
+                                     {**runs.AWAIT_CREATED, **security.skips_of(template)}),
         spec=k8s.apps.v1.StatefulSetSpecArgs(
             service_name=service_name(run),
             replicas=cfg.multi_node_count,
@@ -264,7 +270,7 @@ class MultiNodeTraining(pulumi.ComponentResource):
         svc = k8s.core.v1.Service(
             f"{name}-svc", headless_service_args(run, namespace, cfg.workloads.multi_node.ray_port, obj_labels),
             runs.child_opts(self, opts))
-        netpol, pdb = run_guards(name, run, namespace, obj_labels, cfg, self, opts)
+        netpol, pdb = run_guards(name, run, namespace, obj_labels, cfg, self, opts, pods=cfg.multi_node_count)
         # Fixed name + delete-before-replace: see job.py. The pods must not start before the
         # Service (DNS), the policy and the PDB exist.
         deps = (svc, netpol, pdb)

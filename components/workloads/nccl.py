@@ -131,7 +131,7 @@ def _pod_spec_common(cfg: StackConfig) -> dict[str, Any]:
     return dict(
         service_account_name=cfg.training.service_account,
         automount_service_account_token=False,
-        priority_class_name=runs.PRIORITY_CLASS,
+        priority_class_name=runs.priority_class(cfg),
         security_context=security.pod_security_context(),
     )
 
@@ -140,9 +140,10 @@ def launcher_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
     cfg = a.cfg
     image = cfg.workloads.nccl_test.image
     obj_labels = runs.labels(COMPONENT, f"{NAME}-launcher")
+    scripts = [a.scripts["nccl_check.py"]]
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=obj_labels, annotations={
-            **security.checkov_skips(cfg, image=image, cpu_limit=False), **volumes.scripts_annotation(a.scripts_digest)}),
+            **security.checkov_skips(cfg, image=image, cpu_limit=False), **volumes.scripts_annotation(scripts)}),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy="Never",
             **_pod_spec_common(cfg),
@@ -154,12 +155,10 @@ def launcher_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
                 env=_env(nccl_env(cfg)),
                 resources=k8s.core.v1.ResourceRequirementsArgs(
                     requests=dict(LAUNCHER_RESOURCES), limits={"memory": LAUNCHER_RESOURCES["memory"]}),
-                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="scripts", mount_path=volumes.SCRIPTS_PATH,
-                                                           read_only=True)],
+                volume_mounts=[volumes.scripts_mount()],
                 security_context=security.container_security_context(),
             )],
-            volumes=[k8s.core.v1.VolumeArgs(name="scripts", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
-                name=volumes.SCRIPTS_CONFIGMAP, default_mode=volumes.SCRIPTS_MODE))],
+            volumes=[volumes.scripts_volume(scripts)],
         ),
     )
 
@@ -211,7 +210,6 @@ def mpijob_spec(a: NcclTestArgs) -> dict[str, Any]:
         "runPolicy": {
             "cleanPodPolicy": "Running",
             "activeDeadlineSeconds": DEADLINE_SECONDS,
-            "ttlSecondsAfterFinished": cfg.workloads.ttl_seconds_after_finished,
             # A measurement, not a training run: report the first result.
             "backoffLimit": 0,
         },
@@ -232,7 +230,7 @@ class NcclTest(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:NcclTest", name, None, opts)
         cfg = args.cfg
         deps: list[pulumi.Resource] = []
-        if cfg.workloads.nccl_test.install_mpi_operator:
+        if cfg.mpi_operator:
             operator = k8s.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=MPI_OPERATOR_MANIFEST,
                                               opts=runs.child_opts(self, opts))
             deps.append(operator)
@@ -244,7 +242,11 @@ class NcclTest(pulumi.ComponentResource):
             metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME),
                                          {**runs.SKIP_AWAIT, **skips}),
             spec=mpijob_spec(args),
-            opts=runs.child_opts(self, opts, *deps, delete_before_replace=True),
+            # A custom resource is replaced only when its name or namespace changes; any other
+            # spec change would be patched onto the finished MPIJob, which never runs again
+            # (pulumi-kubernetes provider/pkg/provider/diff.go). Fixed name: delete first; the
+            # deletion is awaited (skipAwait skips it only for built-in kinds, runs.py).
+            opts=runs.child_opts(self, opts, *deps, delete_before_replace=True, replace_on_changes=["spec"]),
         )
         self.mpijob_name = NAME
         self.register_outputs({"mpijob": NAME})

@@ -9,7 +9,6 @@ import pulumi_kubernetes as k8s
 from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 from components.workloads.runs import selector_labels
 
-
 GPU_NODE_SELECTOR = dict(ROLE_LABEL)
 
 
@@ -24,7 +23,6 @@ def one_pod_per_node(run: str) -> k8s.core.v1.PodAntiAffinityArgs:
             label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(run)),
         )
     ])
-
 
 # EC2 instance topology labels: layer 3 is the switch closest to the instance.
 TOPOLOGY_WEIGHTS = (("topology.k8s.aws/network-node-layer-3", 100), ("topology.k8s.aws/network-node-layer-2", 50))

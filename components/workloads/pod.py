@@ -18,10 +18,11 @@ import pulumi_kubernetes as k8s
 from components.stack.config import StackConfig
 from components.workloads.env import env_vars
 from components.workloads.placement import GPU_NODE_SELECTOR, gpu_tolerations
-from components.workloads.runs import CONTAINER, PRIORITY_CLASS
+from components.workloads.runs import CONTAINER, priority_class
+from components.workloads.script_files import Script
 from components.workloads.security import checkov_skips, container_security_context, pod_security_context
 from components.workloads.sizing import PodSizing, pod_sizing
-from components.workloads.volumes import volume_mounts, volumes
+from components.workloads.volumes import scripts_annotation, volume_mounts, volumes
 
 
 def training_pod_template(
@@ -40,11 +41,13 @@ def training_pod_template(
     sizing: Optional[PodSizing] = None,
     include_secrets: bool = True,
     read_only_root: bool = False,
+    scripts: Sequence[Script] = (),
 ) -> k8s.core.v1.PodTemplateSpecArgs:
     """One whole GPU node's pod running `command` in the training image.
 
     `read_only_root`: a read-only root filesystem with a small /tmp emptyDir, for a command known
-    to write only to its volumes.
+    to write only to its volumes. `scripts`: the programs the command runs, mounted at /scripts;
+    the template carries their digest (a changed script is a new run of this workload only).
     """
     w = cfg.workloads
     sizing = sizing or pod_sizing(cfg)
@@ -59,16 +62,17 @@ def training_pod_template(
         command=list(command),
         env=env,
         resources=sizing.resources(),
-        volume_mounts=volume_mounts(tmp=read_only_root),
+        volume_mounts=volume_mounts(scripts=bool(scripts), tmp=read_only_root),
         security_context=container_security_context(read_only_root=read_only_root),
     )
     return k8s.core.v1.PodTemplateSpecArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(pod_labels), annotations={**skips, **(annotations or {})}),
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(pod_labels), annotations={**skips, **scripts_annotation(scripts),
+                                                                                **(annotations or {})}),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy=restart_policy,
             service_account_name=cfg.training.service_account,
             automount_service_account_token=False,
-            priority_class_name=PRIORITY_CLASS,
+            priority_class_name=priority_class(cfg),
             termination_grace_period_seconds=w.termination_grace_period_seconds,
             node_selector=dict(GPU_NODE_SELECTOR),
             tolerations=gpu_tolerations(),
@@ -76,6 +80,6 @@ def training_pod_template(
             subdomain=subdomain,
             security_context=pod_security_context(),
             containers=[container],
-            volumes=volumes(claim_name, sizing.shm_gib, tmp=read_only_root),
+            volumes=volumes(claim_name, sizing.shm_gib, scripts=scripts, tmp=read_only_root),
         ),
     )

@@ -12,18 +12,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from components.stack.config import StackConfig
 from components.stack.labels import MANAGED_BY
-
+from components.workloads.script_files import Script
 
 CONTAINER = "trainer"
 
 
-PRIORITY_CLASS = "rltrain-training"
-
-
 RUN_LABEL = "rltrain/run"
 
-
+# Cold pull of a 15-20 GB image (FACTS.md "Start-up latency"), added to every deadline (D6).
 IMAGE_PULL_MARGIN_SECONDS = 10 * 60
+
+
+def priority_class(cfg: StackConfig) -> str:
+    """The stack's PriorityClass, cluster-scoped: named after the training namespace so that two
+    stacks sharing a cluster (which must use different namespaces) never own the same object."""
+    return f"{cfg.training.namespace}-training"
 
 
 def deadline_seconds(cfg: StackConfig) -> int:
@@ -89,9 +92,19 @@ def child_opts(parent: pulumi.Resource, opts: Optional[pulumi.ResourceOptions], 
         **kwargs,
     )
 
-
-# pulumi-kubernetes otherwise waits for a Job to complete / a StatefulSet to be ready: `pulumi up`
-# would block for the whole training run (FACTS.md "Pulumi facts that bite").
+# pulumi-kubernetes waits for a Job to complete / a StatefulSet to be ready: `pulumi up` would
+# block for the whole training run. `pulumi.com/waitFor` replaces that wait with a condition that
+# holds as soon as the API server has the object (a JSONPath without a value matches when the path
+# exists), and - unlike `pulumi.com/skipAwait`, which for Job and StatefulSet also skips the wait
+# for *deletion* - keeps the deletion wait: a replaced run's old Job is gone (its pods through their
+# grace period) before the new one with the same name is created, instead of the create failing
+# with AlreadyExists after the old run was killed. pulumi-kubernetes
+# provider/pkg/metadata/overrides.go (ReadyCondition, DeletedCondition, allowsSkipAwaitWithDelete)
+# and provider/pkg/await/await.go ("built-in await logic only if the user hasn't specified any
+# await overrides").
+AWAIT_CREATED = {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
+# For custom resources (MPIJob, RayJob) skipAwait skips only the create wait: deletion is still
+# awaited for every kind outside allowsSkipAwaitWithDelete (same file).
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 
 
@@ -102,8 +115,8 @@ class WorkloadArgs(BaseModel):
 
     cfg: StackConfig
     claim_name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-    # sha256 of the scripts ConfigMap; pods that run a script carry it (a changed script = new run).
-    scripts_digest: str = ""
+    # Every script of components/scripts by file name; each run mounts the ones it runs.
+    scripts: dict[str, Script] = Field(default_factory=dict)
 
 
 def object_metadata(name: str, namespace: pulumi.Input[str], obj_labels: Mapping[str, str],

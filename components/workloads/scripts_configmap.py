@@ -1,70 +1,48 @@
-"""ScriptsConfigMap: the launcher, NCCL check and node validation scripts as files in the pods.
+"""Scripts: each program of components/scripts in its own immutable ConfigMap, named by its content.
 
 The scripts are read from `components/scripts/*.py` on disk and mounted at /scripts (mode 0755):
 no shell text embedded in a manifest, no envsubst over it (SEED-DEFECTS D1).
+
+One ConfigMap per script, named `rltrain-script-<name>-<sha256[:10]>` and immutable: a run mounts
+only the scripts it runs, and its pod template carries their digest, so editing one script starts
+a new run of exactly the workloads that run it (issue: one digest of every script restarted every
+run). A changed script is a new ConfigMap (Pulumi creates it before deleting the old one, at the
+end of the update, after the runs that used the old one were replaced), never an edit under a
+running pod: pulumi-kubernetes replaces a ConfigMap on any `.data` change unless the provider is
+told otherwise, and a replaced ConfigMap would be deleted under the pods that mount it (FACTS).
 """
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import BaseModel, ConfigDict
 
 from components.stack.labels import MANAGED_BY
 from components.workloads.runs import child_opts
-from components.workloads.volumes import SCRIPTS_CONFIGMAP
+from components.workloads.script_files import Script
 
-SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "scripts"
-
-
-def read_scripts(directory: Path = SCRIPTS_DIR) -> dict[str, str]:
-    """File name -> text of every `*.py` in `directory`, sorted by name."""
-    files = sorted(p for p in directory.glob("*.py") if p.is_file())
-    if not files:
-        raise FileNotFoundError(f"no scripts in {directory}")
-    return {p.name: p.read_text(encoding="utf-8") for p in files}
-
-
-def scripts_digest(files: dict[str, str]) -> str:
-    """sha256 over names and contents; pod templates carry it so a script change starts a new run."""
-    h = hashlib.sha256()
-    for name, text in sorted(files.items()):
-        h.update(name.encode() + b"\0" + text.encode() + b"\0")
-    return h.hexdigest()
-
-
-class ScriptsConfigMapArgs(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    # File name -> text (default: read_scripts()).
-    files: dict[str, str]
-
-
-def configmap_args(a: ScriptsConfigMapArgs, namespace: pulumi.Input[str]) -> k8s.core.v1.ConfigMapInitArgs:
+def configmap_args(script: Script, namespace: pulumi.Input[str]) -> k8s.core.v1.ConfigMapInitArgs:
     return k8s.core.v1.ConfigMapInitArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(
-            name=SCRIPTS_CONFIGMAP, namespace=namespace, labels=MANAGED_BY,
-            annotations={"rltrain/scripts-sha256": scripts_digest(a.files)},
+            name=script.configmap, namespace=namespace, labels=MANAGED_BY,
+            annotations={"rltrain/script-sha256": script.digest},
         ),
-        data=dict(sorted(a.files.items())),
+        immutable=True,
+        data={script.file: script.text},
     )
 
 
-class ScriptsConfigMap(pulumi.ComponentResource):
-    """ConfigMap `rltrain-scripts` with the files of components/scripts."""
+class ScriptConfigMaps(pulumi.ComponentResource):
+    """One immutable ConfigMap per script of components/scripts (see the module docstring)."""
 
-    name: pulumi.Output[str]
-    digest: str
-
-    def __init__(self, name: str, args: ScriptsConfigMapArgs, namespace: pulumi.Input[str],
+    def __init__(self, name: str, scripts: dict[str, Script], namespace: pulumi.Input[str],
                  opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("rltrain:workloads:ScriptsConfigMap", name, None, opts)
-        cm = k8s.core.v1.ConfigMap(f"{name}-configmap", configmap_args(args, namespace), child_opts(self, opts))
-        self.configmap = cm
-        self.name = cm.metadata.name
-        self.digest = scripts_digest(args.files)
-        self.register_outputs({"name": self.name})
+        super().__init__("rltrain:workloads:ScriptConfigMaps", name, None, opts)
+        self.configmaps = {
+            file: k8s.core.v1.ConfigMap(f"{name}-{script.file.rsplit('.', 1)[0].replace('_', '-')}",
+                                        configmap_args(script, namespace), child_opts(self, opts))
+            for file, script in sorted(scripts.items())
+        }
+        self.register_outputs({file: cm.metadata.name for file, cm in self.configmaps.items()})

@@ -34,22 +34,17 @@ from components.stack import catalog
 from components.stack import config as config_mod
 from components.stack.config import StackConfig
 
-
 GPU = "nvidia.com/gpu"
-
 
 HUGEPAGES = "hugepages-2Mi"
 
-
 EFA = "vpc.amazonaws.com/efa"
-
 
 CPU_HEADROOM = 0.02
 
-
 MEMORY_HEADROOM = 0.02
 
-
+# /dev/shm may use at most this share of the pod memory limit (it is charged to it).
 SHM_MAX_SHARE = 0.25
 
 

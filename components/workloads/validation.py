@@ -71,12 +71,12 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
         extra_env=validation_env(cfg),  # NODE_NAME comes from spec.nodeName (env.env_vars)
         affinity=placement.run_affinity(NAME, co_located=False),
         sizing=validation_sizing(cfg),
-        annotations=volumes.scripts_annotation(a.scripts_digest),
+        scripts=[a.scripts["validate_node.py"]],
         read_only_root=True,
     )
     # checkov reads skips from the Job's own metadata, not from its pod template.
     return k8s.batch.v1.JobInitArgs(
-        metadata=runs.object_metadata(NAME, namespace, obj_labels, {**runs.SKIP_AWAIT, **security.skips_of(template)}),
+        metadata=runs.object_metadata(NAME, namespace, obj_labels, {**runs.AWAIT_CREATED, **security.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
@@ -84,7 +84,6 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
             backoff_limit=0,
             pod_failure_policy=runs.pod_failure_policy(cfg),
             active_deadline_seconds=DEADLINE_SECONDS,
-            ttl_seconds_after_finished=cfg.workloads.ttl_seconds_after_finished,
             template=template,
         ),
     )

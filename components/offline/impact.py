@@ -1,0 +1,339 @@
+"""Update impact: what a change does to what is running, by the providers' own rules.
+
+The render compares the new record with the base one (the committed `rendered/<stack>/resources.json`,
+or the base branch's in a pull request) and classifies every changed resource:
+
+- *replace* (the engine deletes and recreates it; *with data loss* for FSx and the cluster),
+- *node roll* (every node of a group is replaced: a new launch template version, fewer nodes),
+- *run restart* (the running run gets SIGTERM and its grace period, then starts over),
+- *in place* (updated without touching what runs),
+- *refused by AWS* (the change cannot be applied at all),
+- *create* / *delete*.
+
+A replaced resource changes every output that others read: the placeholders
+`[known after deploy: X.out]` in a downstream resource stand for values that change, so the
+classification is propagated along them (a VPC replaced replaces its subnets, which moves FSx and
+the node group). Data loss, GPU node rolls and run restarts are refused unless the stack opts in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+from components.offline.mock_engine import UNKNOWN
+from components.stack.config import StackConfig
+
+Resource = dict[str, Any]
+
+CREATE, DELETE, IN_PLACE = "create", "delete", "in place"
+REPLACE, DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED = (
+    "replace", "replace (data loss)", "node roll", "run restart", "refused by AWS")
+# Worst first, for the table and for the one verdict per resource.
+SEVERITY = [REFUSED, DATA_LOSS, NODE_ROLL, RUN_RESTART, REPLACE, DELETE, CREATE, IN_PLACE]
+CHANGED = "[changes on deploy]"  # a value that changes because what it is read from is replaced
+_PLACEHOLDER = re.compile(r"\[known after deploy: ([^\]]+?)\.([A-Za-z0-9_.]+)\]")
+
+
+@dataclass(frozen=True)
+class Impact:
+    type: str
+    name: str
+    kind: str
+    why: str
+    # The config key that accepts it, or "" when it needs none (or none can accept it).
+    opt_in: str = ""
+    allowed: bool = True
+
+    @property
+    def refused(self) -> bool:
+        return not self.allowed
+
+    def message(self) -> str:
+        accept = (f"To accept that, set {self.opt_in}: true" if self.opt_in else "It cannot be applied as is")
+        return f"{self.kind}: {self.type.split(':')[-1]} {self.name}: {self.why}. {accept}"
+
+    def line(self) -> str:
+        verdict = "" if self.allowed else (f" REFUSED: set {self.opt_in}: true to accept" if self.opt_in
+                                          else " REFUSED: cannot be applied")
+        return f"{self.kind:<19} {self.type.split(':')[-1]} {self.name}: {self.why}{verdict}"
+
+
+# --- diffing --------------------------------------------------------------------------------------
+
+
+def changed_paths(a: Any, b: Any, path: str = "") -> list[str]:
+    """Dotted paths (list items as [i]) where two recorded input trees differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in sorted(set(a) | set(b)):
+            out += changed_paths(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        out = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += changed_paths(x, y, f"{path}[{i}]")
+        return out
+    if b == CHANGED or (isinstance(b, str) and CHANGED in b):
+        return [path]
+    return [] if a == b else [path]
+
+
+def _under(path: str, prefixes: Iterable[str]) -> bool:
+    return any(path == p or path.startswith(p + ".") or path.startswith(p + "[") for p in prefixes)
+
+
+def _mark_changed(value: Any, upstream: set[str]) -> Any:
+    """Replace every placeholder read from a replaced resource by CHANGED."""
+    if isinstance(value, dict):
+        return {k: _mark_changed(v, upstream) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mark_changed(v, upstream) for v in value]
+    if isinstance(value, str):
+        def repl(m: re.Match) -> str:
+            res, out = m.group(1), m.group(2)
+            return CHANGED if res in upstream or f"{res}.{out}" in upstream else m.group(0)
+        return _PLACEHOLDER.sub(repl, value)
+    return value
+
+
+def _get(inputs: dict[str, Any], path: str) -> Any:
+    value: Any = inputs
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+# --- the providers' rules, per type ---------------------------------------------------------------
+
+Rule = Callable[[Resource, Resource, list[str], StackConfig], tuple[str, str, str, bool]]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*types: str):
+    def register(fn: Rule) -> Rule:
+        for t in types:
+            RULES[t] = fn
+        return fn
+    return register
+
+
+def _paths(changes: list[str], limit: int = 3) -> str:
+    return ", ".join(changes[:limit]) + (f" (+{len(changes) - limit} more)" if len(changes) > limit else "")
+
+
+# FSx for Lustre: pulumi-aws marks these ForceNew; storage capacity can only grow (FACTS "FSx").
+FSX_REPLACE = ("deploymentType", "subnetIds", "securityGroupIds", "storageType", "kmsKeyId", "driveCacheType",
+               "importPath", "exportPath", "importedFileChunkSize", "backupId", "efaEnabled", "fileSystemTypeVersion")
+
+
+@rule("aws:fsx/lustreFileSystem:LustreFileSystem")
+def _fsx(before, after, changes, cfg):
+    forced = [p for p in changes if _under(p, FSX_REPLACE)]
+    a, b = before["inputs"].get("storageCapacity"), after["inputs"].get("storageCapacity")
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b < a:
+        forced.append(f"storageCapacity {a} -> {b} (cannot shrink)")
+    if forced:
+        return (DATA_LOSS, f"{_paths(forced)}: a new, empty file system, its data is lost",
+                "rltrain:storage.allowReplacement",
+                cfg.storage.allow_replacement)
+    return IN_PLACE, _paths(changes), "", True
+
+
+# EKS managed node group: ForceNew in pulumi-aws (FACTS "EKS managed node group is replaced").
+NODE_GROUP_REPLACE = ("amiType", "capacityType", "diskSize", "instanceTypes", "launchTemplate.id",
+                      "launchTemplate.name", "nodeGroupName", "nodeGroupNamePrefix", "nodeRoleArn",
+                      "remoteAccess", "subnetIds")
+
+
+@rule("aws:eks/nodeGroup:NodeGroup")
+def _node_group(before, after, changes, cfg):
+    forced = [p for p in changes if _under(p, NODE_GROUP_REPLACE)]
+    if forced:
+        return (NODE_ROLL, f"{_paths(forced)}: the node group is replaced, every GPU node and the runs on it "
+                f"killed{' (deleted before the new group exists)' if after['options'].get('deleteBeforeReplace') else ''}",
+                "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
+    if any(_under(p, ("launchTemplate.version",)) for p in changes):
+        return (NODE_ROLL, "new launch template version: EKS replaces every node (maxUnavailable at a time); "
+                "running runs are killed, or the roll stops on their PodDisruptionBudgets (PodEvictionFailure)",
+                "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
+    a = _get(before["inputs"], "scalingConfig.desiredSize")
+    b = _get(after["inputs"], "scalingConfig.desiredSize")
+    if isinstance(a, int) and isinstance(b, int) and b < a:
+        return (NODE_ROLL, f"scaling {a} -> {b}: {a - b} node(s) removed with whatever runs on them",
+                "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
+    return IN_PLACE, _paths(changes), "", True
+
+
+@rule("aws:ec2/launchTemplate:LaunchTemplate")
+def _launch_template(before, after, changes, cfg):
+    # Any argument change is a new version (description included); the template itself stays.
+    if any(_under(p, ("name", "namePrefix")) for p in changes):
+        return REPLACE, "name changed: a new launch template", "", True
+    return IN_PLACE, f"new version ({_paths(changes)}); the node group following it rolls", "", True
+
+
+@rule("eks:index:Cluster")
+def _cluster(before, after, changes, cfg):
+    if any(_under(p, ("vpcId",)) for p in changes) or (
+            any(_under(p, ("privateSubnetIds", "publicSubnetIds")) for p in changes)
+            and _moves_vpc(before, after)):
+        # pulumi-aws updates vpc_config.subnet_ids in place and EKS refuses subnets of another VPC:
+        # a cluster cannot move VPCs (FACTS "Moving an EKS cluster to another VPC").
+        return (REFUSED, "its subnets move to another VPC, which EKS refuses: create a new cluster (new stack) "
+                "and move the workloads", "", False)
+    forced = [p for p in changes if _under(p, ("name", "encryptionConfigKeyArn"))]
+    if forced:
+        return (DATA_LOSS, f"{_paths(forced)}: a new cluster, every in-cluster object recreated",
+                "rltrain:cluster.allowReplacement", cfg.cluster.allow_replacement)
+    return IN_PLACE, _paths(changes), "", True
+
+
+def _moves_vpc(before: Resource, after: Resource) -> bool:
+    subnets = [*(after["inputs"].get("privateSubnetIds") or []), *(after["inputs"].get("publicSubnetIds") or [])]
+    return any(s == CHANGED or CHANGED in str(s) for s in subnets)
+
+
+@rule("eks:index:ManagedNodeGroup")
+def _system_nodes(before, after, changes, cfg):
+    if changes and not all(_under(p, ("scalingConfig", "labels", "taints")) for p in changes):
+        return NODE_ROLL, f"{_paths(changes)}: the system nodes are replaced (operators restart; runs stay)", "", True
+    return IN_PLACE, _paths(changes), "", True
+
+
+@rule("aws:ec2/vpc:Vpc")
+def _vpc(before, after, changes, cfg):
+    if any(_under(p, ("cidrBlock",)) for p in changes):
+        return REPLACE, "cidrBlock changed: a new VPC", "", True
+    return IN_PLACE, _paths(changes), "", True
+
+
+@rule("aws:ec2/subnet:Subnet")
+def _subnet(before, after, changes, cfg):
+    if any(_under(p, ("cidrBlock", "vpcId", "availabilityZone")) for p in changes):
+        return REPLACE, f"{_paths(changes)}: a new subnet", "", True
+    return IN_PLACE, _paths(changes), "", True
+
+
+@rule("aws:ec2/securityGroup:SecurityGroup")
+def _sg(before, after, changes, cfg):
+    if any(_under(p, ("vpcId", "name", "description")) for p in changes):
+        return REPLACE, f"{_paths(changes)}: a new security group", "", True
+    return IN_PLACE, _paths(changes), "", True
+
+
+_POD_TEMPLATE_KINDS = {"Job": ("spec.template", "spec.completions", "spec.parallelism", "spec.completionMode"),
+                       "StatefulSet": ("spec.template",)}
+
+
+def _kubernetes(before, after, changes, cfg):
+    kind = after["inputs"].get("kind")
+    if any(_under(p, ("metadata.name", "metadata.namespace")) for p in changes):
+        what = RUN_RESTART if kind in ("Job", "StatefulSet", "MPIJob", "RayJob") else REPLACE
+        return (what, "name or namespace changed: a new object", *(_run_opt_in(cfg) if what == RUN_RESTART
+                                                                     else ("", True)))
+    if kind in _POD_TEMPLATE_KINDS:
+        # Immutable Job fields (pod template, completions, parallelism) force a replacement; a
+        # StatefulSet rolls its pods on a template change (pulumi-kubernetes diff, Kubernetes API).
+        forced = [p for p in changes if _under(p, _POD_TEMPLATE_KINDS[kind])]
+        if forced:
+            return RUN_RESTART, f"{_paths(forced)}: the run is stopped and started anew", *_run_opt_in(cfg)
+        return IN_PLACE, _paths(changes), "", True
+    if after["type"].startswith("kubernetes:") and kind in ("MPIJob", "RayJob"):
+        # A custom resource is replaced only on name/namespace, unless replace_on_changes says
+        # otherwise (pulumi-kubernetes provider/pkg/provider/diff.go); a patched finished run never
+        # runs again.
+        if any(_under(p, after["options"].get("replaceOnChanges") or ()) for p in changes):
+            return RUN_RESTART, f"{_paths(changes)}: the run is replaced", *_run_opt_in(cfg)
+        return IN_PLACE, f"{_paths(changes)}: patched onto the existing object, which does not run again", "", True
+    if kind == "ConfigMap" and any(_under(p, ("data", "binaryData")) for p in changes):
+        return REPLACE, "data changed: a new ConfigMap (created before the old one is deleted)", "", True
+    if kind == "PersistentVolume" and any(_under(p, ("spec",)) for p in changes):
+        return REPLACE, f"{_paths(changes)}: the volume is re-created (reclaim Retain keeps the data)", "", True
+    return IN_PLACE, _paths(changes), "", True
+
+
+def _run_opt_in(cfg: StackConfig) -> tuple[str, bool]:
+    return "rltrain:workloads.allowRunRestart", cfg.workloads.allow_run_restart
+
+
+_REPLACING = {REPLACE, DATA_LOSS, RUN_RESTART}
+
+
+def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], cfg: StackConfig) -> list[Impact]:
+    """Every change between the two records, worst first; nothing to compare without a base."""
+    if before_rows is None:
+        return []
+    old = {(r["type"], r["name"]): r for r in before_rows}
+    new = {(r["type"], r["name"]): r for r in after_rows}
+    replaced: set[str] = set()  # names of resources whose outputs change
+    verdict: dict[tuple[str, str], Impact] = {}
+    # Propagate to a fixpoint: a replacement changes what downstream resources read from it.
+    for _ in range(8):
+        before_count = len(replaced)
+        for key, now in new.items():
+            was = old.get(key)
+            if was is None or key[0].startswith("rltrain:"):
+                continue
+            seen = _mark_changed(now["inputs"], replaced)
+            changes = changed_paths(was["inputs"], seen)
+            if not changes:
+                continue
+            fn = RULES.get(key[0]) or (_kubernetes if key[0].startswith("kubernetes:") else None)
+            kind, why, opt_in, allowed = fn(was, {**now, "inputs": seen}, changes, cfg) if fn else (
+                IN_PLACE, _paths(changes), "", True)
+            if key[0] == "aws:ec2/launchTemplate:LaunchTemplate" and kind == IN_PLACE:
+                replaced.add(f"{key[1]}.latestVersion")
+            verdict[key] = Impact(key[0], key[1], kind, why, opt_in, allowed)
+            if kind in _REPLACING or kind == NODE_ROLL and "replaced" in why:
+                replaced.add(key[1])
+        if len(replaced) == before_count:
+            break
+    for key in sorted(set(new) - set(old)):
+        if new[key].get("custom", True) and not key[0].startswith("rltrain:"):
+            verdict[key] = Impact(key[0], key[1], CREATE, "new")
+    for key in sorted(set(old) - set(new)):
+        r = old[key]
+        if not r.get("custom", True) or key[0].startswith("rltrain:"):
+            continue
+        if key[0] == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            verdict[key] = Impact(key[0], key[1], DATA_LOSS, "removed from the stack: the file system is deleted "
+                                  "(protected: `up` stops until it is unprotected)", "rltrain:storage.allowReplacement",
+                                  cfg.storage.allow_replacement)
+        elif key[0] == "aws:eks/nodeGroup:NodeGroup":
+            verdict[key] = Impact(key[0], key[1], NODE_ROLL, "removed from the stack: every GPU node is deleted",
+                                  "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
+        elif r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob"):
+            verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack: the run is stopped and deleted")
+        else:
+            verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack")
+    return sorted(verdict.values(), key=lambda i: (SEVERITY.index(i.kind), i.type, i.name))
+
+
+def table(impacts: list[Impact], markdown: bool = False) -> list[str]:
+    if not impacts:
+        return ["impact: no change against the base record"]
+    if markdown:
+        rows = ["| impact | resource | why | verdict |", "|---|---|---|---|"]
+        for i in impacts:
+            kind = f"**{i.kind}**" if i.kind in (DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED) else i.kind
+            verdict = "ok" if i.allowed else (f"refused: set `{i.opt_in}: true`" if i.opt_in else "refused")
+            rows.append(f"| {kind} | `{i.type.split(':')[-1]} {i.name}` | {i.why.replace('|', '/')} | {verdict} |")
+        return rows
+    return ["impact against the base record:"] + ["  " + i.line() for i in impacts]
+
+
+@dataclass
+class Check:
+    refused: list[Impact] = field(default_factory=list)
+    allowed: list[Impact] = field(default_factory=list)
+
+
+def check(before: Optional[list[Resource]], after: list[Resource], cfg: StackConfig) -> Check:
+    impacts = classify(before, after, cfg)
+    notable = [i for i in impacts if i.kind in (DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED)]
+    return Check(refused=[i for i in notable if not i.allowed], allowed=[i for i in notable if i.allowed])
+
+
+__all__ = ["Impact", "classify", "check", "table", "UNKNOWN"]
