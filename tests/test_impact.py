@@ -1,0 +1,242 @@
+"""Update impact: what a change does to what is running, judged against a base record.
+
+Each test edits a stack (or the record, where the change is one the program no longer makes) and
+asserts the classification the providers' rules give, and that the render refuses what needs an
+opt-in until the stack opts in.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from support import rendered
+
+from components.offline import deploy_model, impact, policy, render
+from components.offline.mock_engine import ROOT
+from components.stack import config
+from components.workloads.script_files import read_scripts
+
+
+def rows(stack: str = "p5") -> list[dict]:
+    return copy.deepcopy(rendered(stack).resources)
+
+
+def find(rs: list[dict], type_: str, name: str | None = None) -> dict:
+    return next(r for r in rs if r["type"] == type_ and (name is None or r["name"] == name))
+
+
+def kinds(impacts: list[impact.Impact]) -> dict[str, str]:
+    """Name -> the worst impact on a resource of that name (names repeat across types)."""
+    out: dict[str, str] = {}
+    for i in impacts:  # worst first
+        out.setdefault(i.name, i.kind)
+    return out
+
+
+def cfg(stack: str = "p5", **patch) -> config.StackConfig:
+    return rendered(stack).cfg.model_copy(update=patch)
+
+
+# --- a project copy to edit and render ----------------------------------------------------------
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A scratch copy of the project whose base record is the committed one."""
+    proj = tmp_path / "proj"
+    for stack in ("p5", "byo"):
+        (proj / "rendered" / stack).mkdir(parents=True)
+        shutil.copy(ROOT / "rendered" / stack / "resources.json", proj / "rendered" / stack / "resources.json")
+        shutil.copy(ROOT / f"Pulumi.{stack}.yaml", proj / f"Pulumi.{stack}.yaml")
+    for name in ("__main__.py", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, proj / name)
+    (proj / "components").symlink_to(ROOT / "components")
+    return proj
+
+
+def edit(proj: Path, stack: str, section: str, **values):
+    path = proj / f"Pulumi.{stack}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    node = doc["config"].setdefault(f"rltrain:{section.split('.')[0]}", {})
+    for part in section.split(".")[1:]:
+        node = node.setdefault(part, {})
+    node.update(values)
+    path.write_text(yaml.safe_dump(doc))
+
+
+def render_impact(proj: Path, stack: str = "p5") -> list[impact.Impact]:
+    r = render.render_stack(stack, proj)
+    base = json.loads((proj / "rendered" / stack / "resources.json").read_text())
+    return impact.classify(base, r.resources, r.cfg)
+
+
+# --- classification -----------------------------------------------------------------------------
+
+
+def test_unchanged_stack_has_no_impact():
+    assert impact.classify(rows(), rows(), cfg()) == []
+
+
+def test_scaling_up_is_in_place_for_the_node_group(project):
+    edit(project, "p5", "gpuNodes", count=4)
+    k = kinds(render_impact(project))
+    assert k["gpu-nodes"] == impact.IN_PLACE
+    assert "gpu-lt" not in k  # no launch template version: no roll
+    # More nodes change the runs that span every node (completions, workers): those restart.
+    assert k["workloads-validation-job"] == k["workloads-multi-node-job"] == impact.RUN_RESTART
+
+
+def test_count_in_the_launch_template_description_rolled_every_node():
+    """Today's program before the fix: the description carried the node count."""
+    before, after = rows(), rows()
+    find(before, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["description"] = "2 x p5.48xlarge training nodes"
+    find(after, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["description"] = "4 x p5.48xlarge training nodes"
+    find(after, "aws:eks/nodeGroup:NodeGroup")["inputs"]["scalingConfig"]["desiredSize"] = 4
+    [ng] = [i for i in impact.classify(before, after, cfg()) if i.name == "gpu-nodes"]
+    assert ng.kind == impact.NODE_ROLL and "new launch template version" in ng.why
+    assert not ng.allowed and ng.opt_in == "rltrain:gpuNodes.allowNodeRoll"
+
+
+def test_root_volume_change_is_a_node_roll_refused_until_opted_in(project, capsys):
+    edit(project, "p5", "gpuNodes.rootVolume", sizeGiB=800)
+    out = project / "out"
+    assert render.main(["--stack", "p5", "--project-dir", str(project), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "REFUSED: node roll: NodeGroup gpu-nodes: new launch template version" in err
+    assert "set rltrain:gpuNodes.allowNodeRoll: true" in err and not out.exists()
+    edit(project, "p5", "gpuNodes", allowNodeRoll=True)
+    assert render.main(["--stack", "p5", "--project-dir", str(project), "--out", str(out)]) == 0
+    assert "warning: node roll: NodeGroup gpu-nodes" in capsys.readouterr().err
+
+
+def test_vpc_cidr_change_replaces_network_fsx_and_nodes_and_aws_refuses_the_cluster(project):
+    edit(project, "p5", "network", vpcCidr="10.8.0.0/16")
+    k = kinds(render_impact(project))
+    assert k["network-vpc"] == impact.REPLACE
+    assert k["network-private-us-east-1a"] == k["network-public-us-east-1b"] == impact.REPLACE
+    assert k["storage-fs"] == impact.DATA_LOSS
+    assert k["gpu-nodes"] == impact.NODE_ROLL
+    assert k["cluster-eks"] == impact.REFUSED
+    [eks] = [i for i in render_impact(project) if i.name == "cluster-eks"]
+    assert "EKS refuses" in eks.why and not eks.allowed and eks.opt_in == ""
+
+
+def test_fsx_capacity_decrease_loses_data_until_allowed(project, capsys):
+    edit(project, "p5", "storage.fsx", storageCapacityGiB=2400)
+    out = project / "out"
+    assert render.main(["--stack", "p5", "--project-dir", str(project), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert ("REFUSED: replace (data loss): LustreFileSystem storage-fs: storageCapacity 4800 -> 2400 (cannot shrink): "
+            "a new, empty file system, its data is lost. To accept that, set rltrain:storage.allowReplacement: true") in err
+    edit(project, "p5", "storage", allowReplacement=True)
+    assert render.main(["--stack", "p5", "--project-dir", str(project), "--out", str(out)]) == 0
+
+
+def test_moving_the_gpu_az_moves_fsx_and_the_node_group(project):
+    edit(project, "p5", "network", gpuAvailabilityZone="us-east-1b")
+    k = kinds(render_impact(project))
+    assert k["storage-fs"] == impact.DATA_LOSS and k["gpu-nodes"] == impact.NODE_ROLL
+
+
+@pytest.mark.parametrize("path,value", [("kmsKeyId", "other"), ("deploymentType", "PERSISTENT_1")])
+def test_fsx_replacing_inputs(path, value):
+    after = rows()
+    find(after, "aws:fsx/lustreFileSystem:LustreFileSystem")["inputs"][path] = value
+    # The PV reads the file system's id and DNS name: it is re-created too (Retain: no data lost).
+    assert kinds(impact.classify(rows(), after, cfg())) == {"storage-fs": impact.DATA_LOSS,
+                                                            "storage-pv": impact.REPLACE}
+
+
+def test_nccl_message_size_restarts_the_mpijob_and_nothing_else(project):
+    edit(project, "p5", "workloads.ncclTest", messageSizeBytes=4 << 30)
+    assert kinds(render_impact(project)) == {"workloads-nccl-test-mpijob": impact.RUN_RESTART}
+
+
+def test_a_script_change_touches_only_the_runs_that_run_it(monkeypatch):
+    scripts = read_scripts()
+    changed = dict(scripts)
+    changed["nccl_check.py"] = scripts["nccl_check.py"].model_copy(
+        update={"text": scripts["nccl_check.py"].text + "# a comment\n"})
+    from components.workloads import build
+    monkeypatch.setattr(build, "read_scripts", lambda: changed)
+    after = render.render_stack("p5")
+    k = kinds(impact.classify(rows(), after.resources, after.cfg))
+    assert k.pop("workloads-nccl-test-mpijob") == impact.RUN_RESTART
+    # The old script's ConfigMap goes, the new one comes; no other run's pod template changes.
+    assert k == {"workloads-scripts-nccl-check": impact.REPLACE}
+
+
+def test_crd_spec_change_without_replace_on_changes_is_only_patched():
+    after = rows()
+    mpi = find(after, "kubernetes:kubeflow.org/v2beta1:MPIJob")
+    before = rows()
+    for r in (before, after):
+        find(r, "kubernetes:kubeflow.org/v2beta1:MPIJob")["options"].pop("replaceOnChanges", None)
+    mpi["inputs"]["spec"]["slotsPerWorker"] = 4
+    [i] = impact.classify(before, after, cfg())
+    assert i.kind == impact.IN_PLACE and "does not run again" in i.why
+
+
+def test_run_restart_is_refused_without_opt_in():
+    after = rows()
+    find(after, "kubernetes:batch/v1:Job", "workloads-single-node-job")["inputs"]["spec"]["template"]["spec"][
+        "containers"][0]["image"] = "example.com/trainer:v2"
+    [i] = impact.classify(rows(), after, cfg())
+    assert (i.kind, i.allowed, i.opt_in) == (impact.RUN_RESTART, False, "rltrain:workloads.allowRunRestart")
+    w = cfg().workloads.model_copy(update={"allow_run_restart": True})
+    [i] = impact.classify(rows(), after, cfg(workloads=w))
+    assert i.allowed
+
+
+# --- run lifecycle -----------------------------------------------------------------------------
+
+
+def test_replacing_a_run_waits_for_the_old_one():
+    job = find(rows(), "kubernetes:batch/v1:Job", "workloads-single-node-job")
+    assert deploy_model.replacement_sequence(job) == [
+        "delete the old object (its pods get SIGTERM and their grace period)",
+        "wait until the old object is gone", "create the new object"]
+
+
+def test_run_replacement_rule_fails_on_the_old_job_options():
+    """Fixed name + delete-before-replace + skipAwait: the provider skips the deletion wait."""
+    rs = rows()
+    job = find(rs, "kubernetes:batch/v1:Job", "workloads-single-node-job")
+    job["inputs"]["metadata"]["annotations"].pop("pulumi.com/waitFor")
+    job["inputs"]["metadata"]["annotations"]["pulumi.com/skipAwait"] = "true"
+    [v] = policy.evaluate(rs, rules=["run-replacement"])
+    assert v.resource == "Job/rltrain-training" and "AlreadyExists" in v.message
+    # The MPIJob keeps skipAwait: for a custom resource the deletion is still awaited.
+    assert find(rs, "kubernetes:kubeflow.org/v2beta1:MPIJob")["inputs"]["metadata"]["annotations"][
+        "pulumi.com/skipAwait"] == "true"
+
+
+@pytest.mark.parametrize("stack", ["byo", "dev", "p4de", "p5"])
+def test_no_run_deletes_itself_after_finishing(stack):
+    for r in rendered(stack).resources:
+        kind = r["inputs"].get("kind")
+        if kind == "Job":
+            assert "ttlSecondsAfterFinished" not in r["inputs"]["spec"]
+        if kind == "MPIJob":
+            assert "ttlSecondsAfterFinished" not in r["inputs"]["spec"]["runPolicy"]
+
+
+def test_two_byo_stacks_on_one_cluster_share_nothing_cluster_wide(project):
+    second = yaml.safe_load((project / "Pulumi.byo.yaml").read_text())
+    second["config"].setdefault("rltrain:training", {})["namespace"] = "team-b"
+    (project / "Pulumi.byo2.yaml").write_text(yaml.safe_dump(second))
+    owned = [set(deploy_model.owned_cluster_wide(render.render_stack(s, project).resources)) for s in ("byo", "byo2")]
+    assert owned[0] and owned[1] and not owned[0] & owned[1], owned
+    # No operator, device plugin or other Helm release on a cluster the stack does not own.
+    assert not [o for o in owned[0] | owned[1] if o.startswith(("Helm release", "manifest"))]
+
+
+def test_summary_lists_what_the_stack_owns_cluster_wide():
+    text = render.summary(rendered("p5"))
+    assert "cluster-wide objects this stack owns: Helm release kube-system/aws-efa-k8s-device-plugin" in text
+    assert "PriorityClass rltrain-training" in text
