@@ -59,7 +59,7 @@ def test_resources_json_shape(p5):
     for row in rows:
         assert set(row) - {"decoded"} == {"type", "name", "parent", "custom", "dependsOn", "provider", "options",
                                           "inputs"}
-        assert set(row["options"]) == {"protect", "retainOnDelete", "deleteBeforeReplace"}
+        assert set(row["options"]) - {"replaceOnChanges"} == {"protect", "retainOnDelete", "deleteBeforeReplace"}
     key = next(r for r in rows if r["type"] == "aws:kms/key:Key")
     assert key["options"]["protect"] is True and key["custom"] is True
     comp = next(r for r in rows if r["type"] == "rltrain:index:TrainingNamespace")

@@ -355,7 +355,7 @@ def test_every_child_has_a_parent_and_the_provider(p5):
             continue
         assert r.parent is not None, r.name
     types = {r.type for r in result.records if r.type.startswith("rltrain:")}
-    assert types == {"rltrain:workloads:Workloads", "rltrain:workloads:ScriptsConfigMap",
+    assert types == {"rltrain:workloads:Workloads", "rltrain:workloads:ScriptConfigMaps",
                      "rltrain:workloads:TrainingJob", "rltrain:workloads:MultiNodeTraining",
                      "rltrain:workloads:NcclTest", "rltrain:workloads:ClusterValidation"}
 
@@ -364,4 +364,4 @@ def test_disabled_workloads_are_not_created():
     _, result, docs = _render("p5", lambda w: w.update(singleNode={"enabled": False}, multiNode={"enabled": False},
                                                        ncclTest={"enabled": False}, validation={"enabled": False}))
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ConfigMap", "PriorityClass"]
+    assert kinds == ["PriorityClass"]  # no run, no script to mount
