@@ -202,6 +202,32 @@ def _system_nodes(before, after, changes, cfg):
     return IN_PLACE, _paths(changes), "", True
 
 
+# Plain AWS resources whose listed inputs are ForceNew in pulumi-aws (their Terraform schema): a
+# change replaces them, harmless on its own (they carry no data and nothing runs on them).
+FORCE_NEW: dict[str, tuple[str, ...]] = {
+    "aws:ec2/routeTable:RouteTable": ("vpcId",),
+    "aws:ec2/routeTableAssociation:RouteTableAssociation": ("subnetId", "gatewayId"),
+    "aws:ec2/natGateway:NatGateway": ("subnetId", "allocationId", "connectivityType"),
+    "aws:ec2/internetGateway:InternetGateway": (),
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": ("securityGroupId",),
+    "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": ("securityGroupId",),
+    "aws:ec2/placementGroup:PlacementGroup": ("name", "strategy"),
+    "aws:iam/role:Role": ("name", "namePrefix"),
+    "aws:kms/key:Key": ("customerMasterKeySpec", "keyUsage", "multiRegion"),
+}
+
+
+def _force_new(before, after, changes, cfg):
+    forced = [p for p in changes if _under(p, FORCE_NEW[after["type"]])]
+    if forced:
+        return REPLACE, f"{_paths(forced)}: a new {after['type'].split(':')[-1]}", "", True
+    return IN_PLACE, _paths(changes), "", True
+
+
+for _t in FORCE_NEW:
+    RULES[_t] = _force_new
+
+
 @rule("aws:ec2/vpc:Vpc")
 def _vpc(before, after, changes, cfg):
     if any(_under(p, ("cidrBlock",)) for p in changes):
