@@ -33,7 +33,7 @@ else:
 k8s_opts = pulumi.ResourceOptions(provider=provider)
 training = TrainingNamespace(
     "training", training_namespace_args(cfg, role_arn=platform.training_role_arn if platform else None),
-    secret_values={k: rl.require_secret(k) for k in set(cfg.training.secret_env.values())}, opts=k8s_opts)
+    secret_values={k: rl.require_secret(k) for k in cfg.training_secret_keys}, opts=k8s_opts)
 after_ns = pulumi.ResourceOptions(provider=provider, depends_on=[training])
 addons = ClusterAddons("addons", ClusterAddonsArgs(
     instance_type=cfg.gpu_nodes.instance_type, efa=cfg.gpu_nodes.efa_enabled, device_plugins=cfg.device_plugins,

@@ -113,5 +113,5 @@ def training_namespace_args(cfg: StackConfig, role_arn: Optional[pulumi.Input[st
     return TrainingNamespaceArgs(
         namespace=t.namespace, service_account=t.service_account, pod_security=t.pod_security,
         kubernetes_version=cfg.cluster.kubernetes_version, gpu_quota=cfg.gpu_nodes.total_gpus,
-        secret_keys=tuple(sorted(set(t.secret_env.values()))), has_pod_identity=role_arn is not None,
+        secret_keys=cfg.training_secret_keys, has_pod_identity=role_arn is not None,
         gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count)

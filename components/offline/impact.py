@@ -249,8 +249,12 @@ def _sg(before, after, changes, cfg):
     return IN_PLACE, _paths(changes), "", True
 
 
-_POD_TEMPLATE_KINDS = {"Job": ("spec.template", "spec.completions", "spec.parallelism", "spec.completionMode"),
-                       "StatefulSet": ("spec.template",)}
+# pulumi-kubernetes provider/pkg/provider/diff.go (forceNewProperties): a Job is replaced when
+# .spec.completions, .parallelism, .selector or .template change; a StatefulSet rolls its pods on a
+# template change (its forced properties are the selector, serviceName, volumeClaimTemplates).
+_POD_TEMPLATE_KINDS = {"Job": ("spec.template", "spec.completions", "spec.parallelism", "spec.selector"),
+                       "StatefulSet": ("spec.template", "spec.selector", "spec.serviceName",
+                                       "spec.volumeClaimTemplates")}
 
 
 def _kubernetes(before, after, changes, cfg):
@@ -264,7 +268,8 @@ def _kubernetes(before, after, changes, cfg):
         # StatefulSet rolls its pods on a template change (pulumi-kubernetes diff, Kubernetes API).
         forced = [p for p in changes if _under(p, _POD_TEMPLATE_KINDS[kind])]
         if forced:
-            return RUN_RESTART, f"{_paths(forced)}: the run is stopped and started anew", *_run_opt_in(cfg)
+            return (RUN_RESTART, f"{_paths(forced)}: the run is stopped and started anew{_fresh_dir(before, after)}",
+                    *_run_opt_in(cfg))
         return IN_PLACE, _paths(changes), "", True
     if after["type"].startswith("kubernetes:") and kind in ("MPIJob", "RayJob"):
         # A custom resource is replaced only on name/namespace, unless replace_on_changes says
@@ -273,11 +278,37 @@ def _kubernetes(before, after, changes, cfg):
         if any(_under(p, after["options"].get("replaceOnChanges") or ()) for p in changes):
             return RUN_RESTART, f"{_paths(changes)}: the run is replaced", *_run_opt_in(cfg)
         return IN_PLACE, f"{_paths(changes)}: patched onto the existing object, which does not run again", "", True
+    if kind == "PodDisruptionBudget" and any(_under(p, ("spec",)) for p in changes):
+        return REPLACE, f"{_paths(changes)}: a new PodDisruptionBudget (its .spec forces replacement)", "", True
     if kind == "ConfigMap" and any(_under(p, ("data", "binaryData")) for p in changes):
         return REPLACE, "data changed: a new ConfigMap (created before the old one is deleted)", "", True
     if kind == "PersistentVolume" and any(_under(p, ("spec",)) for p in changes):
         return REPLACE, f"{_paths(changes)}: the volume is re-created (reclaim Retain keeps the data)", "", True
     return IN_PLACE, _paths(changes), "", True
+
+
+def _checkpoint_dirs(r: Resource) -> set[str]:
+    found: set[str] = set()
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            if v.get("name") == "CKPT_DIR" and isinstance(v.get("value"), str):
+                found.add(v["value"])
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+    walk(r["inputs"])
+    return found
+
+
+def _fresh_dir(before: Resource, after: Resource) -> str:
+    """The resume contract: a run whose identity changes starts from step 0 in a new directory."""
+    old, new = _checkpoint_dirs(before), _checkpoint_dirs(after)
+    if old and new and old != new:
+        return f"; CKPT_DIR {sorted(old)[0]} -> {sorted(new)[0]}: a fresh checkpoint directory, nothing resumed"
+    return ""
 
 
 def _run_opt_in(cfg: StackConfig) -> tuple[str, bool]:

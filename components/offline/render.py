@@ -31,7 +31,7 @@ import yaml
 
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy
-from components.offline import impact
+from components.offline import checkpoints, impact
 from components.stack import stackfile
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 
@@ -167,6 +167,9 @@ def summary(rendered: Rendered) -> str:
     ]
     lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]
     lines += ["  " + line for line in impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg))]
+    ckpt = checkpoints.estimate(cfg)
+    if ckpt:
+        lines.append("  " + ckpt[2])
     lines += ["  " + line for line in deploy_model.cluster_wide(rendered.resources)]
     lines += ["  " + line for line in deploy_model.flow_table(rendered.resources)]
     lines += ["  " + line for line in policy.fit_report(rendered.resources)]
@@ -232,6 +235,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             failed = True
         for r in verdict.allowed:
             print(f"Pulumi.{rendered.stack}.yaml: warning: {r.message()} (allowed)", file=sys.stderr)
+    for rendered in results:
+        ckpt = checkpoints.estimate(rendered.cfg)
+        if ckpt and ckpt[0] > ckpt[1]:
+            print(f"Pulumi.{rendered.stack}.yaml: warning: {ckpt[2]}: raise "
+                  "rltrain:workloads.terminationGracePeriodSeconds or the FSx throughput", file=sys.stderr)
     if args.summary_md:
         with args.summary_md.open("a", encoding="utf-8") as f:
             for rendered in results:

@@ -276,6 +276,9 @@ class MultiNode(_Model):
     nodes: Optional[int] = Field(None, ge=2)
     ray_port: int = Field(6379, ge=1024, le=65535)
     node_wait_seconds: int = Field(300, ge=10, le=3600)
+    # Secret config key holding a Ray auth token: every pod of the run gets it as RAY_AUTH_TOKEN
+    # from the training Secret and Ray refuses clients without it. None = no token.
+    ray_auth_token_secret: Optional[str] = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
 class NcclTest(_Model):
@@ -303,6 +306,9 @@ class WorkloadsConfig(_Model):
     shm_size_gib: Optional[int] = Field(None, ge=1, alias="shmSizeGiB")
     termination_grace_period_seconds: int = Field(300, ge=30, le=3600)
     max_run_minutes: int = Field(1440, ge=5)
+    # Size of one checkpoint: the render estimates its write time to FSx and warns when it exceeds
+    # the grace period the trainer gets after SIGTERM. None = not estimated.
+    checkpoint_size_gib: Optional[int] = Field(None, ge=1, alias="checkpointSizeGiB")
     retries: int = Field(3, ge=0, le=20)
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
     priority: int = Field(1000000, ge=0, le=1000000000)
@@ -361,6 +367,14 @@ class StackConfig(_Model):
     @property
     def byo_cluster(self) -> bool:
         return self.cluster.existing is not None
+
+    @property
+    def training_secret_keys(self) -> tuple[str, ...]:
+        """Secret config keys that go into the training Secret (secretEnv, the Ray token)."""
+        keys = set(self.training.secret_env.values())
+        if self.workloads.multi_node.enabled and self.workloads.multi_node.ray_auth_token_secret:
+            keys.add(self.workloads.multi_node.ray_auth_token_secret)
+        return tuple(sorted(keys))
 
     def installs(self, setting: Optional[bool]) -> bool:
         """One rule for every cluster-wide install (operators, CRDs, device plugins, queues,
@@ -551,6 +565,9 @@ def load(values: Mapping[str, Any], *, secret_keys: set[str] | frozenset[str] = 
     existing = (data.get("cluster") or {}).get("existing") if isinstance(data.get("cluster"), dict) else None
     if isinstance(existing, dict):
         referenced.add(existing.get("kubeconfigSecret", "kubeconfig"))
+    multi = (data.get("workloads") or {}).get("multiNode") if isinstance(data.get("workloads"), dict) else None
+    if isinstance(multi, dict) and isinstance(multi.get("rayAuthTokenSecret"), str):
+        referenced.add(multi["rayAuthTokenSecret"])
     for key in sorted(set(values) - set(SECTIONS)):
         if key in referenced:
             continue

@@ -11,14 +11,33 @@ import pulumi_kubernetes as k8s
 
 from components.stack import catalog
 from components.stack.config import StackConfig
+from components.workloads.runs import short_hash
 
 # Env set by the program; user `workloads.env` may not override these (the launcher and the
 # validation script depend on them being right).
 PROTECTED_ENV = frozenset({
     "NUM_GPUS", "NUM_NODES", "POD_NAMESPACE", "NODE_NAME", "JOB_COMPLETION_INDEX",
     "RAY_HEAD_HOST", "RAY_PORT", "RAY_NODE_WAIT_SECONDS", "RUN_DONE_MARKER",
-    "EXPECTED_GPUS", "EXPECTED_EFA", "SHM_MIN_GIB", "FSX_PATH",
+    "EXPECTED_GPUS", "EXPECTED_EFA", "SHM_MIN_GIB", "FSX_PATH", "CKPT_DIR", "RESUME",
+    # Ray is reached at the explicit head address only, with the token from the Secret
+    # (components/scripts/ray_launcher.py): never from a plain value in config.
+    "RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "RAY_START_TIMEOUT_SECONDS", "RAY_CONNECT_TIMEOUT_SECONDS",
+    "RAY_JOIN_DEADLINE_SECONDS",
 })
+
+# The resume contract: every run writes checkpoints under its own directory on FSx, keyed by what
+# makes old checkpoints unusable (model, trainer config, node count), and resumes from the newest
+# complete one there. A change of any of these starts a fresh directory.
+CHECKPOINT_ROOT = "/fsx/runs"
+
+
+def run_identity(cfg: StackConfig, num_nodes: int) -> str:
+    w = cfg.workloads
+    return short_hash(w.model_path, w.config_name, str(num_nodes), length=12)
+
+
+def checkpoint_dir(cfg: StackConfig, num_nodes: int) -> str:
+    return f"{CHECKPOINT_ROOT}/{cfg.workloads.experiment_name}/{run_identity(cfg, num_nodes)}"
 
 
 def mlflow_port(uri: Optional[str]) -> Optional[int]:
@@ -51,8 +70,11 @@ def secret_env(cfg: StackConfig, secret_name: Optional[pulumi.Input[str]]) -> li
 
 def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.Input[str]],
              efa: int, extra: Optional[Mapping[str, pulumi.Input[str]]] = None,
-             include_secrets: bool = True) -> list[k8s.core.v1.EnvVarArgs]:
-    """The container env, sorted by name. `extra` is component-specific (Ray, validation)."""
+             include_secrets: bool = True, checkpoints: bool = True,
+             secret_refs: Mapping[str, str] = {}) -> list[k8s.core.v1.EnvVarArgs]:
+    """The container env, sorted by name. `extra` is component-specific (Ray, validation);
+    `checkpoints`: a training run, which gets the resume contract (CKPT_DIR, RESUME=auto);
+    `secret_refs`: further env name -> key of the training Secret (the Ray token)."""
     w = cfg.workloads
     it = cfg.gpu_nodes.instance
     values: dict[str, pulumi.Input[str]] = {
@@ -68,12 +90,18 @@ def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.I
     }
     if w.mlflow_tracking_uri:
         values["MLFLOW_TRACKING_URI"] = w.mlflow_tracking_uri
+    if checkpoints:
+        values["CKPT_DIR"] = checkpoint_dir(cfg, num_nodes)
+        values["RESUME"] = "auto"
     clash = sorted(set(w.env) & PROTECTED_ENV)
     if clash:
         raise ValueError(f"rltrain:workloads.env may not set {', '.join(clash)}: the program sets them")
     values.update(w.env)  # user tuning (e.g. NCCL_DEBUG=INFO) wins over the defaults above
     values.update(extra or {})
     secrets = secret_env(cfg, secret_name) if include_secrets else []
+    secrets += [k8s.core.v1.EnvVarArgs(name=env, value_from=k8s.core.v1.EnvVarSourceArgs(
+        secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret_name, key=key, optional=False)))
+        for env, key in sorted(secret_refs.items()) if secret_name is not None]
     clash = sorted({s.name for s in secrets} & (set(values) | {"POD_NAMESPACE", "NODE_NAME"}))
     if clash:
         raise ValueError(f"training.secretEnv names {', '.join(clash)}, which is also a plain env var")

@@ -74,6 +74,13 @@ def done_marker(cfg: StackConfig, run: str) -> str:
     return f"{volumes.FSX_PATH}/runs/{w.experiment_name}/{run}-{key}.done"
 
 
+def ray_secret_refs(cfg: StackConfig) -> dict[str, str]:
+    """Ray token authentication (Ray >= 2.52: RAY_AUTH_TOKEN, read by ray_launcher.py): every pod
+    of the run gets the token from the training Secret; clients without it are refused."""
+    key = cfg.workloads.multi_node.ray_auth_token_secret
+    return {"RAY_AUTH_TOKEN": key} if key else {}
+
+
 def ray_env(cfg: StackConfig, run: str, namespace: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
     mn = cfg.workloads.multi_node
     env: dict[str, pulumi.Input[str]] = {
@@ -208,6 +215,7 @@ def pod_template(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
         # A StatefulSet sets the subdomain from serviceName itself.
         subdomain=service_name(run) if form == "indexed-job" else None,
         scripts=[a.scripts["ray_launcher.py"]],
+        secret_refs=ray_secret_refs(cfg),
     )
 
 
@@ -229,7 +237,7 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
             success_policy=k8s.batch.v1.SuccessPolicyArgs(rules=[
                 k8s.batch.v1.SuccessPolicyRuleArgs(succeeded_indexes="0")]),
             backoff_limit=w.retries,
-            pod_failure_policy=runs.pod_failure_policy(cfg),
+            pod_failure_policy=runs.pod_failure_policy(cfg, ray=True),
             active_deadline_seconds=runs.deadline_seconds(cfg),
             template=template,
         ),

@@ -42,6 +42,8 @@ def training_pod_template(
     include_secrets: bool = True,
     read_only_root: bool = False,
     scripts: Sequence[Script] = (),
+    checkpoints: bool = True,
+    secret_refs: Mapping[str, str] = {},
 ) -> k8s.core.v1.PodTemplateSpecArgs:
     """One whole GPU node's pod running `command` in the training image.
 
@@ -52,7 +54,7 @@ def training_pod_template(
     w = cfg.workloads
     sizing = sizing or pod_sizing(cfg)
     env = env_vars(cfg, num_nodes=num_nodes, secret_name=secret_name, efa=sizing.efa, extra=extra_env,
-                   include_secrets=include_secrets)
+                   include_secrets=include_secrets, checkpoints=checkpoints, secret_refs=secret_refs)
     skips = checkov_skips(cfg, image=w.image, cpu_limit=sizing.cpu_limit, read_only_root=read_only_root,
                           secrets=include_secrets and bool(cfg.training.secret_env))
     container = k8s.core.v1.ContainerArgs(

@@ -10,6 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
+from components.scripts import ray_launcher
 from components.stack.config import StackConfig
 from components.stack.labels import MANAGED_BY
 from components.workloads.script_files import Script
@@ -34,18 +35,28 @@ def deadline_seconds(cfg: StackConfig) -> int:
     return cfg.workloads.max_run_minutes * 60 + IMAGE_PULL_MARGIN_SECONDS
 
 
-def pod_failure_policy(cfg: StackConfig) -> k8s.batch.v1.PodFailurePolicyArgs:
+def pod_failure_policy(cfg: StackConfig, *, ray: bool = False) -> k8s.batch.v1.PodFailurePolicyArgs:
     """Disruptions are free retries; configuration errors fail the Job at once (D5).
 
     Ignore comes first: rules match in order, and a pod killed by a drain or preemption is never a
-    configuration error whatever its exit code during shutdown.
+    configuration error whatever its exit code during shutdown. In a Ray run (`ray`), a worker whose
+    head went away exits with the launcher's EXIT_HEAD_LOST: that is the head's disruption, not a
+    failure of the run, so it is ignored too (the Job recreates the pod, which joins the new head)
+    and the retry budget is kept for real failures.
     """
     rules = [k8s.batch.v1.PodFailurePolicyRuleArgs(
         action="Ignore",
         on_pod_conditions=[k8s.batch.v1.PodFailurePolicyOnPodConditionsPatternArgs(
             type="DisruptionTarget", status="True")],
     )]
-    codes = sorted({c for c in cfg.workloads.fail_fast_exit_codes if c != 0})
+    if ray:
+        rules.append(k8s.batch.v1.PodFailurePolicyRuleArgs(
+            action="Ignore",
+            on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
+                container_name=CONTAINER, operator="In", values=[ray_launcher.EXIT_HEAD_LOST]),
+        ))
+    codes = sorted({c for c in cfg.workloads.fail_fast_exit_codes if c != 0}
+                   - ({ray_launcher.EXIT_HEAD_LOST} if ray else set()))
     if codes:
         rules.append(k8s.batch.v1.PodFailurePolicyRuleArgs(
             action="FailJob",

@@ -72,6 +72,7 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
         affinity=placement.run_affinity(NAME, co_located=False),
         sizing=validation_sizing(cfg),
         scripts=[a.scripts["validate_node.py"]],
+        checkpoints=False,
         read_only_root=True,
     )
     # checkov reads skips from the Job's own metadata, not from its pod template.
