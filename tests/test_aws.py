@@ -15,7 +15,7 @@ def inputs(r, type_token, name=None):
 
 @pytest.mark.parametrize("stack,cards", [("p5", 32), ("p4de", 4), ("dev", 1)])
 def test_launch_template_one_efa_interface_per_network_card(stack, cards):
-    lt = inputs(rendered(stack), "aws:ec2/launchTemplate:LaunchTemplate")
+    lt = inputs(rendered(stack), "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")
     nics = lt["networkInterfaces"]
     assert len(nics) == cards == catalog.get(rendered(stack).cfg.gpu_nodes.instance_type).network_cards
     assert (nics[0]["networkCardIndex"], nics[0]["deviceIndex"], nics[0]["interfaceType"]) == (0, 0, "efa")
@@ -25,7 +25,7 @@ def test_launch_template_one_efa_interface_per_network_card(stack, cards):
 
 
 def test_launch_template_imdsv2_gp3_and_nodeadm_raid0(p5):
-    lt = inputs(p5, "aws:ec2/launchTemplate:LaunchTemplate")
+    lt = inputs(p5, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")
     assert lt["metadataOptions"]["httpTokens"] == "required"
     ebs = lt["blockDeviceMappings"][0]["ebs"]
     assert (ebs["volumeType"], ebs["throughput"], ebs["iops"], ebs["encrypted"]) == ("gp3", 1000, 16000, "true")

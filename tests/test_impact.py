@@ -94,8 +94,8 @@ def test_scaling_up_is_in_place_for_the_node_group(project):
 def test_count_in_the_launch_template_description_rolled_every_node():
     """Today's program before the fix: the description carried the node count."""
     before, after = rows(), rows()
-    find(before, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["description"] = "2 x p5.48xlarge training nodes"
-    find(after, "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]["description"] = "4 x p5.48xlarge training nodes"
+    find(before, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")["inputs"]["description"] = "2 x p5.48xlarge training nodes"
+    find(after, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")["inputs"]["description"] = "4 x p5.48xlarge training nodes"
     find(after, "aws:eks/nodeGroup:NodeGroup")["inputs"]["scalingConfig"]["desiredSize"] = 4
     [ng] = [i for i in impact.classify(before, after, cfg()) if i.name == "gpu-nodes"]
     assert ng.kind == impact.NODE_ROLL and "new launch template version" in ng.why

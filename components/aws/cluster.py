@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from components.aws import iam
 from components.stack import versions
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+# System nodes run operators and add-ons only; images are small.
+SYSTEM_ROOT_GIB = 50
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 
 
@@ -91,6 +93,7 @@ class EksCluster(pulumi.ComponentResource):
             opts=child,
         )
         self.cluster_name = self.cluster.eks_cluster.name
+        self.cluster_arn = self.cluster.eks_cluster.arn
         self.cluster_security_group_id = self.cluster.eks_cluster.vpc_config.cluster_security_group_id
         # Pod Identity: the training role is handed to its service account by EKS.
         self.pod_identity_agent = aws.eks.Addon(
@@ -98,6 +101,23 @@ class EksCluster(pulumi.ComponentResource):
             addon_name=versions.POD_IDENTITY_ADDON, addon_version=addon_versions[versions.POD_IDENTITY_ADDON],
             opts=child)
         system_role = iam.node_role(f"{name}-system-node-role", self)
+        # Our own launch template for the system nodes: IMDSv2 only with hop limit 1 (pods get AWS
+        # credentials through Pod Identity, never the node role; pulumi-eks's `enable_imd_sv2` sets
+        # hop limit 2) and an encrypted gp3 root volume (pulumi-eks's default one is not). It sets
+        # no security groups, so EKS still gives these nodes the cluster security group (EKS user
+        # guide, launch templates), which the deploy model's reachability relies on. Auto-named:
+        # a replacement needs no delete-first. Introducing it replaces the system nodes once.
+        system_lt = aws.ec2.LaunchTemplate(
+            f"{name}-system-lt",
+            description=f"{args.cluster_name} system nodes",
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1),
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name="/dev/xvda",
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=SYSTEM_ROOT_GIB, volume_type="gp3", encrypted="true",
+                    delete_on_termination="true"))],
+            opts=child)
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.cluster,
@@ -108,6 +128,8 @@ class EksCluster(pulumi.ComponentResource):
                 max_size=args.system_node_count + 2),
             subnet_ids=private_subnet_ids,
             labels={"role": "system"},
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=system_lt.id,
+                                                                version=system_lt.latest_version.apply(str)),
             opts=child,
         )
         aws.eks.Addon(f"{name}-coredns", cluster_name=self.cluster_name, addon_name="coredns",

@@ -43,13 +43,17 @@ class TrainingIdentity(pulumi.ComponentResource):
     role_arn: pulumi.Output[str]
 
     def __init__(self, name: str, args: TrainingIdentityArgs, *, depends_on: list[pulumi.Resource],
+                 cluster: tuple[pulumi.Input[str], pulumi.Input[str]],
                  opts: Optional[pulumi.ResourceOptions] = None):
+        """`cluster`: the cluster's (name, ARN) as outputs of the cluster; the role trusts only the
+        training service account of that cluster."""
         super().__init__("rltrain:index:TrainingIdentity", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        role = iam.pod_identity_role(f"{name}-role", [], self)
+        role = iam.pod_identity_role(f"{name}-role", [], self, cluster=cluster, namespace=args.namespace,
+                                     service_account=args.service_account)
         aws.iam.RolePolicy(f"{name}-s3", role=role.id, policy=json.dumps(s3_policy(args)), opts=child)
         aws.eks.PodIdentityAssociation(
-            f"{name}-association", cluster_name=args.cluster_name, namespace=args.namespace,
+            f"{name}-association", cluster_name=cluster[0], namespace=args.namespace,
             service_account=args.service_account, role_arn=role.arn,
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
         self.role_arn = role.arn

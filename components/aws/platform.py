@@ -70,6 +70,7 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
     if t.s3:
         identity = TrainingIdentity("training-identity", TrainingIdentityArgs(
             cluster_name=cluster_name, namespace=t.namespace, service_account=t.service_account,
-            bucket=t.s3.bucket, prefix=t.s3.prefix), depends_on=[cluster.pod_identity_agent])
+            bucket=t.s3.bucket, prefix=t.s3.prefix), depends_on=[cluster.pod_identity_agent],
+            cluster=(cluster.cluster_name, cluster.cluster_arn))
         platform.training_role_arn = identity.role_arn
     return platform

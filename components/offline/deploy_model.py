@@ -239,10 +239,14 @@ def endpoints(resources: list[Resource]) -> dict[str, Endpoint]:
         return eps
     eks_sg = f"[known after deploy: {cluster['name']}.eksCluster.vpcConfig.clusterSecurityGroupId]"
     eps["control plane"] = Endpoint("control plane", [eks_sg])
-    if any(r["type"] == "eks:index:ManagedNodeGroup" for r in resources):
-        # No launch template of ours: EKS gives these nodes the cluster security group.
-        eps["system nodes"] = Endpoint("system nodes", [eks_sg])
     templates = {_sg_id_of(r): r for r in resources if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"}
+    for r in resources:
+        if r["type"] == "eks:index:ManagedNodeGroup":
+            # EKS gives managed nodes the cluster security group unless their launch template sets
+            # security groups of its own (EKS user guide, launch templates).
+            lt = templates.get(str((r["inputs"].get("launchTemplate") or {}).get("id")))
+            own = list((lt or {}).get("inputs", {}).get("vpcSecurityGroupIds") or [])
+            eps["system nodes"] = Endpoint("system nodes", own or [eks_sg])
     for r in resources:
         if not _is_gpu_node_group(r):
             continue

@@ -51,8 +51,10 @@ class Impact:
         return not self.allowed
 
     def message(self) -> str:
-        accept = (f"To accept that, set {self.opt_in}: true" if self.opt_in else "It cannot be applied as is")
-        return f"{self.kind}: {self.type.split(':')[-1]} {self.name}: {self.why}. {accept}"
+        base = f"{self.kind}: {self.type.split(':')[-1]} {self.name}: {self.why}"
+        if self.allowed:
+            return base + (f" (accepted by {self.opt_in})" if self.opt_in else "")
+        return base + (f". To accept that, set {self.opt_in}: true" if self.opt_in else ". It cannot be applied as is")
 
     def line(self) -> str:
         verdict = "" if self.allowed else (f" REFUSED: set {self.opt_in}: true to accept" if self.opt_in
