@@ -19,7 +19,9 @@ from pydantic.alias_generators import to_camel
 
 from components.stack import catalog
 NAMESPACE = "rltrain"
-SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads")
+SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads", "monitoring")
+# The Grafana admin password: a secret config key (`pulumi config set --secret rltrain:grafanaAdminPassword`).
+GRAFANA_PASSWORD_KEY = "grafanaAdminPassword"
 KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")  # EKS standard support, 2026-11 (FACTS.md)
 # FSx for Lustre PERSISTENT_2 (FACTS.md).
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
@@ -353,6 +355,39 @@ def check_pinned_image(v: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# monitoring (components/k8s/monitoring.py)
+
+
+class AlertReceiver(_Model):
+    """Where Alertmanager sends the stack's alerts. The URL or key is a credential (a Slack incoming
+    webhook URL carries its token): it comes from secret config and reaches Alertmanager as a file
+    of a Kubernetes Secret, never as a Helm value."""
+
+    type: Literal["slack", "webhook", "pagerduty"]
+    # Name of the secret config key holding the Slack webhook URL, the webhook URL or the PagerDuty
+    # routing key.
+    secret_key: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
+    # Slack only: the channel (default: the webhook's own).
+    channel: Optional[str] = None
+
+
+class MonitoringConfig(_Model):
+    # None = the cluster-wide rule: installed on a created cluster, opt-in on a bring-your-own one.
+    enabled: Optional[bool] = None
+    namespace: str = Field("monitoring", pattern=_DNS_LABEL)
+    retention_days: int = Field(15, ge=1, le=3650)
+    # The Prometheus volume (gp3); retention by size is set a little below it so the disk never fills.
+    storage_size_gib: int = Field(100, ge=10, le=16384, alias="storageSizeGiB")
+    # Bring your own cluster: the storage class of the Prometheus volume (default: the cluster's
+    # default class). A created cluster gets the stack's own gp3 class.
+    storage_class: Optional[str] = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    # A run pod Pending longer than this raises RltrainRunQueuedTooLong (image pulls of 15-20 GB
+    # take up to ~10 minutes and count as Pending).
+    queued_alert_minutes: int = Field(30, ge=5, le=10080)
+    alert_receiver: Optional[AlertReceiver] = None
+
+
+# ---------------------------------------------------------------------------------------------
 # the whole stack
 
 
@@ -363,6 +398,13 @@ class StackConfig(_Model):
     storage: StorageConfig = StorageConfig()
     training: TrainingConfig = TrainingConfig()
     workloads: WorkloadsConfig
+    monitoring: MonitoringConfig = MonitoringConfig()
+
+    @property
+    def monitoring_enabled(self) -> bool:
+        """On by default on a created cluster, off by default (opt-in) on a bring-your-own one."""
+        m = self.monitoring.enabled
+        return (not self.byo_cluster) if m is None else m
 
     @property
     def byo_cluster(self) -> bool:
@@ -539,6 +581,37 @@ def _cross_checks(cfg: StackConfig, region: Optional[str], config_keys: set[str]
     return p
 
 
+def _monitoring_checks(cfg: StackConfig, config_keys: set[str], secret_keys: set[str], *,
+                       program: bool) -> list[tuple[str, str]]:
+    """`program`: called by the running program (from_pulumi), which reads the Grafana password:
+    it must exist. A stack file check alone only refuses it in plain text."""
+    p: list[tuple[str, str]] = []
+    m = cfg.monitoring
+    if m.storage_class and not cfg.byo_cluster:
+        p.append((_path(("monitoring", "storageClass")),
+                  "only with cluster.existing; this stack creates its own gp3 storage class"))
+    if not cfg.monitoring_enabled:
+        return p
+    if m.namespace == cfg.training.namespace:
+        p.append((_path(("monitoring", "namespace")),
+                  f"must differ from training.namespace ({m.namespace!r}): the monitoring namespace "
+                  "enforces the privileged Pod Security level its DaemonSets need"))
+    needed = [(GRAFANA_PASSWORD_KEY, "the Grafana admin password")]
+    if m.alert_receiver:
+        needed.append((m.alert_receiver.secret_key, f"monitoring.alertReceiver.secretKey ({m.alert_receiver.type})"))
+    for key, what in needed:
+        if key == GRAFANA_PASSWORD_KEY and key not in config_keys and not program:
+            continue
+        if key not in secret_keys:
+            state = "is not secret" if key in config_keys else "is missing"
+            p.append((_path((key,)), f"{state} ({what}, monitoring is on): "
+                      f"pulumi config set --secret {NAMESPACE}:{key} VALUE"))
+    r = m.alert_receiver
+    if r and r.channel and r.type != "slack":
+        p.append((_path(("monitoring", "alertReceiver", "channel")), f"only for type slack (got {r.type})"))
+    return p
+
+
 def parse_value(raw: Any) -> Any:
     """Pulumi hands structured config to the program as JSON text."""
     if isinstance(raw, str):
@@ -550,7 +623,7 @@ def parse_value(raw: Any) -> Any:
 
 
 def load(values: Mapping[str, Any], *, secret_keys: set[str] | frozenset[str] = frozenset(),
-         region: Optional[str] = None) -> StackConfig:
+         region: Optional[str] = None, program: bool = False) -> StackConfig:
     """Validate the `rltrain:` config of one stack.
 
     `values` maps keys without the `rltrain:` prefix to their (parsed or JSON) values;
@@ -565,6 +638,10 @@ def load(values: Mapping[str, Any], *, secret_keys: set[str] | frozenset[str] = 
     existing = (data.get("cluster") or {}).get("existing") if isinstance(data.get("cluster"), dict) else None
     if isinstance(existing, dict):
         referenced.add(existing.get("kubeconfigSecret", "kubeconfig"))
+    referenced.add(GRAFANA_PASSWORD_KEY)
+    receiver = (data.get("monitoring") or {}).get("alertReceiver") if isinstance(data.get("monitoring"), dict) else None
+    if isinstance(receiver, dict) and isinstance(receiver.get("secretKey"), str):
+        referenced.add(receiver["secretKey"])
     multi = (data.get("workloads") or {}).get("multiNode") if isinstance(data.get("workloads"), dict) else None
     if isinstance(multi, dict) and isinstance(multi.get("rayAuthTokenSecret"), str):
         referenced.add(multi["rayAuthTokenSecret"])
@@ -581,6 +658,7 @@ def load(values: Mapping[str, Any], *, secret_keys: set[str] | frozenset[str] = 
         problems += _problems_from(e)
     if cfg is not None:
         problems += _cross_checks(cfg, region, set(values), set(secret_keys))
+        problems += _monitoring_checks(cfg, set(values), set(secret_keys), program=program)
     if problems:
         raise ConfigError(problems)
     assert cfg is not None
@@ -610,4 +688,4 @@ def from_pulumi() -> StackConfig:
     values = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
     secret = set(rc.get_config_secret_keys_env()) | set(rc._SECRET_KEYS.get())
     secret_keys = {k[len(prefix):] for k in secret if k.startswith(prefix)}
-    return load(values, secret_keys=secret_keys, region=pulumi.Config("aws").get("region"))
+    return load(values, secret_keys=secret_keys, region=pulumi.Config("aws").get("region"), program=True)

@@ -30,6 +30,27 @@ POD_IDENTITY_ADDON = "eks-pod-identity-agent"
 VPC_CNI_ADDON = "vpc-cni"
 KUBE_PROXY_ADDON = "kube-proxy"
 COREDNS_ADDON = "coredns"
+EBS_CSI_ADDON = "aws-ebs-csi-driver"
+# The controller's service account in the add-on (the Pod Identity association names it).
+EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+
+# Monitoring (FACTS.md "Monitoring"; components/k8s/monitoring.py).
+# kube-prometheus-stack 88.5.3 (prometheus-community/helm-charts charts/kube-prometheus-stack/Chart.yaml,
+# 2026-08-21): prometheus-operator v0.93.1, Prometheus v3.14.0, Alertmanager v0.34.0, subcharts
+# kube-state-metrics 8.4.0 (app 2.20.0), prometheus-node-exporter 4.56.1 (app 1.12.1), grafana
+# 12.11.1 (grafana-community/helm-charts, app 13.2.0). Neither it nor its subcharts ship a
+# values.schema.json at these versions.
+KUBE_PROMETHEUS_STACK = Chart("kube-prometheus-stack", "88.5.3", "https://prometheus-community.github.io/helm-charts")
+KUBE_STATE_METRICS_APP = "2.20.0"
+NODE_EXPORTER_APP = "1.12.1"
+# dcgm-exporter chart 4.8.2 (NVIDIA/dcgm-exporter deployment/Chart.yaml at tag 4.5.3-4.8.2, image
+# nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless); no values.schema.json.
+DCGM_EXPORTER = Chart("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts")
+# The EFA textfile exporter (components/scripts/efa_metrics.py, standard library only) runs in the
+# Docker official Python image, pinned by digest (the digest of 3.12.7-slim-bookworm as pinned in
+# nalabelle/build images/digests.Dockerfile; not pulled from here).
+EFA_EXPORTER_IMAGE = ("docker.io/library/python:3.12.7-slim-bookworm"
+                      "@sha256:032c52613401895aa3d418a4c563d2d05f993bc3ecc065c8f4e2280978acd249")
 
 # EKS managed add-on versions, per Kubernetes minor. Every add-on the stack creates (the ones
 # pulumi-eks creates for it included) takes its version from here: an unpinned add-on resolves
@@ -38,18 +59,20 @@ EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
     # AWS EKS user guide add-on tables (managing-vpc-cni, -kube-proxy, -coredns), 1.34 rows.
     "1.34": {VPC_CNI_ADDON: "v1.20.4-eksbuild.1", KUBE_PROXY_ADDON: "v1.34.1-eksbuild.2",
              COREDNS_ADDON: "v1.12.4-eksbuild.1", POD_IDENTITY_ADDON: "v1.3.10-eksbuild.2",
-             FSX_CSI_ADDON: "v1.9.0-eksbuild.1"},
+             FSX_CSI_ADDON: "v1.9.0-eksbuild.1", EBS_CSI_ADDON: "v1.56.0-eksbuild.1"},
     # awslabs/cdk-eks-blueprints lib/addons/*/index.ts version maps (2026-04-08).
     "1.35": {VPC_CNI_ADDON: "v1.21.1-eksbuild.1", KUBE_PROXY_ADDON: "v1.35.0-eksbuild.2",
              COREDNS_ADDON: "v1.13.2-eksbuild.3", POD_IDENTITY_ADDON: "v1.3.10-eksbuild.2",
-             FSX_CSI_ADDON: "v1.9.0-eksbuild.1"},
+             FSX_CSI_ADDON: "v1.9.0-eksbuild.1", EBS_CSI_ADDON: "v1.57.1-eksbuild.1"},
     # The defaults a 1.36 cluster picked in a recorded deploy (2026-09-16); no AWS table seen.
     "1.36": {VPC_CNI_ADDON: "v1.22.4-eksbuild.3", KUBE_PROXY_ADDON: "v1.36.0-eksbuild.21",
              COREDNS_ADDON: "v1.14.3-eksbuild.16", POD_IDENTITY_ADDON: "v1.3.10-eksbuild.3",
-             FSX_CSI_ADDON: "v1.9.0-eksbuild.1"},
+             FSX_CSI_ADDON: "v1.9.0-eksbuild.1", EBS_CSI_ADDON: "v1.57.1-eksbuild.1"},
 }
 # Not verified against the EKS API from here (no AWS account): the FSx CSI build is the one seen
-# pinned for 1.35 (driver appVersion 1.9.0) and assumed for 1.34/1.36. Before the first `up` of
+# pinned for 1.35 (driver appVersion 1.9.0) and assumed for 1.34/1.36. The EBS CSI builds for
+# 1.34 and 1.35 are cdk-eks-blueprints' (lib/addons/ebs-csi-driver/index.ts, 2026-04-08); no 1.36
+# figure was found, the 1.35 build is assumed for it. Before the first `up` of
 # a new minor, compare with `aws eks describe-addon-versions --kubernetes-version 1.35
 # --addon-name <name>`; a wrong build fails at `up`, a floating one rolls nodes unasked.
 
