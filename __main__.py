@@ -13,6 +13,7 @@ from components.k8s.namespace import TrainingNamespace, training_namespace_args
 from components.stack.outputs import cost_per_hour
 from components.aws.platform import build_aws_platform
 from components.k8s.volumes import DynamicClaim, storage_claim_args
+from components.k8s.monitoring import build_monitoring
 from components.workloads.build import build_workloads
 
 cfg = config.from_pulumi()  # every config problem is reported here, before any resource exists
@@ -53,6 +54,12 @@ elif cfg.storage.storage_class:
 build_workloads(cfg, namespace=training.namespace, claim_name=claim.claim_name, secret_name=training.secret_name,
                 opts=pulumi.ResourceOptions(provider=provider,
                                             depends_on=[training, addons] + ([volume] if volume else [])))
+
+# Prometheus, Grafana, exporters, rules, dashboards: on a created cluster by default, opt-in on byo.
+build_monitoring(cfg, secret=rl.require_secret, cluster=platform.cluster.cluster_name if platform else None,
+                 after=(platform.cluster.pod_identity_agent,) if platform else (),
+                 opts=pulumi.ResourceOptions(provider=provider,
+                                             depends_on=[training] + (platform.node_groups if platform else [])))
 
 pulumi.export("namespace", training.namespace)
 pulumi.export("claimName", claim.claim_name)

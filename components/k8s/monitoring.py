@@ -1,0 +1,526 @@
+"""Monitoring: Prometheus, Grafana and Alertmanager (kube-prometheus-stack), the DCGM exporter, EFA
+counters, Ray metrics, the stack's alert and recording rules and its dashboards.
+
+One rule decides whether it is installed (`rltrain:monitoring.enabled`): on by default on a created
+cluster, off by default and opt-in on a bring-your-own one (StackConfig.monitoring_enabled), like
+every cluster-wide install. Everything lives in its own namespace, whose Pod Security level is
+`privileged`: node-exporter needs the host network, PID namespace and root filesystem, the DCGM
+exporter the kubelet's pod-resources socket (hostPath) and SYS_ADMIN for profiling metrics, the
+EFA exporter a hostPath for node-exporter's textfile directory. The training namespace keeps its
+own, stricter level.
+
+- kube-prometheus-stack and dcgm-exporter are Helm releases pinned in versions.py; their values
+  are built here (`kps_values`, `dcgm_values`) and reviewable in the render. Neither chart ships a
+  values.schema.json at the pinned version, so the values are checked by tests against the chart
+  defaults' keys instead (tests/test_monitoring.py).
+- Nothing is exposed outside the cluster: every Service ClusterIP, no Ingress; open Grafana with
+  `kubectl port-forward` (README "Monitoring").
+- Prometheus keeps its data on a gp3 EBS claim. On a created cluster the stack declares the EBS CSI
+  add-on (pinned per Kubernetes minor, its role handed over by EKS Pod Identity) and the gp3
+  StorageClass; on a bring-your-own cluster, `monitoring.storageClass` or the cluster's default.
+- The Grafana admin password is a Pulumi secret (`rltrain:grafanaAdminPassword`), delivered as a
+  Kubernetes Secret the chart reads (`grafana.admin.existingSecret`), never a Helm value.
+- EFA: components/scripts/efa_metrics.py, from an immutable ConfigMap named by its content, runs
+  as a DaemonSet on the GPU nodes and writes node-exporter textfile metrics into a host directory
+  node-exporter reads with its textfile collector.
+- Ray: a PodMonitor for run pods that declare a container port named `ray-metrics` (Ray's
+  metrics-export-port), and a NetworkPolicy that admits Prometheus to that port of the run pods and
+  nothing else (their own policies admit only same-run traffic).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Callable, Literal, Optional
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+from pydantic import BaseModel, ConfigDict, Field
+
+from components.aws import iam
+from components.k8s import dashboards, monitoring_rules
+from components.stack import versions
+from components.stack.config import GRAFANA_PASSWORD_KEY, StackConfig
+from components.stack.labels import (GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, MANAGED_BY,
+                                     ROLE_LABEL)
+
+RELEASE = "kube-prometheus-stack"
+DCGM_RELEASE = "dcgm-exporter"
+# Service names the chart derives from the release name (its fullname, truncated to 26 characters).
+GRAFANA_SERVICE = f"{RELEASE}-grafana"
+PROMETHEUS_SERVICE = f"{RELEASE}-prometheus"
+ALERTMANAGER_SERVICE = f"{RELEASE}-alertmanager"
+GRAFANA_SECRET = "rltrain-grafana-admin"
+ALERT_SECRET = "rltrain-alert-receiver"
+ALERT_SECRET_KEY = "value"
+STORAGE_CLASS = "rltrain-gp3"
+EBS_CSI_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
+# node-exporter's textfile collector directory on the host, shared with the EFA exporter.
+TEXTFILE_HOST_DIR = "/var/lib/node_exporter/textfile_collector"
+EFA_APP = "rltrain-efa-metrics"
+EFA_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "efa_metrics.py"
+EFA_INTERVAL_SECONDS = 15
+# Ray's metrics-export-port (8080 in the AWS distributed-training reference, FACTS "Monitoring").
+# A run pod is scraped when it declares this port under this name.
+RAY_METRICS_PORT = 8080
+RAY_METRICS_PORT_NAME = "ray-metrics"
+RUN_LABEL = "rltrain/run"
+# kube-state-metrics: labels copied into kube_node_labels / kube_pod_labels (off by default).
+KSM_LABELS_ALLOWLIST = (f"nodes=[node.kubernetes.io/instance-type,{','.join(ROLE_LABEL)}]", f"pods=[{RUN_LABEL}]")
+# kube-prometheus-stack's own defaults for node-exporter's extraArgs (values.yaml at 88.5.3): a
+# list value replaces the default, so they are repeated before ours.
+NODE_EXPORTER_DEFAULT_ARGS = (
+    "--collector.filesystem.mount-points-exclude=^/(dev|proc|sys|run/containerd/.+|var/lib/docker/.+"
+    "|var/lib/kubelet/.+)($|/)",
+    "--collector.filesystem.fs-types-exclude=^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts"
+    "|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs"
+    "|selinuxfs|squashfs|sysfs|tracefs|erofs)$",
+)
+GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+
+class AlertReceiverArgs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["slack", "webhook", "pagerduty"]
+    channel: Optional[str] = None
+
+
+class MonitoringArgs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: str
+    training_namespace: str
+    kubernetes_version: str
+    retention_days: int = Field(ge=1)
+    storage_size_gib: int = Field(ge=10)
+    # None: the stack's own gp3 class on a created cluster, the cluster's default class on a
+    # bring-your-own one (unless monitoring.storageClass names one).
+    storage_class: Optional[str] = None
+    # A created cluster: the stack declares the EBS CSI add-on and the gp3 StorageClass.
+    created_cluster: bool = False
+    efa: bool = False
+    queued_alert_minutes: int = Field(30, ge=1)
+    alert_receiver: Optional[AlertReceiverArgs] = None
+    # The GPU node shape, recorded on the namespace like on the training one (its exporters run
+    # on those nodes); the policy rules read it from the Namespace objects.
+    gpu_instance_type: str = ""
+    gpu_node_count: int = 0
+
+    @property
+    def effective_storage_class(self) -> Optional[str]:
+        return STORAGE_CLASS if self.created_cluster else self.storage_class
+
+
+def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
+    m = cfg.monitoring
+    r = m.alert_receiver
+    return MonitoringArgs(
+        namespace=m.namespace, training_namespace=cfg.training.namespace,
+        kubernetes_version=cfg.cluster.kubernetes_version, retention_days=m.retention_days,
+        storage_size_gib=m.storage_size_gib, storage_class=m.storage_class, created_cluster=not cfg.byo_cluster,
+        efa=cfg.gpu_nodes.efa_enabled, queued_alert_minutes=m.queued_alert_minutes,
+        alert_receiver=AlertReceiverArgs(type=r.type, channel=r.channel) if r else None,
+        gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count)
+
+
+def _labels(component: str) -> dict[str, str]:
+    return {**MANAGED_BY, "app.kubernetes.io/component": component}
+
+
+# --- namespace, storage ---------------------------------------------------------------------------
+
+
+def namespace_args(a: MonitoringArgs) -> k8s.core.v1.NamespaceInitArgs:
+    version = f"v{a.kubernetes_version}"
+    return k8s.core.v1.NamespaceInitArgs(metadata=k8s.meta.v1.ObjectMetaArgs(name=a.namespace, labels={
+        **_labels("monitoring"),
+        # node-exporter (hostNetwork, hostPID, hostPath /), dcgm-exporter (hostPath pod-resources,
+        # SYS_ADMIN) and the EFA exporter (hostPath) are refused by `baseline`.
+        "pod-security.kubernetes.io/enforce": "privileged",
+        "pod-security.kubernetes.io/enforce-version": version,
+        # Anything new that needs more than baseline shows up as a warning and in the audit log.
+        "pod-security.kubernetes.io/warn": "baseline",
+        "pod-security.kubernetes.io/warn-version": version,
+        "pod-security.kubernetes.io/audit": "baseline",
+        "pod-security.kubernetes.io/audit-version": version,
+    }, annotations={GPU_INSTANCE_ANNOTATION: a.gpu_instance_type, GPU_NODES_ANNOTATION: str(a.gpu_node_count)}))
+
+
+def storage_class_args() -> k8s.storage.v1.StorageClassInitArgs:
+    return k8s.storage.v1.StorageClassInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=STORAGE_CLASS, labels=_labels("monitoring")),
+        provisioner="ebs.csi.aws.com",
+        # gp3 baseline (3000 IOPS, 125 MiB/s) is ample for one Prometheus; encrypted with the
+        # account's EBS key (aws-ebs-csi-driver docs/parameters.md).
+        parameters={"type": "gp3", "encrypted": "true", "csi.storage.k8s.io/fstype": "ext4"},
+        # The system nodes span two AZs and an EBS volume lives in one: create it where the
+        # Prometheus pod is scheduled, not before.
+        volume_binding_mode="WaitForFirstConsumer",
+        # Metrics can be rebuilt, checkpoints cannot: the volume goes with its claim. The claim
+        # outlives the Prometheus StatefulSet (Kubernetes keeps volumeClaimTemplate claims) and
+        # goes with the namespace, i.e. on `pulumi destroy`.
+        reclaim_policy="Delete",
+        allow_volume_expansion=True,
+    )
+
+
+# --- Helm values ------------------------------------------------------------------------------------
+
+
+def alertmanager_config(a: MonitoringArgs) -> dict[str, Any]:
+    """Merged by Helm into the chart's default config (its inhibit rules and templates stay); the
+    credential is a file of the mounted Secret (Alertmanager *_file fields, v0.34.0)."""
+    receivers: list[dict[str, Any]] = [{"name": "null"}]
+    default = "null"
+    r = a.alert_receiver
+    if r:
+        path = f"/etc/alertmanager/secrets/{ALERT_SECRET}/{ALERT_SECRET_KEY}"
+        if r.type == "slack":
+            cfg: dict[str, Any] = {"api_url_file": path, "send_resolved": True}
+            if r.channel:
+                cfg["channel"] = r.channel
+            receivers.append({"name": "rltrain", "slack_configs": [cfg]})
+        elif r.type == "webhook":
+            receivers.append({"name": "rltrain", "webhook_configs": [{"url_file": path, "send_resolved": True}]})
+        else:
+            receivers.append({"name": "rltrain",
+                              "pagerduty_configs": [{"routing_key_file": path, "send_resolved": True}]})
+        default = "rltrain"
+    return {
+        "route": {
+            "receiver": default,
+            "group_by": ["alertname", "namespace", "node"],
+            "group_wait": "30s", "group_interval": "5m", "repeat_interval": "12h",
+            # Watchdog always fires (it proves the pipeline works): never sent.
+            "routes": [{"receiver": "null", "matchers": ['alertname = "Watchdog"']}],
+        },
+        "receivers": receivers,
+    }
+
+
+def kps_values(a: MonitoringArgs) -> dict[str, Any]:
+    """kube-prometheus-stack 88.5.3 values (keys checked against the chart's values.yaml in
+    tests/test_monitoring.py)."""
+    storage: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                               "resources": {"requests": {"storage": f"{a.storage_size_gib}Gi"}}}
+    if a.effective_storage_class:
+        storage["storageClassName"] = a.effective_storage_class
+    retention_size_gib = int(a.storage_size_gib * 0.85)
+    clusterip = {"type": "ClusterIP"}
+    return {
+        "crds": {"enabled": True},
+        # EKS runs the control plane: kube-controller-manager, kube-scheduler and etcd cannot be
+        # scraped, and kube-proxy binds its metrics to 127.0.0.1:10249 (helm-charts#977,
+        # terraform-aws-eks#742). Their ServiceMonitors would only fail and their "...Down" alerts
+        # always fire: switched off with their rules (the rule templates check both switches).
+        "kubeControllerManager": {"enabled": False},
+        "kubeScheduler": {"enabled": False},
+        "kubeEtcd": {"enabled": False},
+        "kubeProxy": {"enabled": False},
+        "defaultRules": {"create": True, "rules": {
+            "etcd": False, "kubeControllerManager": False, "kubeSchedulerAlerting": False,
+            "kubeSchedulerRecording": False, "kubeProxy": False, "windows": False}},
+        "windowsMonitoring": {"enabled": False},
+        "nodeExporter": {"operatingSystems": {"aix": {"enabled": False}, "darwin": {"enabled": False}}},
+        "prometheus-node-exporter": {
+            # The EFA exporter writes efa.prom into this host directory on GPU nodes; the chart
+            # default tolerates every NoSchedule taint, so node-exporter runs there too.
+            "extraArgs": [*NODE_EXPORTER_DEFAULT_ARGS, f"--collector.textfile.directory={TEXTFILE_HOST_DIR}"],
+            "extraHostVolumeMounts": [{"name": "textfile", "hostPath": TEXTFILE_HOST_DIR,
+                                       "mountPath": TEXTFILE_HOST_DIR, "readOnly": True,
+                                       "type": "DirectoryOrCreate"}],
+        },
+        "kube-state-metrics": {"metricLabelsAllowlist": list(KSM_LABELS_ALLOWLIST)},
+        "prometheus": {
+            "service": clusterip,
+            "ingress": {"enabled": False},
+            "prometheusSpec": {
+                "retention": f"{a.retention_days}d",
+                # Below the volume size: Prometheus deletes old blocks before the disk fills.
+                "retentionSize": f"{retention_size_gib}GB",
+                "storageSpec": {"volumeClaimTemplate": {"spec": storage}},
+                # Pick up every ServiceMonitor, PodMonitor and PrometheusRule, not only this
+                # release's (FACTS "Monitoring"): the DCGM exporter's, the Ray PodMonitor, our rules.
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "ruleSelectorNilUsesHelmValues": False,
+                "probeSelectorNilUsesHelmValues": False,
+                "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}},
+            },
+        },
+        "alertmanager": {
+            "service": clusterip,
+            "ingress": {"enabled": False},
+            "config": alertmanager_config(a),
+            "alertmanagerSpec": {"secrets": [ALERT_SECRET] if a.alert_receiver else []},
+        },
+        "grafana": {
+            "admin": {"existingSecret": GRAFANA_SECRET, "userKey": "admin-user", "passwordKey": "admin-password"},
+            "service": clusterip,
+            "ingress": {"enabled": False},
+            # The sidecar loads every ConfigMap labelled grafana_dashboard=1 (any namespace, the
+            # chart's default) into the folder its grafana_folder annotation names.
+            "sidecar": {"dashboards": {"folderAnnotation": dashboards.FOLDER_ANNOTATION,
+                                       "provider": {"foldersFromFilesStructure": True}}},
+            # The chart's `helm test` pod: never run by Pulumi.
+            "testFramework": {"enabled": False},
+        },
+    }
+
+
+def dcgm_values(a: MonitoringArgs) -> dict[str, Any]:
+    """dcgm-exporter chart 4.8.2 values (keys checked against its values.yaml in the tests)."""
+    return {
+        # GPU nodes only: its default tolerations cover the control-plane taint only (FACTS).
+        "nodeSelector": dict(ROLE_LABEL),
+        "tolerations": [GPU_TOLERATION],
+        "serviceMonitor": {
+            "enabled": True,
+            "interval": "15s",
+            # Per-pod GPU attribution: the chart always sets DCGM_EXPORTER_KUBERNETES=true and mounts
+            # the kubelet's pod-resources socket, so each GPU's series carries the pod, namespace
+            # and container it is allocated to. Those names collide with the target labels
+            # Prometheus adds for the exporter's own pod, which would rename the GPU's to
+            # exported_pod/...; dropping the target's copies keeps `pod`, `namespace`,
+            # `container` meaning the GPU's user (and absent on an idle GPU), as in
+            # kube-state-metrics, so the two join.
+            "relabelings": [
+                {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"},
+                {"action": "labeldrop", "regex": "pod|namespace|container"},
+            ],
+        },
+    }
+
+
+# --- EFA exporter -----------------------------------------------------------------------------------
+
+
+def efa_script() -> tuple[str, str]:
+    """(ConfigMap name, script text): named by content, immutable (a change is a new ConfigMap)."""
+    text = EFA_SCRIPT.read_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{EFA_APP}-{digest}", text
+
+
+def efa_configmap_args(a: MonitoringArgs) -> k8s.core.v1.ConfigMapInitArgs:
+    name, text = efa_script()
+    return k8s.core.v1.ConfigMapInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, namespace=a.namespace, labels=_labels("efa-metrics")),
+        immutable=True, data={EFA_SCRIPT.name: text})
+
+
+_FRESH = ("import os, sys, time; "
+          f"sys.exit(time.time() - os.path.getmtime('/textfile/efa.prom') > {4 * EFA_INTERVAL_SECONDS})")
+
+
+def efa_daemonset_args(a: MonitoringArgs) -> k8s.apps.v1.DaemonSetInitArgs:
+    cm_name, _ = efa_script()
+    selector = {"app.kubernetes.io/name": EFA_APP}
+    probe = k8s.core.v1.ProbeArgs(exec_=k8s.core.v1.ExecActionArgs(command=["python3", "-c", _FRESH]),
+                                  initial_delay_seconds=EFA_INTERVAL_SECONDS * 2,
+                                  period_seconds=EFA_INTERVAL_SECONDS * 2, timeout_seconds=5)
+    skips = {
+        # Root: it writes into a host directory the kubelet creates root-owned (hostPath ignores
+        # fsGroup); every capability dropped, read-only root filesystem, no privilege escalation.
+        "checkov.io/skip1": "CKV_K8S_23=writes the root-owned hostPath textfile directory; all capabilities dropped",
+        "checkov.io/skip2": "CKV_K8S_40=writes the root-owned hostPath textfile directory; all capabilities dropped",
+        "checkov.io/skip3": "CKV_K8S_15=IfNotPresent on purpose: the image is pinned by digest",
+    }
+    return k8s.apps.v1.DaemonSetInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=EFA_APP, namespace=a.namespace,
+                                            labels={**_labels("efa-metrics"), **selector}, annotations=skips),
+        spec=k8s.apps.v1.DaemonSetSpecArgs(
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+            update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="RollingUpdate"),
+            template=k8s.core.v1.PodTemplateSpecArgs(
+                metadata=k8s.meta.v1.ObjectMetaArgs(labels={**_labels("efa-metrics"), **selector},
+                                                    annotations=skips),
+                spec=k8s.core.v1.PodSpecArgs(
+                    node_selector=dict(ROLE_LABEL),
+                    tolerations=[k8s.core.v1.TolerationArgs(**GPU_TOLERATION)],
+                    # The same class the device plugins and DCGM exporter use: a node-level agent
+                    # is not preempted by a training pod.
+                    priority_class_name="system-node-critical",
+                    automount_service_account_token=False,
+                    security_context=k8s.core.v1.PodSecurityContextArgs(
+                        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")),
+                    containers=[k8s.core.v1.ContainerArgs(
+                        name="efa-metrics",
+                        image=versions.EFA_EXPORTER_IMAGE,
+                        image_pull_policy="IfNotPresent",
+                        command=["python3", f"/scripts/{EFA_SCRIPT.name}"],
+                        env=[
+                            k8s.core.v1.EnvVarArgs(name="TEXTFILE_DIR", value="/textfile"),
+                            k8s.core.v1.EnvVarArgs(name="INTERVAL_SECONDS", value=str(EFA_INTERVAL_SECONDS)),
+                            k8s.core.v1.EnvVarArgs(name="NODE_NAME", value_from=k8s.core.v1.EnvVarSourceArgs(
+                                field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="spec.nodeName"))),
+                            k8s.core.v1.EnvVarArgs(name="PYTHONDONTWRITEBYTECODE", value="1"),
+                        ],
+                        resources=k8s.core.v1.ResourceRequirementsArgs(
+                            requests={"cpu": "10m", "memory": "32Mi"}, limits={"cpu": "100m", "memory": "64Mi"}),
+                        security_context=k8s.core.v1.SecurityContextArgs(
+                            allow_privilege_escalation=False, read_only_root_filesystem=True,
+                            capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"])),
+                        liveness_probe=probe, readiness_probe=probe,
+                        # /sys/class/infiniband is read from the container's own /sys: it is not
+                        # namespaced, the pod sees every EFA device of the host (efa_metrics.py).
+                        volume_mounts=[
+                            k8s.core.v1.VolumeMountArgs(name="script", mount_path="/scripts", read_only=True),
+                            k8s.core.v1.VolumeMountArgs(name="textfile", mount_path="/textfile"),
+                        ],
+                    )],
+                    volumes=[
+                        k8s.core.v1.VolumeArgs(name="script", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                            name=cm_name, default_mode=0o555)),
+                        k8s.core.v1.VolumeArgs(name="textfile", host_path=k8s.core.v1.HostPathVolumeSourceArgs(
+                            path=TEXTFILE_HOST_DIR, type="DirectoryOrCreate")),
+                    ],
+                ),
+            ),
+        ),
+    )
+
+
+# --- Ray --------------------------------------------------------------------------------------------
+
+
+def ray_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
+    return {
+        "namespaceSelector": {"matchNames": [a.training_namespace]},
+        "selector": {"matchExpressions": [{"key": RUN_LABEL, "operator": "Exists"}]},
+        # Only pods that declare the port by this name are scraped (Prometheus keeps the targets
+        # whose container port name matches): a run without Ray metrics is not a failing target.
+        "podMetricsEndpoints": [{"port": RAY_METRICS_PORT_NAME, "path": "/metrics", "interval": "15s",
+                                 "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                                                  "targetLabel": "node", "action": "replace"}]}],
+    }
+
+
+def ray_network_policy_args(a: MonitoringArgs) -> k8s.networking.v1.NetworkPolicyInitArgs:
+    """Added to the runs' own policies (NetworkPolicies are a union): Prometheus pods of the
+    monitoring namespace may reach the Ray metrics port of a run pod, nothing else more."""
+    return k8s.networking.v1.NetworkPolicyInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-allow-prometheus", namespace=a.training_namespace,
+                                            labels=_labels("monitoring")),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_expressions=[
+                k8s.meta.v1.LabelSelectorRequirementArgs(key=RUN_LABEL, operator="Exists")]),
+            policy_types=["Ingress"],
+            ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                from_=[k8s.networking.v1.NetworkPolicyPeerArgs(
+                    namespace_selector=k8s.meta.v1.LabelSelectorArgs(
+                        match_labels={"kubernetes.io/metadata.name": a.namespace}),
+                    # The operator's Prometheus pods (the chart's Service selects them by this label).
+                    pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"app.kubernetes.io/name": "prometheus"}),
+                )],
+                ports=[k8s.networking.v1.NetworkPolicyPortArgs(port=RAY_METRICS_PORT, protocol="TCP")],
+            )],
+        ),
+    )
+
+
+# --- the component ----------------------------------------------------------------------------------
+
+
+class Monitoring(pulumi.ComponentResource):
+    """See the module docstring. `cluster`: the created cluster's name as its output (None on a
+    bring-your-own cluster); `after`: what the EBS CSI add-on needs first (the Pod Identity agent)."""
+
+    namespace: pulumi.Output[str]
+
+    def __init__(self, name: str, args: MonitoringArgs, *, grafana_password: pulumi.Input[str],
+                 alert_secret: Optional[pulumi.Input[str]] = None, cluster: Optional[pulumi.Input[str]] = None,
+                 after: tuple[pulumi.Resource, ...] = (), opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:index:Monitoring", name, None, opts)
+        if args.alert_receiver and alert_secret is None:
+            raise ValueError("monitoring.alertReceiver needs its secret value")
+        child = pulumi.ResourceOptions(parent=self)
+        ns = k8s.core.v1.Namespace(f"{name}-namespace", namespace_args(args), child)
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        before_release: list[pulumi.Resource] = [ns]
+
+        if args.created_cluster and cluster is not None:
+            role = iam.pod_identity_role(f"{name}-ebs-csi-role", [EBS_CSI_POLICY], self)
+            # The association is created with the add-on, so its controller pods start with
+            # credentials (a separate association would need them restarted).
+            addon = aws.eks.Addon(
+                f"{name}-ebs-csi", cluster_name=cluster, addon_name=versions.EBS_CSI_ADDON,
+                addon_version=versions.eks_addons(args.kubernetes_version)[versions.EBS_CSI_ADDON],
+                pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
+                    role_arn=role.arn, service_account=versions.EBS_CSI_SERVICE_ACCOUNT)],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)))
+            sc = k8s.storage.v1.StorageClass(f"{name}-gp3", storage_class_args(),
+                                             pulumi.ResourceOptions(parent=self, depends_on=[addon]))
+            before_release += [addon, sc]
+
+        grafana = k8s.core.v1.Secret(f"{name}-grafana-admin", k8s.core.v1.SecretInitArgs(
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_SECRET, namespace=args.namespace,
+                                                labels=_labels("grafana")),
+            type="Opaque",
+            string_data={"admin-user": "admin", "admin-password": pulumi.Output.secret(grafana_password)}), in_ns)
+        before_release.append(grafana)
+        if args.alert_receiver:
+            alert = k8s.core.v1.Secret(f"{name}-alert-receiver", k8s.core.v1.SecretInitArgs(
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=ALERT_SECRET, namespace=args.namespace,
+                                                    labels=_labels("alertmanager")),
+                type="Opaque", string_data={ALERT_SECRET_KEY: pulumi.Output.secret(alert_secret)}), in_ns)
+            before_release.append(alert)
+
+        # Waits for its resources (and the operator's webhook) to be ready; the first install
+        # provisions the Prometheus volume, hence the longer timeout.
+        self.stack = k8s.helm.v3.Release(
+            f"{name}-kube-prometheus-stack", name=RELEASE, chart=versions.KUBE_PROMETHEUS_STACK.chart,
+            version=versions.KUBE_PROMETHEUS_STACK.version, namespace=args.namespace,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.KUBE_PROMETHEUS_STACK.repo),
+            values=kps_values(args), timeout=900,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=before_release))
+        after_crds = pulumi.ResourceOptions(parent=self, depends_on=[self.stack])
+        # Its ServiceMonitor needs the operator's CRDs first (FACTS).
+        k8s.helm.v3.Release(
+            f"{name}-dcgm-exporter", name=DCGM_RELEASE, chart=versions.DCGM_EXPORTER.chart,
+            version=versions.DCGM_EXPORTER.version, namespace=args.namespace,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.DCGM_EXPORTER.repo),
+            values=dcgm_values(args), opts=after_crds)
+
+        if args.efa:
+            cm = k8s.core.v1.ConfigMap(f"{name}-efa-script", efa_configmap_args(args), in_ns)
+            k8s.apps.v1.DaemonSet(f"{name}-efa-metrics", efa_daemonset_args(args),
+                                  pulumi.ResourceOptions(parent=self, depends_on=[ns, cm]))
+
+        k8s.apiextensions.CustomResource(
+            f"{name}-rules", api_version="monitoring.coreos.com/v1", kind="PrometheusRule",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain", namespace=args.namespace, labels=_labels("rules")),
+            spec=monitoring_rules.rules_spec(monitoring_rules.RulesArgs(
+                training_namespace=args.training_namespace, queued_alert_minutes=args.queued_alert_minutes)),
+            opts=after_crds)
+        k8s.apiextensions.CustomResource(
+            f"{name}-ray-podmonitor", api_version="monitoring.coreos.com/v1", kind="PodMonitor",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-ray", namespace=args.namespace, labels=_labels("ray")),
+            spec=ray_podmonitor_spec(args), opts=after_crds)
+        # In the training namespace: the component's opts carry the dependency on it.
+        k8s.networking.v1.NetworkPolicy(f"{name}-ray-scrape", ray_network_policy_args(args), child)
+
+        for board in dashboards.all_dashboards(args.training_namespace):
+            k8s.core.v1.ConfigMap(f"{name}-dashboard-{board.uid}", dashboards.configmap_args(board, args.namespace),
+                                  in_ns)
+        self.namespace = ns.metadata.name
+        self.register_outputs({"namespace": self.namespace})
+
+
+def grafana_port_forward(namespace: str) -> str:
+    return f"kubectl -n {namespace} port-forward svc/{GRAFANA_SERVICE} 3000:80"
+
+
+def build_monitoring(cfg: StackConfig, *, secret: Callable[[str], pulumi.Output[str]],
+                     cluster: Optional[pulumi.Input[str]] = None, after: tuple[pulumi.Resource, ...] = (),
+                     opts: Optional[pulumi.ResourceOptions] = None) -> Optional[Monitoring]:
+    """The Monitoring component when the stack wants it (StackConfig.monitoring_enabled); `secret`
+    reads a secret config key (pulumi.Config("rltrain").require_secret)."""
+    if not cfg.monitoring_enabled:
+        return None
+    r = cfg.monitoring.alert_receiver
+    return Monitoring("monitoring", monitoring_args(cfg), grafana_password=secret(GRAFANA_PASSWORD_KEY),
+                      alert_secret=secret(r.secret_key) if r else None, cluster=cluster, after=after, opts=opts)

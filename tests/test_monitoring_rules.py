@@ -1,0 +1,197 @@
+"""The stack's alert and recording rules: `promtool check rules`, and `promtool test rules` with
+synthetic series (each alert fires on the series it is for and stays quiet otherwise).
+
+promtool comes from Debian's `prometheus` package (.ci/run installs it). Without it the tests are
+skipped, except under CI (env CI set), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support import obj, rendered
+
+from components.k8s import monitoring_rules as mr
+from components.stack import catalog
+
+ARGS = mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30)
+SPEC = mr.rules_spec(ARGS)
+RULES = {r.get("alert") or r["record"]: r for g in SPEC["groups"] for r in g["rules"]}
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    exe = shutil.which("promtool")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool not found: .ci/run installs Debian's prometheus package")
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def rules_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("rules") / "rltrain.rules.yaml"
+    path.write_text(yaml.safe_dump(SPEC, sort_keys=False))
+    return path
+
+
+def _run(promtool: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([promtool, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_promtool_check_rules(promtool, rules_file):
+    proc = _run(promtool, "check", "rules", str(rules_file))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(RULES) + len(mr.price_rules()) - 1} rules found" in proc.stdout
+
+
+@pytest.mark.parametrize("stack", ["dev", "p4de", "p5"])
+def test_rendered_prometheus_rule_is_the_tested_one(stack):
+    r = rendered(stack)
+    rule = obj(r, "PrometheusRule", "rltrain")
+    m = r.cfg.monitoring
+    assert rule["spec"] == mr.rules_spec(mr.RulesArgs(training_namespace=r.cfg.training.namespace,
+                                                      queued_alert_minutes=m.queued_alert_minutes))
+    assert rule["metadata"]["namespace"] == m.namespace
+
+
+def test_cost_rules_follow_the_catalog():
+    prices = {r["labels"]["instance_type"]: r["expr"] for r in mr.price_rules()}
+    assert prices == {n: f"vector({it.price.usd_per_hour})" for n, it in catalog.CATALOG.items() if it.price}
+
+
+# --- promtool test rules ------------------------------------------------------------------------------
+
+_TEMPLATE = re.compile(r"\{\{\s*\$(labels\.(\w+)|value)(\s*\|\s*humanizePercentage)?\s*\}\}")
+
+
+def annotations(alert: str, labels: dict[str, str], value: str) -> dict[str, str]:
+    """The rule's annotations with its templates filled the way Prometheus fills these ones."""
+    def fill(text: str) -> str:
+        def sub(m: re.Match) -> str:
+            if m.group(2):
+                return labels[m.group(2)]
+            return f"{float(value) * 100:g}%" if m.group(3) else value
+        return _TEMPLATE.sub(sub, text)
+    return {k: fill(v) for k, v in RULES[alert]["annotations"].items()}
+
+
+def fires(alert: str, labels: dict[str, str], value: str) -> dict[str, Any]:
+    return {"exp_labels": {**labels, **RULES[alert]["labels"]},
+            "exp_annotations": annotations(alert, labels, value)}
+
+
+GPU_NODE = {"label_role": "gpu-training", "label_node_kubernetes_io_instance_type": "p5.48xlarge"}
+
+
+def _series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{name}{{{inner}}}", "values": values}
+
+
+def unit_tests() -> dict[str, Any]:
+    xid = {"node": "busy", "gpu": "3", "UUID": "GPU-3"}
+    gpu_series = [
+        _series("DCGM_FI_DEV_GPU_UTIL", {"node": "busy", "gpu": "0"}, "0x40"),  # idle, a run on the node
+        _series("DCGM_FI_DEV_GPU_UTIL", {"node": "busy", "gpu": "1"}, "95x40"),  # busy
+        _series("DCGM_FI_DEV_GPU_UTIL", {"node": "empty", "gpu": "0"}, "0x40"),  # idle, no run on the node
+        _series("kube_pod_info", {"namespace": "rltrain", "pod": "run-0", "node": "busy"}, "1x40"),
+        _series("kube_pod_status_phase", {"namespace": "rltrain", "pod": "run-0", "phase": "Running"}, "1x40"),
+        _series("kube_pod_info", {"namespace": "other", "pod": "web", "node": "empty"}, "1x40"),
+        _series("kube_pod_status_phase", {"namespace": "other", "pod": "web", "phase": "Running"}, "1x40"),
+        _series("DCGM_FI_DEV_XID_ERRORS", xid, "0 0 0 79x37"),
+        _series("DCGM_FI_DEV_XID_ERRORS", {"node": "busy", "gpu": "0", "UUID": "GPU-0"}, "0x40"),
+    ]
+    node_series = [
+        _series("kube_node_labels", {"node": "gpu-a", **GPU_NODE}, "1x40"),
+        _series("kube_node_labels", {"node": "gpu-b", **GPU_NODE}, "1x40"),
+        _series("kube_node_labels", {"node": "sys-a", "label_role": "system"}, "1x40"),
+        _series("kube_node_status_condition", {"node": "gpu-a", "condition": "Ready", "status": "true"}, "1x40"),
+        _series("kube_node_status_condition", {"node": "gpu-b", "condition": "Ready", "status": "true"}, "1 1 0x38"),
+        _series("kube_node_status_condition", {"node": "sys-a", "condition": "Ready", "status": "true"}, "0x40"),
+    ]
+    # 10,000 packets/s sent; one device retransmits 2 %, the other 0.1 %.
+    efa_series = [
+        _series("efa_tx_pkts_total", {"node": "gpu-a", "device": "rdmap0s0", "port": "1"}, "0+600000x40"),
+        _series("efa_retrans_pkts_total", {"node": "gpu-a", "device": "rdmap0s0", "port": "1"}, "0+12000x40"),
+        _series("efa_tx_pkts_total", {"node": "gpu-a", "device": "rdmap1s0", "port": "1"}, "0+600000x40"),
+        _series("efa_retrans_pkts_total", {"node": "gpu-a", "device": "rdmap1s0", "port": "1"}, "0+600x40"),
+    ]
+    run_series = [
+        _series("kube_job_failed", {"namespace": "rltrain", "job_name": "rltrain-training", "condition": "true"},
+                "0 0 1x38"),
+        _series("kube_job_failed", {"namespace": "rltrain", "job_name": "rltrain-validation", "condition": "true"},
+                "0x40"),
+        _series("kube_pod_status_phase", {"namespace": "rltrain", "pod": "queued-0", "phase": "Pending"}, "1x40"),
+        _series("kube_pod_status_phase", {"namespace": "rltrain", "pod": "pulled-0", "phase": "Pending"},
+                "1x10 0x30"),
+    ]
+    p5 = catalog.get("p5.48xlarge").price.usd_per_hour
+    return {
+        "rule_files": ["rltrain.rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {"interval": "1m", "input_series": gpu_series, "alert_rule_test": [
+                # XID: quiet before the error, firing at once after it, for that GPU only.
+                {"eval_time": "2m", "alertname": "RltrainGpuXidError", "exp_alerts": []},
+                {"eval_time": "5m", "alertname": "RltrainGpuXidError", "exp_alerts": [
+                    fires("RltrainGpuXidError", xid, "79")]},
+                # Idle GPU: only on the node that runs a run pod, only the idle GPU, only after 15 min.
+                {"eval_time": "10m", "alertname": "RltrainGpuIdleOnBusyNode", "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "RltrainGpuIdleOnBusyNode", "exp_alerts": [
+                    fires("RltrainGpuIdleOnBusyNode", {"node": "busy", "gpu": "0"}, "0")]},
+            ]},
+            {"interval": "1m", "input_series": node_series, "alert_rule_test": [
+                {"eval_time": "4m", "alertname": "RltrainGpuNodeNotReady", "exp_alerts": []},
+                {"eval_time": "10m", "alertname": "RltrainGpuNodeNotReady", "exp_alerts": [
+                    fires("RltrainGpuNodeNotReady", {"node": "gpu-b", "condition": "Ready", "status": "true"}, "0")]},
+            ], "promql_expr_test": [
+                {"expr": "rltrain:gpu_nodes:count", "eval_time": "5m",
+                 "exp_samples": [{"labels": 'rltrain:gpu_nodes:count{instance_type="p5.48xlarge"}', "value": 2}]},
+                {"expr": "rltrain:gpu_nodes_cost_usd_per_hour", "eval_time": "5m",
+                 "exp_samples": [{"labels": "rltrain:gpu_nodes_cost_usd_per_hour", "value": 2 * p5}]},
+            ]},
+            {"interval": "1m", "input_series": efa_series, "alert_rule_test": [
+                {"eval_time": "8m", "alertname": "RltrainEfaRetransmitSpike", "exp_alerts": []},
+                {"eval_time": "30m", "alertname": "RltrainEfaRetransmitSpike", "exp_alerts": [
+                    fires("RltrainEfaRetransmitSpike", {"node": "gpu-a", "device": "rdmap0s0"}, "0.02")]},
+            ]},
+            {"interval": "1m", "input_series": run_series, "alert_rule_test": [
+                {"eval_time": "1m", "alertname": "RltrainRunFailed", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "RltrainRunFailed", "exp_alerts": [
+                    fires("RltrainRunFailed", {"namespace": "rltrain", "job_name": "rltrain-training"}, "1")]},
+                {"eval_time": "20m", "alertname": "RltrainRunQueuedTooLong", "exp_alerts": []},
+                # Pending for 30 minutes: the queued pod; the one that started after 10 stays quiet.
+                {"eval_time": "35m", "alertname": "RltrainRunQueuedTooLong", "exp_alerts": [
+                    fires("RltrainRunQueuedTooLong", {"namespace": "rltrain", "pod": "queued-0"}, "1")]},
+            ]},
+        ],
+    }
+
+
+def test_promtool_unit_tests(promtool, rules_file):
+    tests = rules_file.parent / "rltrain.test.yaml"
+    tests.write_text(yaml.safe_dump(unit_tests(), sort_keys=False))
+    proc = _run(promtool, "test", "rules", str(tests))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_promtool_unit_tests_would_catch_a_quiet_alert(promtool, rules_file, tmp_path):
+    """The harness itself: an alert expected on series that do not trigger it fails the run."""
+    doc = unit_tests()
+    doc["rule_files"] = [str(rules_file)]
+    doc["tests"][0]["alert_rule_test"][0]["exp_alerts"] = [fires("RltrainGpuXidError",
+                                                                 {"node": "busy", "gpu": "3", "UUID": "GPU-3"}, "79")]
+    path = tmp_path / "wrong.test.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = _run(promtool, "test", "rules", str(path))
+    assert proc.returncode != 0 and "RltrainGpuXidError" in proc.stdout + proc.stderr
