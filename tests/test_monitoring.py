@@ -301,3 +301,15 @@ def test_dashboards_provisioned_through_the_sidecar(stack):
 def test_port_forward_command_names_the_chart_service():
     assert monitoring.grafana_port_forward("monitoring") == (
         "kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80")
+
+
+def test_readme_picture_is_the_current_dashboard_and_says_synthetic():
+    from components.k8s import dashboards_picture
+    committed = dashboards_picture.OUT.read_text()
+    assert committed == dashboards_picture.gpu_picture(), (
+        "docs/gpu-dashboard.svg is stale: python -m components.k8s.dashboards_picture")
+    assert "SYNTHETIC DATA" in committed
+    titles = {p.title for p in dashboards.gpu_board("rltrain").panels}
+    assert all(t.replace("&", "&amp;") in committed for t in titles)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "](docs/gpu-dashboard.svg)" in readme and monitoring.grafana_port_forward("monitoring") in readme
