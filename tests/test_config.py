@@ -110,9 +110,9 @@ def test_all_errors_reported_together():
      "not one of availabilityZones"),
     ({"workloads": {"image": "repo/rl:latest"}}, "rltrain:workloads.image", ":latest"),
     ({"workloads": {"image": "repo/rl"}}, "rltrain:workloads.image", "no tag"),
-    ({"workloads": {"env": {"HF_TOKEN": "x"}}}, "rltrain:workloads.env", "secretEnv"),
+    ({"workloads": {"env": {"HF_TOKEN": "x"}}}, "rltrain:workloads.env.HF_TOKEN", "secretEnv"),
     ({"workloads": {"multiNode": {"form": "deployment"}}}, "rltrain:workloads.multiNode.form",
-     "'indexed-job' or 'statefulset'"),
+     "should be one of: indexed-job, statefulset"),
     ({"gpuNodes": {"count": 1}, "workloads": {"ncclTest": {"enabled": True}}},
      "rltrain:workloads.ncclTest.enabled", ">= 2"),
     ({"cluster": {"kubernetesVersion": "1.29"}}, "rltrain:cluster.kubernetesVersion", "1.35"),
@@ -156,4 +156,5 @@ def test_plain_env_allowed_unless_credential_like():
     cfg = load(overrides={"workloads": {"env": {"TOKENIZERS_PARALLELISM": "true", "OMP_NUM_THREADS": "8"}}})
     assert cfg.workloads.env["TOKENIZERS_PARALLELISM"] == "true"
     for name in ("HF_TOKEN", "MLFLOW_TRACKING_PASSWORD", "AWS_SECRET_ACCESS_KEY", "WANDB_API_KEY"):
-        assert "secretEnv" in problems(overrides={"workloads": {"env": {name: "x"}}})["rltrain:workloads.env"]
+        p = problems(overrides={"workloads": {"env": {name: "x"}}})
+        assert "secretEnv" in p[f"rltrain:workloads.env.{name}"]

@@ -17,7 +17,7 @@ from typing import Any, Literal, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from components.stack import catalog
+from components.stack import catalog, refusals
 NAMESPACE = "rltrain"
 SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads", "monitoring")
 # The Grafana admin password: a secret config key (`pulumi config set --secret rltrain:grafanaAdminPassword`).
@@ -333,11 +333,8 @@ class WorkloadsConfig(_Model):
         for name in v:
             if not re.match(_ENV_NAME, name):
                 raise ValueError(f"{name!r} is not an environment variable name")
-            if SECRET_LIKE.search(name):
-                raise ValueError(
-                    f"{name!r} looks like a credential: put it in secret config and map it with "
-                    "rltrain:training.secretEnv instead of a plain env value"
-                )
+        # Names that look like credentials, and names the program sets: refusals.stack_problems
+        # (one problem per name, at rltrain:workloads.env.NAME).
         return v
 
 
@@ -484,10 +481,8 @@ def _problems_from(err: ValidationError) -> list[tuple[str, str]]:
         if e["type"] == "extra_forbidden":
             allowed = _allowed_keys(StackConfig, loc)
             msg = f"unknown key; allowed here: {', '.join(allowed)}"
-        elif e["type"] == "missing":
-            msg = "required key is missing"
-        else:
-            msg = f"{msg} (got {e['input']!r})"
+        else:  # in words, the value redacted (refusals.words)
+            msg = refusals.words(e, _allowed_keys(StackConfig, loc + ("",)))
         problems.append((_path(loc), msg))
     return problems
 
@@ -519,7 +514,7 @@ def _cross_checks(cfg: StackConfig, region: Optional[str], config_keys: set[str]
                   "the API server, or set endpointPublicAccess: false"))
 
     n = cfg.network
-    if region and not cfg.byo_cluster:
+    if region and not cfg.byo_cluster and not n.existing:
         for i, az in enumerate(n.availability_zones):
             if not re.fullmatch(re.escape(region) + r"[a-z]", az):
                 p.append((_path(("network", "availabilityZones", i)),
@@ -656,11 +651,16 @@ def load(values: Mapping[str, Any], *, secret_keys: set[str] | frozenset[str] = 
         cfg = StackConfig.model_validate(data)
     except ValidationError as e:
         problems += _problems_from(e)
+    # Secrets by value, in every string of every section (also when the model did not validate).
+    scanned = {k: v for k, v in data.items() if isinstance(v, (dict, list, str))}
+    problems += refusals.secret_values(scanned)
     if cfg is not None:
         problems += _cross_checks(cfg, region, set(values), set(secret_keys))
         problems += _monitoring_checks(cfg, set(values), set(secret_keys), program=program)
+        problems += refusals.stack_problems(cfg)
     if problems:
-        raise ConfigError(problems)
+        # No message prints more than 4 characters of anything the scanner suspects.
+        raise ConfigError(refusals.masked(problems, scanned))
     assert cfg is not None
     return cfg
 

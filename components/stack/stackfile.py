@@ -53,6 +53,8 @@ def read(path: Path) -> tuple[dict[str, str], set[str]]:
                 f"{path}: {key}: secrets must be top-level keys (pulumi config set --secret KEY), "
                 "not nested inside an object"
             )
+        elif value is None:  # `rltrain:training:` with nothing under it
+            config[key] = ""
         elif isinstance(value, (dict, list)):
             config[key] = json.dumps(value)
         elif isinstance(value, bool):
