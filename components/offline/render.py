@@ -32,7 +32,7 @@ import yaml
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy
 from components.offline import checkpoints, impact
-from components.stack import stackfile
+from components.stack import secrets_scan, stackfile
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 
 _K8S_OBJECT = re.compile(r"^kubernetes:(?!helm\.sh|yaml|kustomize)[^:]+:[A-Za-z]+$")
@@ -216,6 +216,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if failed:
         return 2
     results = [render_stack(stack, root) for stack in stacks]
+    # Secrets by value in the env the pod builders produced (validation scanned every config string).
+    for rendered in results:
+        for where, msg in secrets_scan.plain_env(rendered.manifests):
+            print(f"Pulumi.{rendered.stack}.yaml: {where}: {msg}", file=sys.stderr)
+            failed = True
+    if failed:
+        return 2
     # Policy rules (components/offline/policy.py, also in the CrossGuard pack): refuse before writing.
     for rendered in results:
         for v in rendered.violations():
