@@ -143,7 +143,8 @@ def test_prometheus_on_gp3_with_the_ebs_csi_addon_and_its_role(stack):
 def test_grafana_password_is_a_secret_and_nothing_is_exposed(stack):
     r = rendered(stack)
     secret = obj(r, "Secret", monitoring.GRAFANA_SECRET)
-    assert secret["stringData"]["admin-password"] == "[secret]"
+    # Hidden in the render ("[secret]", or the placeholder naming the command that sets it).
+    assert secret["stringData"]["admin-password"].startswith("[secret")
     values = releases(r)["kube-prometheus-stack"]["values"]
     assert values["grafana"]["admin"]["existingSecret"] == monitoring.GRAFANA_SECRET
     assert "adminPassword" not in values["grafana"]
