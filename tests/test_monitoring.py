@@ -236,6 +236,9 @@ def test_ray_podmonitor_and_the_one_port_prometheus_may_reach(stack):
     (peer,) = rule["from"]
     assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring"}
     assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    # Created after the training namespace it lives in, stated on the object itself.
+    rec = next(x for x in r.resources if x["name"] == "monitoring-ray-scrape")
+    assert "kubernetes:core/v1:Namespace::training-namespace" in rec["dependsOn"]
 
 
 # --- values against the charts, built-ins against the Kubernetes schema -----------------------------------

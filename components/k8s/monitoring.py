@@ -440,7 +440,10 @@ class Monitoring(pulumi.ComponentResource):
         super().__init__("rltrain:index:Monitoring", name, None, opts)
         if args.alert_receiver and alert_secret is None:
             raise ValueError("monitoring.alertReceiver needs its secret value")
-        child = pulumi.ResourceOptions(parent=self)
+        # What the component waits for (the training namespace, the node groups), stated again on
+        # the children that must come after it rather than left to the parent link.
+        outer = list(opts.depends_on) if opts and isinstance(opts.depends_on, (list, tuple)) else []
+        child = pulumi.ResourceOptions(parent=self, depends_on=outer)
         ns = k8s.core.v1.Namespace(f"{name}-namespace", namespace_args(args), child)
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         before_release: list[pulumi.Resource] = [ns]
@@ -454,7 +457,7 @@ class Monitoring(pulumi.ComponentResource):
                 addon_version=versions.eks_addons(args.kubernetes_version)[versions.EBS_CSI_ADDON],
                 pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
                     role_arn=role.arn, service_account=versions.EBS_CSI_SERVICE_ACCOUNT)],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)))
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, *outer]))
             sc = k8s.storage.v1.StorageClass(f"{name}-gp3", storage_class_args(),
                                              pulumi.ResourceOptions(parent=self, depends_on=[addon]))
             before_release += [addon, sc]
