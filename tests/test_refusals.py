@@ -38,12 +38,9 @@ def stack_doc(stack: str) -> dict[str, Any]:
 
 
 def load_doc(doc: dict[str, Any], tmp_path: Path) -> config.StackConfig:
-    path = tmp_path / "Pulumi.x.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    values, secret = stackfile.read(path)
-    p = f"{config.NAMESPACE}:"
-    return config.load({k[len(p):]: v for k, v in values.items() if k.startswith(p)},
-                       secret_keys={k[len(p):] for k in secret if k.startswith(p)}, region=values.get("aws:region"))
+    """Validated as the render validates a stack file (render.load_stack)."""
+    (tmp_path / "Pulumi.x.yaml").write_text(yaml.safe_dump(doc))
+    return render.load_stack("x", tmp_path)[-1]
 
 
 def problems(mutate: Callable[[dict[str, Any]], Any], tmp_path: Path, stack: str = "p5") -> tuple[dict[str, str], str]:
