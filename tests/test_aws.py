@@ -132,7 +132,7 @@ def test_every_eks_addon_is_pinned_per_kubernetes_minor(stack):
     r = rendered(stack)
     pins = versions.eks_addons(r.cfg.cluster.kubernetes_version)
     addons = {x["inputs"]["addonName"]: x["inputs"] for x in r.resources if x["type"] == "aws:eks/addon:Addon"}
-    assert set(addons) == {"eks-pod-identity-agent", "aws-fsx-csi-driver", "coredns"}
+    assert set(addons) == {"eks-pod-identity-agent", "aws-fsx-csi-driver", "coredns", "aws-ebs-csi-driver"}
     assert all(a["addonVersion"] == pins[name] for name, a in addons.items())
     c = inputs(r, "eks:index:Cluster")
     assert c["vpcCniOptions"]["addonVersion"] == pins["vpc-cni"]

@@ -9,6 +9,8 @@ from support import STACKS, rendered
 from components.offline.mock_engine import ROOT
 
 CRD_KINDS = {("kubeflow.org/v2beta1", "MPIJob")}  # not a built-in: no schema in kubernetes-validate
+# The Prometheus operator's objects (monitoring): checked by tests/test_monitoring.py.
+CRD_KINDS |= {("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 
 
 def _validate_all(docs, version):

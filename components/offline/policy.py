@@ -117,8 +117,11 @@ def context(resources: list[Resource]) -> Context:
             labels = dict(r["inputs"].get("labels") or {})
             taints = tuple(t.get("key", "") for t in r["inputs"].get("taints") or [])
     for _, obj in k8s_objects(resources):
-        if obj.get("kind") == "Namespace":
-            instance_type = ((obj.get("metadata") or {}).get("annotations") or {}).get(GPU_INSTANCE_ANNOTATION)
+        # The training namespace records the GPU shape its workloads are sized for; other
+        # namespaces (monitoring, …) carry no such annotation and must not reset it.
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if obj.get("kind") == "Namespace" and annotations.get(GPU_INSTANCE_ANNOTATION):
+            instance_type = annotations[GPU_INSTANCE_ANNOTATION]
     if not labels:  # bring-your-own cluster: the documented labels and taint of its GPU nodes
         labels, taints = dict(BYO_NODE_LABELS), (GPU_TAINT,)
     instance = catalog.CATALOG.get(instance_type or "")
