@@ -19,7 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from components.stack import catalog, refusals
 NAMESPACE = "rltrain"
-SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads", "monitoring")
+SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads", "monitoring", "kueue")
 # The Grafana admin password: a secret config key (`pulumi config set --secret rltrain:grafanaAdminPassword`).
 GRAFANA_PASSWORD_KEY = "grafanaAdminPassword"
 KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")  # EKS standard support, 2026-11 (FACTS.md)
@@ -271,6 +271,19 @@ class Toggle(_Model):
     enabled: bool = False
 
 
+# PriorityClass values: the queue (Kueue orders by priority, then creation) runs validation, then
+# the NCCL test, then training. The two check classes never preempt a running run.
+TRAINING_PRIORITY = 1000000
+NCCL_TEST_PRIORITY = 1000100
+VALIDATION_PRIORITY = 1000200
+_PRIORITY = dict(ge=0, le=1000000000)
+
+
+class Validation(Toggle):
+    # Value of the `<namespace>-validation` PriorityClass (queue order, no preemption).
+    priority: int = Field(VALIDATION_PRIORITY, **_PRIORITY)
+
+
 class MultiNode(_Model):
     enabled: bool = False
     form: Literal["indexed-job", "statefulset"] = "indexed-job"
@@ -293,6 +306,8 @@ class NcclTest(_Model):
     message_size_bytes: Optional[int] = Field(None, ge=8)
     # Pass when bus bandwidth >= this fraction of the published 2-node figure of the instance type.
     min_bus_bw_fraction: float = Field(0.9, gt=0, le=1.5)
+    # Value of the `<namespace>-nccl-test` PriorityClass (queue order, no preemption).
+    priority: int = Field(NCCL_TEST_PRIORITY, **_PRIORITY)
 
 
 class WorkloadsConfig(_Model):
@@ -313,11 +328,14 @@ class WorkloadsConfig(_Model):
     checkpoint_size_gib: Optional[int] = Field(None, ge=1, alias="checkpointSizeGiB")
     retries: int = Field(3, ge=0, le=20)
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
-    priority: int = Field(1000000, ge=0, le=1000000000)
+    priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)
     single_node: Toggle = Toggle(enabled=True)
     multi_node: MultiNode = MultiNode()
     nccl_test: NcclTest = NcclTest()
-    validation: Toggle = Toggle(enabled=True)
+    validation: Validation = Validation(enabled=True)
+    # Opt-in gate: the training runs are created only after validation and the NCCL test (those
+    # enabled) succeeded; `pulumi up` then waits for the checks to finish.
+    training_after_checks: bool = False
     # Opt-in for a change that stops a running run and starts it again (a new pod template, a
     # changed MPIJob spec): the run gets SIGTERM and its grace period, then starts over.
     allow_run_restart: bool = False
@@ -385,6 +403,25 @@ class MonitoringConfig(_Model):
 
 
 # ---------------------------------------------------------------------------------------------
+# kueue (components/k8s/kueue.py)
+
+
+class KueueConfig(_Model):
+    """Whole-workload queueing: every GPU workload waits in a Kueue queue until all its pods fit."""
+
+    # Install the Kueue controller (Helm, cluster-wide). None = the cluster-wide rule: on a created
+    # cluster, off (opt-in) on a bring-your-own one, or when queueing is off or clusterQueue is set.
+    install: Optional[bool] = None
+    # Queue the GPU workloads. None = on when the stack installs Kueue or clusterQueue is set.
+    enabled: Optional[bool] = None
+    # Bring your own cluster: an existing ClusterQueue (of the Kueue the cluster's owners run) the
+    # stack's LocalQueue points at, instead of the stack's own ResourceFlavor/ClusterQueue/Topology.
+    cluster_queue: Optional[str] = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    # Kueue's waitForPodsReady timeout; None = derived from the image-pull margin (kueue.py).
+    pods_ready_timeout_minutes: Optional[int] = Field(None, ge=10, le=1440)
+
+
+# ---------------------------------------------------------------------------------------------
 # the whole stack
 
 
@@ -396,6 +433,24 @@ class StackConfig(_Model):
     training: TrainingConfig = TrainingConfig()
     workloads: WorkloadsConfig
     monitoring: MonitoringConfig = MonitoringConfig()
+    kueue: KueueConfig = KueueConfig()
+
+    @property
+    def kueue_install(self) -> bool:
+        """The stack installs the Kueue controller (StackConfig.installs, unless queueing is off or
+        an existing ClusterQueue is named: that Kueue is the cluster's)."""
+        k = self.kueue
+        if k.install is not None:
+            return k.install
+        if k.cluster_queue is not None or k.enabled is False:
+            return False
+        return self.installs(None)
+
+    @property
+    def kueue_enabled(self) -> bool:
+        """GPU workloads carry the queue label and wait, suspended by Kueue, until admitted whole."""
+        k = self.kueue
+        return k.enabled if k.enabled is not None else (self.kueue_install or k.cluster_queue is not None)
 
     @property
     def monitoring_enabled(self) -> bool:
@@ -569,10 +624,34 @@ def _cross_checks(cfg: StackConfig, region: Optional[str], config_keys: set[str]
             p.append((_path(("workloads", "ncclTest", "enabled")),
                       f"no published bus bandwidth for {it.name} to check against; "
                       f"types with one: {', '.join(t for t, v in catalog.CATALOG.items() if v.nccl_reference)}"))
+    p += _kueue_checks(cfg)
     try:
         check_pinned_image(w.nccl_test.image)
     except ValueError as e:
         p.append((_path(("workloads", "ncclTest", "image")), str(e)))
+    return p
+
+
+def _kueue_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    p: list[tuple[str, str]] = []
+    k, w = cfg.kueue, cfg.workloads
+    if k.install and k.cluster_queue:
+        p.append((_path(("kueue", "install")), f"clusterQueue {k.cluster_queue!r} belongs to a Kueue already on the "
+                  "cluster: do not install another (install: false)"))
+    if k.install and k.enabled is False:
+        p.append((_path(("kueue", "install")), "installs Kueue while queueing is off (enabled: false): set both "
+                  "or neither"))
+    if k.cluster_queue and not cfg.byo_cluster:
+        p.append((_path(("kueue", "clusterQueue")), "only with cluster.existing: a created cluster gets the "
+                  "stack's own ClusterQueue"))
+    if cfg.kueue_enabled and w.multi_node.enabled and w.multi_node.form == "statefulset":
+        p.append((_path(("workloads", "multiNode", "form")),
+                  "statefulset cannot be queued whole (it never finishes: Kueue would hold its nodes forever "
+                  "and every other run would queue behind it): use indexed-job, or set rltrain:kueue.enabled "
+                  "false (pods are then admitted one at a time, partial admission possible)"))
+    if w.training_after_checks and not (w.validation.enabled or w.nccl_test.enabled):
+        p.append((_path(("workloads", "trainingAfterChecks")),
+                  "waits for validation and the NCCL test, and neither is enabled"))
     return p
 
 

@@ -24,6 +24,14 @@ EFA_DEVICE_PLUGIN = Chart("aws-efa-k8s-device-plugin", "v0.5.30", "https://aws.g
 # an older release that does not know a newer type never advertises its devices (F3).
 EFA_PLUGIN_KNOWN_TYPES = ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
                           "g5.12xlarge", "g6.12xlarge")
+# Kueue (FACTS.md "Kueue"; components/k8s/kueue.py): the chart from the OCI registry of the
+# kubernetes-sigs/kueue release v0.19.2 (charts/kueue/Chart.yaml version and appVersion 0.19.2 /
+# v0.19.2; the release build pins the controller image registry.k8s.io/kueue/kueue:v0.19.2,
+# hack/helm-chart-package.sh). Installed in its own namespace, kueue-system. helm.v3.Release takes an
+# `oci://` chart reference with no repository (pulumi-kubernetes provider/pkg/provider/helm_release.go,
+# resolveChartName; OCI support since pulumi-kubernetes 3.16, #1892).
+KUEUE = Chart("kueue", "0.19.2", "oci://registry.k8s.io/kueue/charts")
+KUEUE_NAMESPACE = "kueue-system"
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 POD_IDENTITY_ADDON = "eks-pod-identity-agent"
