@@ -13,6 +13,7 @@ from components.k8s.namespace import TrainingNamespace, training_namespace_args
 from components.stack.outputs import cost_per_hour
 from components.aws.platform import build_aws_platform
 from components.k8s.volumes import DynamicClaim, storage_claim_args
+from components.k8s.kueue import build_kueue
 from components.k8s.monitoring import build_monitoring
 from components.workloads.build import build_workloads
 
@@ -50,10 +51,20 @@ if platform:
 elif cfg.storage.storage_class:
     volume = DynamicClaim("storage", claim, opts=after_ns)
 
-# Workloads start after the plugins that advertise GPUs/EFA, and after their volume exists.
+# Kueue and the stack's queue: on a created cluster by default, opt-in on byo (rltrain:kueue). Its
+# controller runs on the system nodes (not the GPU nodes); its webhooks must answer before a queued
+# run is created.
+queue = build_kueue(cfg, namespace=training.namespace,
+                    opts=pulumi.ResourceOptions(provider=provider,
+                                                depends_on=[training] + ([platform.cluster.system_nodes]
+                                                                         if platform else [])))
+
+# Workloads start after the plugins that advertise GPUs/EFA, after their volume exists and after
+# the queue they wait in.
 build_workloads(cfg, namespace=training.namespace, claim_name=claim.claim_name, secret_name=training.secret_name,
                 opts=pulumi.ResourceOptions(provider=provider,
-                                            depends_on=[training, addons] + ([volume] if volume else [])))
+                                            depends_on=[training, addons] + ([volume] if volume else [])
+                                            + ([queue] if queue else [])))
 
 # Prometheus, Grafana, exporters, rules, dashboards: on a created cluster by default, opt-in on byo.
 build_monitoring(cfg, secret=rl.require_secret, cluster=platform.cluster.cluster_name if platform else None,

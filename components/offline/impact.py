@@ -268,7 +268,9 @@ def _kubernetes(before, after, changes, cfg):
     if kind in _POD_TEMPLATE_KINDS:
         # Immutable Job fields (pod template, completions, parallelism) force a replacement; a
         # StatefulSet rolls its pods on a template change (pulumi-kubernetes diff, Kubernetes API).
-        forced = [p for p in changes if _under(p, _POD_TEMPLATE_KINDS[kind])]
+        # Plus what the program replaces on (a run's labels: Kueue refuses a queue label change).
+        forced = [p for p in changes if _under(p, (*_POD_TEMPLATE_KINDS[kind],
+                                                   *(after["options"].get("replaceOnChanges") or ())))]
         if forced:
             return (RUN_RESTART, f"{_paths(forced)}: the run is stopped and started anew{_fresh_dir(before, after)}",
                     *_run_opt_in(cfg))

@@ -21,6 +21,7 @@ from components.stack.config import StackConfig
 from components.stack.labels import MANAGED_BY
 from components.workloads.job import TrainingJob, TrainingJobArgs
 from components.workloads.multinode import MultiNodeTraining, MultiNodeTrainingArgs
+from components.workloads import nccl, validation
 from components.workloads.nccl import NcclTest, NcclTestArgs
 from components.workloads.script_files import read_scripts
 from components.workloads.scripts_configmap import ScriptConfigMaps
@@ -36,6 +37,39 @@ def priority_class_args(cfg: StackConfig) -> k8s.scheduling.v1.PriorityClassInit
         global_default=False,
         description="rltrain GPU training workloads",
     )
+
+
+def check_priority_class_args(cfg: StackConfig, check: str, value: int) -> k8s.scheduling.v1.PriorityClassInitArgs:
+    """A check's class orders it in the queue (Kueue: by priority, then creation) and never preempts:
+    a validation or NCCL test queued while training runs waits for it, it does not evict it."""
+    return k8s.scheduling.v1.PriorityClassInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=runs.check_priority_class(cfg, check), labels=MANAGED_BY),
+        value=value,
+        preemption_policy="Never",
+        global_default=False,
+        description=f"rltrain {check} run: queue order only, never preempts",
+    )
+
+
+def checks(cfg: StackConfig) -> dict[str, tuple[int, int]]:
+    """The enabled check runs: name -> (priority, deadline in seconds)."""
+    w = cfg.workloads
+    out = {}
+    if w.validation.enabled:
+        out[validation.COMPONENT] = (w.validation.priority, validation.DEADLINE_SECONDS)
+    if w.nccl_test.enabled:
+        out[nccl.COMPONENT] = (w.nccl_test.priority, nccl.DEADLINE_SECONDS)
+    return out
+
+
+def gate_seconds(cfg: StackConfig) -> dict[str, int]:
+    """workloads.trainingAfterChecks: how long `pulumi up` waits for each check to succeed: its own
+    deadline plus those of the checks queued at or ahead of it (same or higher priority), which it
+    may wait behind. Empty without the gate."""
+    if not cfg.workloads.training_after_checks:
+        return {}
+    found = checks(cfg)
+    return {name: sum(d for p, d in found.values() if p >= prio) for name, (prio, _) in found.items()}
 
 
 def scripts_used(cfg: StackConfig) -> list[str]:
@@ -65,19 +99,33 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     used = {f: available[f] for f in scripts_used(cfg)}
     scripts = ScriptConfigMaps(f"{name}-scripts", used, namespace, runs.child_opts(parent, opts))
     out.update(priority_class=priority, scripts=scripts)
+    classes: list[pulumi.Resource] = [priority]
+    for check, (value, _) in checks(cfg).items():
+        classes.append(k8s.scheduling.v1.PriorityClass(
+            f"{name}-priority-{check}", check_priority_class_args(cfg, check, value), runs.child_opts(parent, opts)))
     # Pods reference both by name: create them first.
-    wl_opts = runs.child_opts(parent, opts, priority, scripts)
+    wl_opts = runs.child_opts(parent, opts, *classes, scripts)
     base = dict(cfg=cfg, claim_name=claim_name, scripts=used)
+    gate = gate_seconds(cfg)
+    passed: list[pulumi.Resource] = []  # the check runs training waits for (trainingAfterChecks)
     if w.validation.enabled:
-        out["validation"] = ClusterValidation(f"{name}-validation", ClusterValidationArgs(**base), namespace,
-                                              opts=wl_opts)
+        out["validation"] = ClusterValidation(
+            f"{name}-validation", ClusterValidationArgs(**base, await_seconds=gate.get(validation.COMPONENT)),
+            namespace, opts=wl_opts)
+        if gate:
+            passed.append(out["validation"].job)
+    if w.nccl_test.enabled:
+        out["nccl_test"] = NcclTest(f"{name}-nccl-test",
+                                    NcclTestArgs(**base, await_seconds=gate.get(nccl.COMPONENT)), namespace,
+                                    opts=wl_opts)
+        if gate:
+            passed.append(out["nccl_test"].mpijob)
+    train_opts = runs.child_opts(parent, opts, *classes, scripts, *passed)
     if w.single_node.enabled:
         out["single_node"] = TrainingJob(f"{name}-single-node", TrainingJobArgs(**base), namespace,
-                                         secret_name, opts=wl_opts)
+                                         secret_name, opts=train_opts)
     if w.multi_node.enabled:
         out["multi_node"] = MultiNodeTraining(f"{name}-multi-node", MultiNodeTrainingArgs(**base), namespace,
-                                              secret_name, opts=wl_opts)
-    if w.nccl_test.enabled:
-        out["nccl_test"] = NcclTest(f"{name}-nccl-test", NcclTestArgs(**base), namespace, opts=wl_opts)
+                                              secret_name, opts=train_opts)
     parent.register_outputs({k: v.urn for k, v in out.items() if k != "workloads"})
     return out

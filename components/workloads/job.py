@@ -24,6 +24,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.k8s import kueue
 from components.workloads import pod, runs, security
 from components.workloads.multinode import run_guards
 
@@ -50,7 +51,9 @@ def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
     )
     return k8s.batch.v1.JobInitArgs(
         # checkov reads skips from the Job's own metadata, not from its pod template.
-        metadata=runs.object_metadata(NAME, namespace, obj_labels, {**runs.AWAIT_CREATED, **security.skips_of(template)}),
+        # The queue label (Kueue on): Kueue suspends the Job at creation and starts it once admitted.
+        metadata=runs.object_metadata(NAME, namespace, {**obj_labels, **kueue.queue_labels(cfg)},
+                                      {**runs.AWAIT_CREATED, **security.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completions=1,
             parallelism=1,
@@ -76,6 +79,7 @@ class TrainingJob(pulumi.ComponentResource):
         netpol, pdb = run_guards(name, NAME, namespace, obj_labels, cfg, self, opts)
         self.job = k8s.batch.v1.Job(
             f"{name}-job", job_args(args, namespace, secret_name),
-            runs.child_opts(self, opts, netpol, pdb, delete_before_replace=True))
+            runs.child_opts(self, opts, netpol, pdb, delete_before_replace=True,
+                            replace_on_changes=runs.REPLACE_ON_LABELS))
         self.job_name = NAME
         self.register_outputs({"job": NAME})

@@ -39,6 +39,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.stack.config import StackConfig
+from components.k8s import kueue
 from components.workloads import env, placement, pod, runs, security, volumes
 RUN = "rltrain-multinode"
 COMPONENT = "multinode"
@@ -216,6 +217,8 @@ def pod_template(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
         subdomain=service_name(run) if form == "indexed-job" else None,
         scripts=[a.scripts["ray_launcher.py"]],
         secret_refs=ray_secret_refs(cfg),
+        # Kueue places the pod set preferably under one nearest switch (never required).
+        annotations=kueue.podset_topology(cfg) if form == "indexed-job" else None,
     )
 
 
@@ -227,7 +230,8 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
     template = pod_template(a, namespace, secret_name, run)
     # checkov reads skips from the Job's own metadata, not from its pod template.
     return k8s.batch.v1.JobInitArgs(
-        metadata=runs.object_metadata(run, namespace, runs.labels(COMPONENT, run),
+        # The queue label (Kueue on): admitted whole, every pod at once, or not at all.
+        metadata=runs.object_metadata(run, namespace, {**runs.labels(COMPONENT, run), **kueue.queue_labels(cfg)},
                                      {**runs.AWAIT_CREATED, **security.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
@@ -285,7 +289,8 @@ class MultiNodeTraining(pulumi.ComponentResource):
         if cfg.workloads.multi_node.form == "indexed-job":
             workload = k8s.batch.v1.Job(
                 f"{name}-job", job_args(args, namespace, secret_name, run),
-                runs.child_opts(self, opts, *deps, delete_before_replace=True))
+                runs.child_opts(self, opts, *deps, delete_before_replace=True,
+                                replace_on_changes=runs.REPLACE_ON_LABELS))
         else:
             workload = k8s.apps.v1.StatefulSet(
                 f"{name}-statefulset", statefulset_args(args, namespace, secret_name, run),

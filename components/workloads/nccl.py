@@ -26,6 +26,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.k8s import kueue
 from components.stack import catalog
 from components.stack.config import StackConfig
 from components.workloads import placement, runs, security, sizing, volumes
@@ -131,7 +132,8 @@ def _pod_spec_common(cfg: StackConfig) -> dict[str, Any]:
     return dict(
         service_account_name=cfg.training.service_account,
         automount_service_account_token=False,
-        priority_class_name=runs.priority_class(cfg),
+        # After validation, ahead of training in the queue (workloads.ncclTest.priority).
+        priority_class_name=runs.check_priority_class(cfg, COMPONENT),
         security_context=security.pod_security_context(),
     )
 
@@ -177,9 +179,11 @@ def worker_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
     run = f"{NAME}-worker"
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(COMPONENT, run),
-                                            annotations=security.checkov_skips(cfg, image=image, extra=[
+                                            annotations={**security.checkov_skips(cfg, image=image, extra=[
                                                 ("CKV_K8S_37", "sshd (mpi-operator convention) needs "
-                                                               "baseline-level capabilities")])),
+                                                               "baseline-level capabilities")]),
+                                                # Kueue: the workers preferably under one nearest switch.
+                                                **kueue.podset_topology(cfg)}),
         spec=k8s.core.v1.PodSpecArgs(
             **_pod_spec_common(cfg),
             node_selector=dict(placement.GPU_NODE_SELECTOR),
@@ -235,18 +239,25 @@ class NcclTest(pulumi.ComponentResource):
                                               opts=runs.child_opts(self, opts))
             deps.append(operator)
         skips = security.checkov_skips(cfg, image=cfg.workloads.nccl_test.image)
+        # With workloads.trainingAfterChecks `pulumi up` waits for the MPIJob's Succeeded condition
+        # (the training runs depend on it); otherwise it does not wait at all.
+        awaits = (runs.await_success(args.await_seconds, custom_resource=True) if args.await_seconds
+                  else runs.SKIP_AWAIT)
         self.mpijob = k8s.apiextensions.CustomResource(
             f"{name}-mpijob",
             api_version="kubeflow.org/v2beta1",
             kind="MPIJob",
-            metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME),
-                                         {**runs.SKIP_AWAIT, **skips}),
+            # The queue label (Kueue on): Kueue suspends the MPIJob (runPolicy.suspend) at creation
+            # and admits launcher and workers together.
+            metadata=runs.object_metadata(NAME, namespace, {**runs.labels(COMPONENT, NAME), **kueue.queue_labels(cfg)},
+                                         {**awaits, **skips}),
             spec=mpijob_spec(args),
             # A custom resource is replaced only when its name or namespace changes; any other
             # spec change would be patched onto the finished MPIJob, which never runs again
             # (pulumi-kubernetes provider/pkg/provider/diff.go). Fixed name: delete first; the
             # deletion is awaited (skipAwait skips it only for built-in kinds, runs.py).
-            opts=runs.child_opts(self, opts, *deps, delete_before_replace=True, replace_on_changes=["spec"]),
+            opts=runs.child_opts(self, opts, *deps, delete_before_replace=True,
+                                 replace_on_changes=["spec", *runs.REPLACE_ON_LABELS]),
         )
         self.mpijob_name = NAME
         self.register_outputs({"mpijob": NAME})

@@ -44,12 +44,14 @@ def training_pod_template(
     scripts: Sequence[Script] = (),
     checkpoints: bool = True,
     secret_refs: Mapping[str, str] = {},
+    priority_class_name: Optional[str] = None,
 ) -> k8s.core.v1.PodTemplateSpecArgs:
     """One whole GPU node's pod running `command` in the training image.
 
     `read_only_root`: a read-only root filesystem with a small /tmp emptyDir, for a command known
     to write only to its volumes. `scripts`: the programs the command runs, mounted at /scripts;
     the template carries their digest (a changed script is a new run of this workload only).
+    `priority_class_name`: default the training PriorityClass; checks run in their own (queue order).
     """
     w = cfg.workloads
     sizing = sizing or pod_sizing(cfg)
@@ -74,7 +76,7 @@ def training_pod_template(
             restart_policy=restart_policy,
             service_account_name=cfg.training.service_account,
             automount_service_account_token=False,
-            priority_class_name=priority_class(cfg),
+            priority_class_name=priority_class_name or priority_class(cfg),
             termination_grace_period_seconds=w.termination_grace_period_seconds,
             node_selector=dict(GPU_NODE_SELECTOR),
             tolerations=gpu_tolerations(),

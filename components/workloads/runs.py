@@ -30,6 +30,11 @@ def priority_class(cfg: StackConfig) -> str:
     return f"{cfg.training.namespace}-training"
 
 
+def check_priority_class(cfg: StackConfig, check: str) -> str:
+    """The PriorityClass of a check run (`validation`, `nccl-test`), named like priority_class."""
+    return f"{cfg.training.namespace}-{check}"
+
+
 def deadline_seconds(cfg: StackConfig) -> int:
     """Training time plus the cold image pull margin (D6)."""
     return cfg.workloads.max_run_minutes * 60 + IMAGE_PULL_MARGIN_SECONDS
@@ -117,6 +122,24 @@ AWAIT_CREATED = {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
 # For custom resources (MPIJob, RayJob) skipAwait skips only the create wait: deletion is still
 # awaited for every kind outside allowsSkipAwaitWithDelete (same file).
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+# A run's labels include Kueue's queue label, which Kueue's webhook refuses to change on a run that
+# is not suspended (running or finished; kueue pkg/controller/jobframework/validation.go,
+# validateUpdateForQueueName): a label change replaces the run instead of patching it.
+REPLACE_ON_LABELS = ["metadata.labels"]
+
+
+def await_success(seconds: int, *, custom_resource: bool = False) -> dict[str, str]:
+    """`pulumi up` waits up to `seconds` for the run to succeed (workloads.trainingAfterChecks).
+
+    A Job without waitFor/skipAwait gets the provider's built-in Job await: ready once `Complete`,
+    an error at once when `Failed` (provider/pkg/await/job.go); a custom resource (MPIJob) waits for
+    its `Succeeded` condition (`condition=` of pulumi.com/waitFor, provider/pkg/await/condition). The
+    provider's default is 10 minutes; `pulumi.com/timeoutSeconds` sets it (metadata/overrides.go).
+    """
+    out = {"pulumi.com/timeoutSeconds": str(seconds)}
+    if custom_resource:
+        out["pulumi.com/waitFor"] = "condition=Succeeded"
+    return out
 
 
 class WorkloadArgs(BaseModel):
@@ -128,6 +151,9 @@ class WorkloadArgs(BaseModel):
     claim_name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     # Every script of components/scripts by file name; each run mounts the ones it runs.
     scripts: dict[str, Script] = Field(default_factory=dict)
+    # A check run the training runs wait for (workloads.trainingAfterChecks): `pulumi up` waits up to
+    # this long for it to succeed. None: `pulumi up` waits only for the object to exist.
+    await_seconds: Optional[int] = Field(None, ge=60)
 
 
 def object_metadata(name: str, namespace: pulumi.Input[str], obj_labels: Mapping[str, str],

@@ -25,6 +25,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.k8s import kueue
 from components.stack import catalog
 from components.stack.config import StackConfig
 from components.workloads import placement, pod, runs, security, sizing, volumes
@@ -74,10 +75,16 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
         scripts=[a.scripts["validate_node.py"]],
         checkpoints=False,
         read_only_root=True,
+        # Ahead of the NCCL test and training in the queue (workloads.validation.priority).
+        priority_class_name=runs.check_priority_class(cfg, COMPONENT),
     )
+    # With workloads.trainingAfterChecks `pulumi up` waits for the check to pass (the training runs
+    # depend on it); otherwise only for the Job to exist.
+    awaits = runs.await_success(a.await_seconds) if a.await_seconds else runs.AWAIT_CREATED
     # checkov reads skips from the Job's own metadata, not from its pod template.
     return k8s.batch.v1.JobInitArgs(
-        metadata=runs.object_metadata(NAME, namespace, obj_labels, {**runs.AWAIT_CREATED, **security.skips_of(template)}),
+        metadata=runs.object_metadata(NAME, namespace, {**obj_labels, **kueue.queue_labels(cfg)},
+                                      {**awaits, **security.skips_of(template)}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
@@ -112,6 +119,7 @@ class ClusterValidation(pulumi.ComponentResource):
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(namespace),
                                                  runs.child_opts(self, opts))
         self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
-                                    runs.child_opts(self, opts, netpol, delete_before_replace=True))
+                                    runs.child_opts(self, opts, netpol, delete_before_replace=True,
+                                                    replace_on_changes=runs.REPLACE_ON_LABELS))
         self.job_name = NAME
         self.register_outputs({"job": NAME})
