@@ -439,8 +439,11 @@ def fit_report(resources: list[Resource]) -> list[str]:
                      f"{req.get(EFA, 0):g} EFA -> headroom {a.cpu - cpu:.2f} CPU, "
                      f"{a.memory_gib_conservative - mem:.1f} GiB, "
                      f"{a.hugepages_2mi_mib - req.get(HUGEPAGES, 0) / 2**20:g} MiB huge pages")
-    return lines
+    # Over time: which workload runs now, which waits behind which (components/offline/schedule.py).
+    return lines + schedule.report(resources)
 
 
 # The deploy model's rules (order, reachability, privilege) register themselves here too.
 from components.offline import deploy_model  # noqa: E402,F401
+# Scheduling whole workloads (schedule-fits) and what Kueue needs of a queued one (kueue-queue).
+from components.offline import schedule  # noqa: E402

@@ -1,0 +1,556 @@
+"""Scheduling in the render: which GPU workload runs now, which waits behind which, which never fits.
+
+Every enabled GPU workload of the record (Job, StatefulSet, MPIJob, RayJob) is placed *whole* onto
+the GPU node group, in the queue's order, and the outcome printed per workload:
+
+- **runs now**: every pod of it fits beside what was admitted before it;
+- **queued behind X**: it starts once X (the run admitted before it that frees its room) is done;
+- **never fits**: even on an empty node group (a multi-node run wider than the node group, one
+  pod per node; a pod asking for more than a node offers, or for a resource no node offers; a queue
+  that does not cover a resource or whose quota is too small). The rule `schedule-fits` refuses
+  the render (exit 1) naming the workload and the resource.
+
+The node group: the instance type and node count the training Namespace records (also on a bring
+your own cluster), allocatable from the memory model (catalog: nodeadm formula, 7.5 % VM overhead,
+net of the EFA huge pages), minus the DaemonSets (the catalog's figure for the plugins and agents
+installed by Helm, plus every DaemonSet of the record that runs on the GPU nodes). Multi-node pod
+sets (required anti-affinity on the hostname) take one node per pod. Runs are assumed to finish in
+the order they started (their length is not known here).
+
+The queue's order (components/k8s/kueue.py): StrictFIFO by PriorityClass value, then creation
+(ties: the order the program registers them). A queued workload's pods are all placed on the GPU
+node group when its ClusterQueue is the stack's own (Kueue adds the flavor's node labels and
+tolerations to every pod set, the MPI launcher's too).
+
+Without Kueue a namespace quota admits pods one at a time: the order is not enforced and a
+workload can start with part of its pods. A stack whose GPU workloads are not queued and cannot all
+run at once is flagged **partial admission possible**.
+
+The rule `kueue-queue` checks what Kueue needs of a queued workload: a LocalQueue of the stack, a
+ClusterQueue covering every resource its pods request (Kueue never admits a pod asking for an
+uncovered resource), no `suspend` set by the program (Kueue owns it), and an ordering edge to the
+queue and the Kueue installation (its webhooks must answer before the run is created).
+
+Pure functions over the resource view (a row of rendered/<stack>/resources.json): no Pulumi, no
+pulumi-kubernetes, so the CrossGuard pack runs it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from components.offline import deploy_model  # used at call time: it imports policy, which imports this
+from components.offline.policy import (EFA, GPU, GPU_TAINT, HUGEPAGES, Context, Pod, Violation, context, k8s_objects,
+                                       pod_requests, rule)
+from components.stack import catalog
+from components.stack.labels import GPU_NODES_ANNOTATION
+
+Resource = dict[str, Any]
+# Kueue names (components/k8s/kueue.py, which imports pulumi-kubernetes: not imported here).
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
+WORKLOAD_KINDS = ("Job", "StatefulSet", "MPIJob", "RayJob")
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+_EPS = 1e-9
+# How a resource reads in a message: its name and a unit.
+_MIB = 2**20
+_GIB = 2**30
+
+
+def _amount(resource: str, value: float) -> str:
+    if resource == "cpu":
+        return f"{value:.2f} CPU"
+    if resource == "memory":
+        return f"{value / _GIB:.1f} GiB memory"
+    if resource.startswith("hugepages-"):
+        return f"{value / _MIB:g} MiB {resource}"
+    return f"{value:g} {resource}"
+
+
+def _quantity(value: Any) -> float:
+    """A Kubernetes quantity, or 0 for what is not known before deploy."""
+    from components.offline.policy import quantity
+    try:
+        return quantity(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+# --- what the record holds ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodSet:
+    name: str  # "" for a Job/StatefulSet, the replica type of an MPIJob ("Worker"), a RayJob group
+    count: int
+    requests: dict[str, float]  # per pod (cores, bytes, devices)
+    one_per_node: bool
+    # Placed on the GPU node group (it requests GPUs, selects the GPU nodes, or Kueue puts it there).
+    gpu_nodes: bool
+    suspend_path: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str
+    name: str
+    pod_sets: tuple[PodSet, ...]
+    priority: int
+    priority_class: Optional[str]
+    queue: Optional[str]  # the LocalQueue it names (kueue.x-k8s.io/queue-name)
+    index: int  # registration order, the tie-break
+    pulumi_name: str
+    row: str  # deploy_model.ref of its resource
+    sets_suspend: Optional[str] = None  # the path of a suspend field the program sets
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    @property
+    def pods(self) -> int:
+        return sum(p.count for p in self.pod_sets)
+
+    def requests_gpu(self) -> bool:
+        return any(p.requests.get(GPU, 0) > 0 for p in self.pod_sets)
+
+
+@dataclass(frozen=True)
+class Queue:
+    local: str
+    cluster_queue: str
+    own: bool  # the ClusterQueue is in the record (the stack's)
+    strategy: str = "BestEffortFIFO"
+    covered: tuple[str, ...] = ()
+    quota: dict[str, float] = field(default_factory=dict)
+    flavor_labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    instance: catalog.InstanceType
+    count: int
+    labels: dict[str, str]
+    capacity: dict[str, float]  # per node, after the DaemonSets
+    daemonsets: tuple[str, ...]
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _templates(obj: dict[str, Any]) -> list[tuple[str, int, dict[str, Any], Optional[str]]]:
+    """(pod set name, pod count, pod template, suspend field path) of a workload object."""
+    kind, spec = obj.get("kind"), obj.get("spec") or {}
+    if kind == "Job":
+        n = int(_quantity(spec.get("parallelism", 1)) or 1)
+        if spec.get("completions") is not None:
+            n = min(n, int(_quantity(spec["completions"])) or n)
+        return [("", n, spec.get("template") or {}, "spec.suspend")]
+    if kind == "StatefulSet":
+        return [("", int(_quantity(spec.get("replicas", 1))), spec.get("template") or {}, None)]
+    if kind == "MPIJob":
+        return [(role, int(_quantity(rs.get("replicas", 1))), rs.get("template") or {}, "spec.runPolicy.suspend")
+                for role, rs in sorted((spec.get("mpiReplicaSpecs") or {}).items())]
+    if kind == "RayJob":
+        cluster = spec.get("rayClusterSpec") or {}
+        out = [("head", 1, (cluster.get("headGroupSpec") or {}).get("template") or {}, "spec.suspend")]
+        for g in cluster.get("workerGroupSpecs") or []:
+            out.append((g.get("groupName", "workers"), int(_quantity(g.get("replicas", 1))), g.get("template") or {},
+                        "spec.suspend"))
+        return out
+    return []
+
+
+def _one_per_node(spec: dict[str, Any]) -> bool:
+    terms = (((spec.get("affinity") or {}).get("podAntiAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    return any(t.get("topologyKey") == "kubernetes.io/hostname" for t in terms)
+
+
+def _suspend_set(obj: dict[str, Any]) -> Optional[str]:
+    spec = obj.get("spec") or {}
+    if "suspend" in spec:
+        return "spec.suspend"
+    if "suspend" in (spec.get("runPolicy") or {}):
+        return "spec.runPolicy.suspend"
+    return None
+
+
+def queues(resources: list[Resource]) -> dict[str, Queue]:
+    """The LocalQueues of the record by name, each with its ClusterQueue when the record has it."""
+    cqs = {_meta(o).get("name"): o for _, o in k8s_objects(resources)
+           if o.get("kind") == "ClusterQueue" and str(o.get("apiVersion", "")).startswith("kueue.x-k8s.io/")}
+    flavors = {_meta(o).get("name"): o for _, o in k8s_objects(resources) if o.get("kind") == "ResourceFlavor"}
+    out = {}
+    for _, o in k8s_objects(resources):
+        if o.get("kind") != "LocalQueue":
+            continue
+        name, cq_name = _meta(o).get("name"), (o.get("spec") or {}).get("clusterQueue")
+        cq = cqs.get(cq_name)
+        if cq is None:
+            out[name] = Queue(name, cq_name, own=False)
+            continue
+        spec = cq.get("spec") or {}
+        covered: list[str] = []
+        quota: dict[str, float] = {}
+        labels: dict[str, str] = {}
+        for group in spec.get("resourceGroups") or []:
+            covered += list(group.get("coveredResources") or [])
+            for f in group.get("flavors") or []:
+                labels.update(((flavors.get(f.get("name")) or {}).get("spec") or {}).get("nodeLabels") or {})
+                for r in f.get("resources") or []:
+                    quota[r["name"]] = quota.get(r["name"], 0.0) + _quantity(r.get("nominalQuota"))
+        out[name] = Queue(name, cq_name, True, spec.get("queueingStrategy", "BestEffortFIFO"), tuple(covered),
+                          quota, labels)
+    return out
+
+
+def _tolerates_gpu_taint(spec: dict[str, Any]) -> bool:
+    return any(t.get("key") == GPU_TAINT or (t.get("operator") == "Exists" and not t.get("key"))
+               for t in spec.get("tolerations") or [])
+
+
+def node_group(resources: list[Resource], ctx: Optional[Context] = None) -> Optional[NodeGroup]:
+    ctx = ctx or context(resources)
+    if ctx.instance is None:
+        return None
+    count = 0
+    for _, obj in k8s_objects(resources):
+        if obj.get("kind") == "Namespace":
+            count = max(count, int(_quantity((_meta(obj).get("annotations") or {}).get(GPU_NODES_ANNOTATION, 0))))
+    if count <= 0:
+        return None
+    it = ctx.instance
+    labels = {**ctx.node_labels, INSTANCE_TYPE_LABEL: it.name}
+    alloc = it.allocatable(efa=ctx.efa)
+    cap = {"cpu": alloc.cpu - catalog.DAEMONSET_CPU_MILLI / 1000,
+           "memory": (alloc.memory_mib_conservative - catalog.DAEMONSET_MEMORY_MIB) * _MIB,
+           GPU: float(it.gpu_count), EFA: float(it.efa_devices if ctx.efa else 0),
+           HUGEPAGES: float(alloc.hugepages_2mi_mib * _MIB)}
+    daemonsets = []
+    for _, obj in k8s_objects(resources):
+        if obj.get("kind") != "DaemonSet":
+            continue
+        spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        selector = spec.get("nodeSelector") or {}
+        if not _tolerates_gpu_taint(spec) or any(labels.get(k) != v for k, v in selector.items()):
+            continue
+        daemonsets.append(_meta(obj).get("name", "?"))
+        for r, v in pod_requests(Pod("", "DaemonSet", 1, spec, {})).items():
+            cap[r] = cap.get(r, 0.0) - v
+    return NodeGroup(it, count, labels, cap, tuple(daemonsets))
+
+
+def workloads(resources: list[Resource], ctx: Optional[Context] = None) -> list[Workload]:
+    """The GPU workloads of the record (a pod set requests nvidia.com/gpu)."""
+    ctx = ctx or context(resources)
+    classes = {_meta(o).get("name"): int(_quantity(o.get("value", 0))) for _, o in k8s_objects(resources)
+               if o.get("kind") == "PriorityClass"}
+    qs = queues(resources)
+    labels = {**ctx.node_labels, **({INSTANCE_TYPE_LABEL: ctx.instance.name} if ctx.instance else {})}
+    out = []
+    for index, (r, obj) in enumerate(k8s_objects(resources)):
+        if obj.get("kind") not in WORKLOAD_KINDS:
+            continue
+        queue = (_meta(obj).get("labels") or {}).get(QUEUE_LABEL)
+        q = qs.get(queue) if queue else None
+        # Kueue adds the flavor's node labels to every pod set of an admitted workload.
+        flavor_on_gpu = bool(q and q.flavor_labels) and all(labels.get(k) == v for k, v in q.flavor_labels.items())
+        sets, pclass = [], None
+        for name, count, tmpl, suspend in _templates(obj):
+            spec = tmpl.get("spec") or {}
+            req = pod_requests(Pod("", obj.get("kind", ""), count, spec, {}))
+            selector = spec.get("nodeSelector") or {}
+            on_gpu = req.get(GPU, 0) > 0 or flavor_on_gpu or (
+                bool(selector) and all(labels.get(k) == v for k, v in selector.items()))
+            sets.append(PodSet(name, count, req, _one_per_node(spec), on_gpu, suspend))
+            pclass = pclass or spec.get("priorityClassName")
+        w = Workload(obj["kind"], _meta(obj).get("name", "?"), tuple(sets), classes.get(pclass, 0), pclass, queue,
+                     index, r["name"], deploy_model.ref(r), _suspend_set(obj))
+        if w.requests_gpu():
+            out.append(w)
+    return out
+
+
+# --- placement -----------------------------------------------------------------------------------
+
+
+@dataclass
+class State:
+    free: list[dict[str, float]]
+    quota: Optional[dict[str, float]]  # what the ClusterQueue has left (None: no quota known here)
+
+
+def _fits(req: dict[str, float], free: dict[str, float]) -> bool:
+    return all(v <= free.get(r, 0.0) + _EPS for r, v in req.items() if v > 0)
+
+
+def _short(req: dict[str, float], free: dict[str, float]) -> list[str]:
+    return [r for r, v in req.items() if v > free.get(r, 0.0) + _EPS]
+
+
+def place(w: Workload, state: State) -> Optional[list[tuple[int, dict[str, float]]]]:
+    """Where every pod of `w` goes (node index, requests), or None; first fit, node by node."""
+    free = [dict(n) for n in state.free]
+    placed: list[tuple[int, dict[str, float]]] = []
+    for ps in w.pod_sets:
+        if not ps.gpu_nodes:
+            continue  # on the system nodes, not modelled
+        used: set[int] = set()
+        for _ in range(ps.count):
+            node = next((i for i, n in enumerate(free) if not (ps.one_per_node and i in used)
+                         and _fits(ps.requests, n)), None)
+            if node is None:
+                return None
+            used.add(node)
+            for r, v in ps.requests.items():
+                free[node][r] = free[node].get(r, 0.0) - v
+            placed.append((node, ps.requests))
+    if state.quota is not None:
+        total = _total(w)
+        if not _fits(total, state.quota):
+            return None
+    return placed
+
+
+def _total(w: Workload) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for ps in w.pod_sets:
+        for r, v in ps.requests.items():
+            total[r] = total.get(r, 0.0) + v * ps.count
+    return total
+
+
+def _apply(w: Workload, placed: list[tuple[int, dict[str, float]]], state: State, sign: int) -> None:
+    for node, req in placed:
+        for r, v in req.items():
+            state.free[node][r] = state.free[node].get(r, 0.0) - sign * v
+    if state.quota is not None:
+        for r, v in _total(w).items():
+            state.quota[r] = state.quota.get(r, 0.0) - sign * v
+
+
+def never_fits(w: Workload, ng: NodeGroup, q: Optional[Queue]) -> Optional[tuple[str, str]]:
+    """(resource, reason) when `w` cannot run even alone on the empty node group, else None.
+
+    In the order a reader fixes them: a resource the queue does not cover, then the node group (a
+    resource no node offers, more than one node offers, more pods than nodes, the pods together),
+    then the queue's quota."""
+    if q is not None and q.own:
+        for ps in w.pod_sets:
+            for r, v in ps.requests.items():
+                if v > 0 and r not in q.covered:
+                    return r, (f"{_label(ps)}requests {r}, which ClusterQueue {q.cluster_queue} does not cover: "
+                               "Kueue never admits it")
+    for ps in w.pod_sets:
+        if not ps.gpu_nodes:
+            continue
+        for r, v in ps.requests.items():
+            if v > 0 and ng.capacity.get(r, 0.0) <= 0:
+                return r, f"{_label(ps)}requests {_amount(r, v)}, and no node of the group offers {r}"
+            if v > ng.capacity.get(r, 0.0) + _EPS:
+                return r, (f"{_label(ps)}requests {_amount(r, v)} per pod, a {ng.instance.name} node offers "
+                           f"{_amount(r, ng.capacity[r])} after the DaemonSets")
+        if ps.one_per_node and ps.count > ng.count:
+            return "nodes", (f"{_label(ps)}runs {ps.count} pods, one per node, and the GPU node group has "
+                             f"{ng.count} node(s)")
+    if place(w, State([dict(ng.capacity) for _ in range(ng.count)], None)) is None:
+        need = _total(w)
+        short = [r for r, v in need.items() if v > ng.capacity.get(r, 0.0) * ng.count + _EPS]
+        if short:
+            r = short[0]
+            return r, (f"needs {_amount(r, need[r])} in total, the {ng.count} node(s) offer "
+                       f"{_amount(r, ng.capacity.get(r, 0.0) * ng.count)}")
+        return "nodes", f"its {w.pods} pods do not fit the {ng.count} node(s) together"
+    if q is not None and q.own:
+        for r, v in _total(w).items():
+            if v > q.quota.get(r, 0.0) + _EPS:
+                return r, (f"needs {_amount(r, v)} in total, ClusterQueue {q.cluster_queue} has a nominal quota "
+                           f"of {_amount(r, q.quota.get(r, 0.0))}")
+    return None
+
+
+def _label(ps: PodSet) -> str:
+    return f"pod set {ps.name}: " if ps.name else ""
+
+
+# --- the schedule --------------------------------------------------------------------------------
+
+RUNS_NOW = "runs now"
+QUEUED = "queued behind"
+NEVER = "never fits"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    workload: Workload
+    status: str
+    behind: Optional[Workload] = None
+    resource: Optional[str] = None
+    reason: Optional[str] = None
+
+    def text(self, queued: bool = True) -> str:
+        if self.status == QUEUED and self.behind is not None:
+            # Not queued: its pods wait one by one, some may start before the others.
+            return f"{QUEUED} {self.behind.ref}" if queued else f"waits for {self.behind.ref}, pod by pod"
+        if self.status == NEVER:
+            return f"{NEVER}: {self.reason}"
+        return self.status
+
+
+@dataclass(frozen=True)
+class Schedule:
+    node_group: NodeGroup
+    outcomes: tuple[Outcome, ...]
+    queue: Optional[Queue]  # the queue every GPU workload names (None: not queued, or mixed)
+    queued: bool  # every GPU workload is queued
+
+    @property
+    def partial_admission(self) -> bool:
+        """Not queued, and the GPU workloads cannot all run at once."""
+        return not self.queued and any(o.status != RUNS_NOW for o in self.outcomes)
+
+    def outcome(self, name: str) -> Outcome:
+        return next(o for o in self.outcomes if o.workload.name == name)
+
+
+def simulate(resources: list[Resource]) -> Optional[Schedule]:
+    ctx = context(resources)
+    ng = node_group(resources, ctx)
+    if ng is None:
+        return None
+    found = workloads(resources, ctx)
+    qs = queues(resources)
+    names = {w.queue for w in found}
+    queued = bool(found) and all(w.queue for w in found)
+    queue = qs.get(next(iter(names))) if queued and len(names) == 1 else None
+    order = sorted(found, key=lambda w: (-w.priority, w.index))
+    strict = queue is not None and queue.strategy == "StrictFIFO"
+    outcomes: dict[str, Outcome] = {}
+    pending = []
+    for w in order:
+        bad = never_fits(w, ng, qs.get(w.queue) if w.queue else None)
+        if bad:
+            outcomes[w.ref] = Outcome(w, NEVER, resource=bad[0], reason=bad[1])
+        else:
+            pending.append(w)
+    state = State([dict(ng.capacity) for _ in range(ng.count)],
+                  dict(queue.quota) if queue is not None and queue.own else None)
+    running: list[tuple[Workload, list[tuple[int, dict[str, float]]]]] = []
+
+    def admit(behind: Optional[Workload]) -> None:
+        for w in list(pending):
+            placed = place(w, state)
+            if placed is None:
+                if strict:
+                    return
+                continue
+            _apply(w, placed, state, +1)
+            running.append((w, placed))
+            pending.remove(w)
+            outcomes[w.ref] = Outcome(w, RUNS_NOW if behind is None else QUEUED, behind)
+
+    admit(None)
+    while pending and running:
+        done, placed = running.pop(0)
+        _apply(done, placed, state, -1)
+        admit(done)
+    for w in pending:  # nothing left to wait for (not expected: never_fits covers it)
+        outcomes[w.ref] = Outcome(w, NEVER, resource="nodes", reason="does not fit beside nothing")
+    return Schedule(ng, tuple(outcomes[w.ref] for w in order), queue, queued)
+
+
+def report(resources: list[Resource]) -> list[str]:
+    """The schedule as the render prints it."""
+    s = simulate(resources)
+    if s is None or not s.outcomes:
+        return []
+    ng = s.node_group
+    cap = ", ".join(_amount(r, v) for r, v in ng.capacity.items() if v > 0)
+    ds = "the catalog's plugins and agents" + "".join(f", {d}" for d in ng.daemonsets)
+    lines = [f"schedule: whole workloads on {ng.count} x {ng.instance.name} (per node after the DaemonSets "
+             f"({ds}): {cap})"]
+    if s.queue is not None:
+        q = s.queue
+        if q.own:
+            quota = ", ".join(_amount(r, v) for r, v in q.quota.items())
+            lines.append(f"  queued: LocalQueue {q.local} -> ClusterQueue {q.cluster_queue} ({q.strategy} by priority; "
+                         f"nominal quota {quota})")
+        else:
+            lines.append(f"  queued: LocalQueue {q.local} -> ClusterQueue {q.cluster_queue} (not this stack's: its "
+                         "quota and order are not known here; placed as if it were the node group's)")
+    elif s.queued:
+        lines.append("  queued: the GPU workloads name different queues; placed by priority")
+    else:
+        lines.append("  not queued (no Kueue): the namespace quota and the scheduler admit pods one at a time, "
+                     "the order below is not enforced")
+        if s.partial_admission:
+            waiting = [o.workload.ref for o in s.outcomes if o.status != RUNS_NOW]
+            lines.append(f"  PARTIAL ADMISSION POSSIBLE: the GPU workloads cannot all run at once ({', '.join(waiting)} "
+                         "would wait): a workload of several pods can start with part of them and fail its deadline; "
+                         "queue them (rltrain:kueue) or enable fewer")
+    width = max(len(o.workload.ref) for o in s.outcomes)
+    for i, o in enumerate(s.outcomes, 1):
+        w = o.workload
+        lines.append(f"  {i}. {w.ref:<{width}}  priority {w.priority:>10}  {w.pods} pod{'s' if w.pods != 1 else ''}: "
+                     f"{o.text(s.queued)}")
+    return lines
+
+
+# --- rules ---------------------------------------------------------------------------------------
+
+
+@rule("schedule-fits", "every GPU workload fits the GPU node group whole (one pod per node for multi-node "
+                       "runs, allocatable after the DaemonSets, the queue's coverage and quota)")
+def _schedule_fits(resources, ctx):
+    s = simulate(resources)
+    if s is None:
+        return
+    for o in s.outcomes:
+        if o.status == NEVER:
+            yield Violation("schedule-fits", o.workload.ref, f"never fits ({o.resource}): {o.reason}",
+                            "size it to the node group (multiNode.nodes <= gpuNodes.count; requests from the "
+                            "catalog) or request only resources the GPU nodes offer", o.workload.pulumi_name)
+
+
+def _reaches(graph: "deploy_model.Graph", start: str, targets: Iterable[str]) -> bool:
+    targets = set(targets)
+    return not targets or graph.reaches(start, targets)
+
+
+@rule("kueue-queue", "queued workloads name a LocalQueue of the stack whose ClusterQueue covers every resource "
+                     "their pods request, leave suspend to Kueue, and come after the queue and Kueue")
+def _kueue_queue(resources, ctx):
+    found = [w for w in workloads(resources, ctx) if w.queue]
+    if not found:
+        return
+    qs = queues(resources)
+    graph = deploy_model.Graph(resources)
+    local_rows = {(_meta(o).get("name")): deploy_model.ref(r) for r, o in k8s_objects(resources) if o.get("kind") == "LocalQueue"}
+    release = [deploy_model.ref(r) for r in resources if r["type"] == "kubernetes:helm.sh/v3:Release"
+               and r["inputs"].get("chart") == KUEUE_CHART]
+    for w in found:
+        q = qs.get(w.queue)
+        if q is None:
+            yield Violation("kueue-queue", w.ref, f"names LocalQueue {w.queue!r}, which the stack does not create: "
+                            "Kueue leaves it suspended forever", "create the LocalQueue (components/k8s/kueue.py)",
+                            w.pulumi_name)
+            continue
+        if q.own:
+            uncovered = sorted({r for ps in w.pod_sets for r, v in ps.requests.items() if v > 0} - set(q.covered))
+            if uncovered:
+                yield Violation("kueue-queue", w.ref, f"requests {', '.join(uncovered)}, which ClusterQueue "
+                                f"{q.cluster_queue} does not cover: Kueue never admits it",
+                                "list every requested resource in the ClusterQueue's coveredResources", w.pulumi_name)
+        if w.sets_suspend:
+            yield Violation("kueue-queue", w.ref, f"sets {w.sets_suspend}: Kueue suspends and resumes a queued "
+                            "workload, a program that owns the field fights it on every `pulumi up`",
+                            "leave suspend unset", w.pulumi_name)
+        for what, targets in ((f"LocalQueue {w.queue}", [local_rows[w.queue]] if w.queue in local_rows else []),
+                              ("the Kueue installation", release)):
+            if not _reaches(graph, w.row, targets):
+                yield Violation("kueue-queue", w.ref, f"is not ordered after {what}: created first, Kueue's webhook "
+                                "refuses it or it is never admitted", f"add depends_on on {what}", w.pulumi_name)
