@@ -16,13 +16,16 @@ from components.workloads.build import build_workloads
 from components.workloads.script_files import read_scripts, scripts_digest
 
 
-def _render(stack: str, mutate=None):
+def _render(stack: str, mutate=None, kueue=None):
     values, secret_keys, cfg = render.load_stack(stack)
-    if mutate:
+    if mutate or kueue:
         values = dict(values)
         w = json.loads(values["rltrain:workloads"])
-        mutate(w)
+        if mutate:
+            mutate(w)
         values["rltrain:workloads"] = json.dumps(w)
+        if kueue is not None:
+            values["rltrain:kueue"] = json.dumps(kueue)
         prefix = "rltrain:"
         cfg = config.load({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)},
                           secret_keys={k[len(prefix):] for k in secret_keys})
@@ -49,7 +52,9 @@ def p4de():
 
 @pytest.fixture(scope="module")
 def sts():
-    return _render("p5", lambda w: w.update(multiNode={"enabled": True, "form": "statefulset"}))
+    # The StatefulSet form cannot be queued whole (config refuses it while Kueue is on).
+    return _render("p5", lambda w: w.update(multiNode={"enabled": True, "form": "statefulset"}),
+                   kueue={"enabled": False})
 
 
 def find(docs, kind, name):
