@@ -4,7 +4,8 @@ Shared by the offline renderer and the component tests, so what the tests assert
 reviewers see in `rendered/<stack>/`. No Pulumi CLI, provider plugin, credentials or network.
 
 What the cloud alone knows (ids, ARNs, DNS names, kubeconfigs) is answered with a readable
-placeholder `[known after deploy: <resource>.<output>]`; secrets are recorded as `[secret]`.
+placeholder `[known after deploy: <resource>.<output>]`; secrets are recorded as `[secret]`, a
+secret the stack file does not hold yet as `[secret not set: <command>]` (unset_secrets.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from google.protobuf import json_format, struct_pb2
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import resource_pb2
 
-from components.stack.stackfile import ROOT, SECRET
+from components.stack.stackfile import NOT_SET_PREFIX, ROOT, SECRET
 
 UNKNOWN = "[unknown before deploy]"
 
@@ -147,8 +148,10 @@ def normalise(value: Any) -> Any:
     if isinstance(value, dict):
         if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
             inner = value.get("value")
-            # Keep the shape of a secret map (which keys a Secret holds is reviewable), hide values.
-            return {str(k): SECRET for k in sorted(inner)} if isinstance(inner, dict) else SECRET
+            # Keep the shape of a secret map (which keys a Secret holds is reviewable), hide values;
+            # a secret not set yet is no secret: it names the command that sets it.
+            return ({str(k): _hidden(inner[k]) for k in sorted(inner)} if isinstance(inner, dict)
+                    else _hidden(inner))
         if value.get(rpc._special_sig_key) == rpc._special_resource_sig:
             return f"[resource {value.get('urn', '').rsplit('::', 1)[-1]}]"
         return {str(k): normalise(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
@@ -159,6 +162,10 @@ def normalise(value: Any) -> Any:
     if isinstance(value, pulumi.output.Unknown) or value == rpc.UNKNOWN:
         return UNKNOWN
     return value
+
+
+def _hidden(value: Any) -> str:
+    return value if isinstance(value, str) and value.startswith(NOT_SET_PREFIX) else SECRET
 
 
 def _name_of(urn: str) -> Optional[str]:

@@ -23,7 +23,7 @@ import os
 import re
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -31,7 +31,7 @@ import yaml
 
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy
-from components.offline import checkpoints, impact
+from components.offline import checkpoints, impact, unset_secrets
 from components.stack import secrets_scan, stackfile
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 
@@ -88,6 +88,10 @@ class Rendered:
     manifests: list[dict[str, Any]]
     # The base record the change is judged against (None: nothing to compare with).
     base: Optional[list[dict[str, Any]]] = None
+    # The base's estimated cost (`--base DIR`: DIR/STACK/cost.json, the stack output of the base's own render).
+    base_cost: Optional[dict[str, Any]] = None
+    # Secrets the stack needs and its file does not hold yet: {full key: the command that sets it}.
+    not_set: dict[str, str] = field(default_factory=dict)
 
     @property
     def resources(self) -> list[dict[str, Any]]:
@@ -98,25 +102,36 @@ class Rendered:
 
 
 def load_stack(stack: str, root: Path = ROOT) -> tuple[dict[str, str], set[str], config_mod.StackConfig]:
-    """Read and validate one stack file; raises ConfigError / StackFileError."""
+    """Read and validate one stack file, and as the program validates it; raises ConfigError / StackFileError.
+
+    A secret the stack needs and its file does not hold yet is no error offline: it gets the value
+    `[secret not set: <command>]` (unset_secrets.py); a real preview refuses with that command.
+    """
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
         raise stackfile.StackFileError(
             f"no stack file {path.name}; stacks: {', '.join(stackfile.stack_names(root)) or 'none'}")
     cfg_values, secret = stackfile.read(path)
     prefix = f"{config_mod.NAMESPACE}:"
-    cfg = config_mod.load(
-        {k[len(prefix):]: v for k, v in cfg_values.items() if k.startswith(prefix)},
-        secret_keys={k[len(prefix):] for k in secret if k.startswith(prefix)},
-        region=cfg_values.get("aws:region"),
-    )
+
+    def check(cfg_values: dict[str, str], secret: set[str]) -> config_mod.StackConfig:
+        return config_mod.load(
+            {k[len(prefix):]: v for k, v in cfg_values.items() if k.startswith(prefix)},
+            secret_keys={k[len(prefix):] for k in secret if k.startswith(prefix)},
+            region=cfg_values.get("aws:region"),
+        )
+
+    cfg, cfg_values, secret = unset_secrets.tolerating(check, cfg_values, secret)
+    # A secret only the running program reads (its first line, config.from_pulumi) is found there.
+    _, cfg_values, secret = unset_secrets.tolerating(unset_secrets.program_check, cfg_values, secret)
     return cfg_values, secret, cfg
 
 
 def render_stack(stack: str, root: Path = ROOT) -> Rendered:
     cfg_values, secret, cfg = load_stack(stack, root)
     result = run_program(stack=stack, config=cfg_values, secret_keys=secret, project_dir=root)
-    return Rendered(stack=stack, cfg=cfg, result=result, manifests=manifests(result))
+    return Rendered(stack=stack, cfg=cfg, result=result, manifests=manifests(result),
+                    not_set=unset_secrets.of(cfg_values))
 
 
 def write(rendered: Rendered, out: Path) -> None:
@@ -138,15 +153,37 @@ def write(rendered: Rendered, out: Path) -> None:
 
 def summary_markdown(rendered: Rendered) -> str:
     """What a reviewer reads first in a pull request: impact against the base, cost, checks."""
-    cost = rendered.result.stack_outputs.get("estimatedCostPerHour") or {}
     violations = rendered.violations()
-    lines = [f"### Stack `{rendered.stack}`", "",
-             f"Estimated cost: ${cost.get('usd') or 0:,.2f}/h ({cost.get('breakdown') or cost.get('note', '')})", "",
+    lines = [f"### Stack `{rendered.stack}`", "", *_cost_markdown(rendered), "",
              *impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg), markdown=True), "",
-             f"Policy and deploy-model rules: {len(policy.RULES)} run, "
-             + (f"**{len(violations)} violation(s)**" if violations else "all pass")]
+             "Preflight: config valid; " + (
+                 f"**{len(rendered.not_set)} secret(s) not set**: a real preview or `up` of `{rendered.stack}` "
+                 "refuses until they are (the offline render shows each as not set)"
+                 if rendered.not_set else "every secret it needs is set")]
+    lines += [f"- `{key}`: `{cmd}`" for key, cmd in rendered.not_set.items()]
+    lines += ["", f"Policy and deploy-model rules: {len(policy.RULES)} run, "
+              + (f"**{len(violations)} violation(s)**" if violations else "all pass")]
     lines += [f"- `{v.rule}` {v.resource}: {v.message}" for v in violations]
     return "\n".join(lines) + "\n"
+
+
+def _usd(cost: dict[str, Any]) -> str:
+    return "unknown" if cost.get("usd") is None else f"${cost['usd']:,.2f}/h"
+
+
+def _cost_markdown(rendered: Rendered) -> list[str]:
+    """The estimated cost; with the base's (`base_cost`), before and after."""
+    after = rendered.result.stack_outputs.get("estimatedCostPerHour") or {}
+    if rendered.base_cost is None:
+        return [f"Estimated cost: {_usd(after)} ({after.get('breakdown') or after.get('note', '')})"]
+    before = rendered.base_cost
+    lines = ["| estimated cost | per hour | made of |", "|---|---:|---|",
+             f"| before (base) | {_usd(before)} | {before.get('breakdown') or before.get('note', '')} |",
+             f"| after | {_usd(after)} | {after.get('breakdown') or after.get('note', '')} |"]
+    if before.get("usd") is not None and after.get("usd") is not None:
+        delta = round(after["usd"] - before["usd"], 2)
+        lines.append(f"| change | {'+' if delta > 0 else '−'}${abs(delta):,.2f}/h | |" if delta else "| change | none | |")
+    return lines
 
 
 def summary(rendered: Rendered) -> str:
@@ -163,8 +200,11 @@ def summary(rendered: Rendered) -> str:
         "  estimated cost: " + (f"${usd:,.2f}/h = {cost.get('breakdown')} (prices of {cost.get('priceDate')})"
                                 if cost.get("priceDate") else
                                 (f"${usd:,.0f}/h" if usd is not None else "unknown") + f" ({cost.get('note', '')})"),
-        "  resources by type:",
     ]
+    if rendered.not_set:
+        lines.append("  secrets not set (a real preview or up refuses until they are):")
+        lines += [f"    {key}: {cmd}" for key, cmd in rendered.not_set.items()]
+    lines += ["  resources by type:"]
     lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]
     lines += ["  " + line for line in impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg))]
     ckpt = checkpoints.estimate(cfg)
@@ -182,13 +222,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--stack", help="stack name (reads Pulumi.STACK.yaml)")
     which.add_argument("--all", action="store_true", help="every Pulumi.*.yaml stack")
-    ap.add_argument("--out", type=Path, help="output directory (default rendered/STACK); only with --stack")
+    ap.add_argument("--out", type=Path, help="output directory (default rendered/STACK); with --all, OUT/STACK "
+                                             "for each stack")
     ap.add_argument("--project-dir", type=Path, default=ROOT,
                     help="directory holding Pulumi.yaml, __main__.py and the stack files (default: this repo)")
     ap.add_argument("--base", type=Path,
                     help="directory holding the base records STACK/resources.json the change is judged against "
                          "(default: PROJECT_DIR/rendered, the committed records; in a pull request, the base "
-                         "branch's)")
+                         "branch's); a STACK/cost.json beside it (the base's estimatedCostPerHour) puts the cost "
+                         "before and after in --summary-md")
     ap.add_argument("--accept-impact", action="store_true",
                     help="write the render even when the impact needs an opt-in the stack does not set: for a "
                          "change of the program itself, whose impact the pull request shows and reviewers accept "
@@ -197,8 +239,6 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="also append a Markdown summary per stack (impact, cost, checks) to this file, e.g. "
                          "$GITHUB_STEP_SUMMARY")
     args = ap.parse_args(argv)
-    if args.out and args.all:
-        ap.error("--out goes with --stack")
     root = args.project_dir.resolve()
     stacks = stackfile.stack_names(root) if args.all else [args.stack]
 
@@ -233,6 +273,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     for rendered in results:
         snapshot = base / rendered.stack / "resources.json"
         rendered.base = json.loads(snapshot.read_text()) if snapshot.exists() else None
+        base_cost = base / rendered.stack / "cost.json"
+        rendered.base_cost = json.loads(base_cost.read_text()) if base_cost.exists() else None
         verdict = impact.check(rendered.base, rendered.resources, rendered.cfg)
         for r in verdict.refused:
             if args.accept_impact and r.kind != impact.REFUSED:
@@ -254,7 +296,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if failed:
         return 1
     for rendered in results:
-        out = args.out or root / "rendered" / rendered.stack
+        out = (args.out / rendered.stack if args.all else args.out) if args.out else root / "rendered" / rendered.stack
         write(rendered, out)
         print(summary(rendered))
         print(f"  wrote {out}/manifests.yaml, {out}/resources.json")

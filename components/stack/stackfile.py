@@ -12,6 +12,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 # How a `secure:` config value (and any secret output) shows in the offline render.
 SECRET = "[secret]"
+# How a secret the stack needs and its file does not hold shows there: `[secret not set: <command>]`
+# (components/offline/unset_secrets.py).
+NOT_SET_PREFIX = "[secret not set: "
 
 
 class StackFileError(Exception):
