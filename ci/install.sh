@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install what the test suite needs, the same way everywhere (.ci/run, the pull-request workflow):
+# - Debian tools the tests use when missing: shellcheck (lint test, actionlint's check of every
+#   `run:` script), promtool from `prometheus` (metrics and rules checks); with sudo when not root;
+# - checkov in its own environment .venv-scan (its pins clash with the project's: requirements-scan.txt);
+# - the project in a fresh virtual environment $RLTRAIN_CI_VENV (default .venv-ci) from
+#   requirements-dev.txt (every dependency pinned; transitive pins in constraints.txt).
+# RLTRAIN_CI_REUSE=1 keeps an existing environment and scanner (a quick local rerun; CI builds both fresh).
+set -euo pipefail
+# shellcheck source=/dev/null
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$ROOT"
+
+missing=()
+command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+if [ "${#missing[@]}" -gt 0 ]; then
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+reuse="${RLTRAIN_CI_REUSE:-0}"
+if [ "$reuse" = 1 ] && [ -x "${RLTRAIN_CHECKOV:-}" ]; then
+  echo "checkov: reusing $RLTRAIN_CHECKOV"
+else
+  rm -rf .venv-scan
+  python3 -m venv .venv-scan
+  .venv-scan/bin/python -m pip install --quiet --upgrade pip==24.3.1
+  .venv-scan/bin/python -m pip install --quiet -r requirements-scan.txt
+fi
+
+if [ "$reuse" = 1 ] && [ -x "$RLTRAIN_CI_VENV/bin/python" ]; then
+  echo "project environment: reusing $RLTRAIN_CI_VENV"
+else
+  rm -rf "$RLTRAIN_CI_VENV"
+  python3 -m venv "$RLTRAIN_CI_VENV"
+  "$RLTRAIN_CI_VENV/bin/python" -m pip install --quiet --upgrade pip==24.3.1
+  "$RLTRAIN_CI_VENV/bin/python" -m pip install --quiet -r requirements-dev.txt
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test suite in the environment ci/install.sh built: exactly the README's test command.
+# Under CI (GitHub sets CI=true; .ci/run sets CI=1) a missing scanner or Debian tool fails its test.
+set -euo pipefail
+# shellcheck source=/dev/null
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$ROOT"
+
+# The README's test command, verbatim.
+python -m pytest -q

@@ -1,0 +1,149 @@
+"""The offline job's scripts, in the workflow's order, on a fresh repository whose base branch differs
+by an FSx capacity decrease on p5: what the pull-request summary says, and that the whole sequence
+passes under CI=true.
+
+The repository is a snapshot of this working tree (tracked and untracked, not ignored) committed as
+`main`, with every stack rendered into its own rendered/ (never this checkout's). Its scripts run
+with this interpreter's environment (RLTRAIN_CI_VENV, RLTRAIN_CI_REUSE=1: ci/install.sh keeps it and
+the checkov environment instead of installing from the registries) and, in place of the whole suite
+(which includes this file), the tests that CI=true turns from skips into failures. Set
+RLTRAIN_TEST_FULL_CI=1 to run ci/install.sh from scratch and ci/test.sh (the whole suite) instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.offline.mock_engine import ROOT
+from test_lint import TOOL_TESTS
+
+FULL = os.environ.get("RLTRAIN_TEST_FULL_CI") == "1"
+pytestmark = pytest.mark.skipif(os.environ.get("RLTRAIN_REVIEW_FLOW_NESTED") == "1",
+                                reason="inside the full suite this test itself runs")
+GIT = shutil.which("git")
+
+
+def sh(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, f"{proc.args} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return ok(sh([GIT, *args], repo, env)).stdout
+
+
+def ci_env(repo: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GITHUB_", "PYTEST_", "RLTRAIN_")) and k != "CI"}
+    env.update(CI="true", RLTRAIN_REVIEW_FLOW_NESTED="1")
+    if not FULL:
+        env.update(RLTRAIN_CI_VENV=sys.prefix, RLTRAIN_CI_REUSE="1")
+        checkov = ROOT / ".venv-scan" / "bin" / "checkov"
+        if os.environ.get("RLTRAIN_CHECKOV"):
+            env["RLTRAIN_CHECKOV"] = os.environ["RLTRAIN_CHECKOV"]
+        elif checkov.is_file():
+            env["RLTRAIN_CHECKOV"] = str(checkov)
+    env.update(extra)
+    return env
+
+
+def render(repo: Path, *args: str) -> None:
+    ok(sh([sys.executable, "-m", "components.offline.render", *args], repo))
+
+
+def set_fsx(repo: Path, gib: int, allow: bool = False) -> None:
+    path = repo / "Pulumi.p5.yaml"
+    doc = yaml.safe_load(path.read_text())
+    storage = doc["config"]["rltrain:storage"]
+    storage["fsx"]["storageCapacityGiB"] = gib
+    if allow:
+        storage["allowReplacement"] = True
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    if GIT is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path_factory.mktemp("clone") / "rltrain"
+    repo.mkdir()
+    files = ok(sh([GIT, "ls-files", "-co", "--exclude-standard", "-z"], ROOT)).stdout.split("\0")
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, repo / name)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    render(repo, "--all", "--accept-impact")  # the base's records, current for its code
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "base: render")
+    assert yaml.safe_load((repo / "Pulumi.p5.yaml").read_text())["config"]["rltrain:storage"]["fsx"][
+        "storageCapacityGiB"] == 4800
+    return repo
+
+
+def test_fsx_decrease_without_opt_in_is_refused_and_the_summary_says_data_loss(repo):
+    git(repo, "checkout", "-q", "-B", "pr-fsx-decrease", "main")
+    set_fsx(repo, 2400)
+    git(repo, "commit", "-q", "-am", "p5: FSx 2400 GiB")
+    step_summary = repo.parent / "step-summary-refused.md"
+    proc = sh([str(repo / "ci" / "render-review.sh"), "main", "p5"], repo,
+              ci_env(repo, GITHUB_STEP_SUMMARY=str(step_summary)))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary = (repo / "ci-out" / "summary.md").read_text()
+    assert step_summary.read_text() == summary
+    fsx = next(line for line in summary.splitlines() if "LustreFileSystem storage-fs" in line)
+    assert fsx.startswith("| **replace (data loss)** |") and "4800 -> 2400" in fsx
+    assert "refused: set `rltrain:storage.allowReplacement: true`" in fsx
+    assert "**Refused** (exit 1)" in summary and "REFUSED: replace (data loss): LustreFileSystem storage-fs" in summary
+    # The cost before (the base's own render) and after.
+    assert "| before (base) | $" in summary and "FSx 4800 GiB" in summary
+    assert "FSx 2400 GiB" in summary and "| change | −$" in summary
+    assert "Preflight: config valid; **2 secret(s) not set**" in summary
+    assert "Policy and deploy-model rules:" in summary
+    # Nothing written into the clone's rendered/.
+    assert git(repo, "status", "--porcelain", "--", "rendered/") == ""
+
+
+def test_offline_sequence_passes_under_ci_with_an_accepted_fsx_replacement(repo):
+    git(repo, "checkout", "-q", "-B", "pr-fsx-allowed", "main")
+    set_fsx(repo, 2400, allow=True)
+    render(repo, "--stack", "p5")  # what the author commits with the change
+    git(repo, "commit", "-q", "-am", "p5: FSx 2400 GiB, replacement accepted")
+    env = ci_env(repo, GITHUB_STEP_SUMMARY=str(repo.parent / "step-summary.md"))
+
+    ok(sh([str(repo / "ci" / "install.sh")], repo, env, timeout=1800))
+    if FULL:
+        ok(sh([str(repo / "ci" / "test.sh")], repo, env, timeout=3600))
+    else:
+        # The tests CI=true turns from skips into failures (tests/test_lint.py TOOL_TESTS): the
+        # scanner ci/install.sh provides and the Debian tools are there.
+        res = ok(sh(["bash", "-c", '. ci/env.sh && exec python -m pytest -q -p no:cacheprovider -o addopts= "$@"',
+                     "pytest", *TOOL_TESTS], repo, env))
+        assert "skipped" not in res.stdout.splitlines()[-1], res.stdout
+    ok(sh([str(repo / "ci" / "render-current.sh")], repo, env))
+    ok(sh([str(repo / "ci" / "render-review.sh"), "main"], repo, env))
+
+    summary = (repo / "ci-out" / "summary.md").read_text()
+    for stack in ("byo", "dev", "p4de", "p5"):
+        assert f"### Stack `{stack}`" in summary
+    fsx = next(line for line in summary.splitlines() if "LustreFileSystem storage-fs" in line)
+    assert fsx.startswith("| **replace (data loss)** |") and "refused" not in fsx
+    assert "| `rendered/p5/resources.json` |" in summary
+    patch = (repo / "ci-out" / "render-diff.patch").read_text()
+    assert any(line.startswith("+") and "2400" in line for line in patch.splitlines())
