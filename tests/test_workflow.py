@@ -86,24 +86,66 @@ def test_offline_job_needs_no_secrets():
 def test_preview_job():
     workflow = load(PR_WORKFLOW)
     job = workflow["jobs"]["preview"]
-    assert "offline" in job["needs"]
+    assert "offline" in job["needs"] and "credentials" in job["needs"]
     stacks = job["strategy"]["matrix"]["stack"]
     assert stacks == ["dev", "p4de", "p5"]
     for stack in stacks:
         assert (ROOT / f"Pulumi.{stack}.yaml").is_file(), stack
     assert job["permissions"] == {"contents": "read", "id-token": "write", "pull-requests": "write"}
-
-    previews = [
-        step
-        for step in job["steps"]
-        if re.fullmatch(r"pulumi/actions@v\d+", step.get("uses", ""))
-        and step.get("with", {}).get("command") == "preview"
-    ]
-    assert len(previews) == 1, "one pulumi/actions@v<major> step with command: preview"
-    inputs = previews[0]["with"]
-    assert inputs["comment-on-pr"] in (True, "true")
-    assert inputs["work-dir"] == "."
-    assert "matrix.stack" in inputs["stack-name"]
-    assert "secrets.PULUMI_ACCESS_TOKEN" in previews[0]["env"]["PULUMI_ACCESS_TOKEN"]
     # Skipped, not failed, when the secrets are absent (forks): gated on the credentials check.
     assert "has-credentials" in job["if"]
+
+    # pulumi/actions installs the CLI only: with no `command` input it installs and exits
+    # (pulumi/actions v7 src/main.ts: makeInstallationConfig / installOnly). It comments only after a
+    # command succeeds, so the preview and the comment are ci/ scripts.
+    actions = [step for step in job["steps"] if re.fullmatch(r"pulumi/actions@v\d+", step.get("uses", ""))]
+    assert len(actions) == 1 and "command" not in actions[0]["with"]
+    assert "pulumi-version" in actions[0]["with"]
+    by_script = {step["run"].split()[0]: step for step in job["steps"] if "run" in step}
+    preview, comment = by_script["ci/preview.sh"], by_script["ci/pr-comment.sh"]
+    assert "matrix.stack" in preview["env"]["STACK"]
+    for name in ("PULUMI_ACCESS_TOKEN", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SECRETS_PROVIDER", "PULUMI_BACKEND_URL"):
+        assert f"secrets.{name}" in preview["env"][name], name
+    # The comment whatever became of the preview; skipped stacks (secrets not set) included.
+    assert "!cancelled()" in comment["if"]
+    assert comment["env"]["PR_NUMBER"] == "${{ github.event.pull_request.number }}"
+    steps_order = [step.get("run", step.get("uses", "")).split()[0] for step in job["steps"]]
+    assert steps_order.index("ci/preview-install.sh") < steps_order.index("ci/preview.sh") < \
+        steps_order.index("ci/pr-comment.sh")
+
+
+def test_gate_asks_pulumi_cloud_token_only_of_pulumi_cloud():
+    gate = load(PR_WORKFLOW)["jobs"]["credentials"]
+    step = next(s for s in gate["steps"] if s.get("id") == "gate")
+    assert step["run"] == "ci/preview-gate.sh"
+    assert set(step["env"]) == {"AWS_ROLE_ARN", "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL",
+                                "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SECRETS_PROVIDER"}
+    assert "secrets." not in json.dumps(gate["outputs"])
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_steps_are_thin_calls_of_repository_scripts(path: Path):
+    """Every `run:` is one line calling an executable script of ci/: the same scripts run in the tests
+    and on a laptop; no logic lives in the workflow."""
+    for job_id, step in steps(load(path)):
+        if "run" not in step:
+            continue
+        lines = step["run"].strip().splitlines()
+        assert len(lines) == 1, f"{job_id} / {step.get('name')}: one line, a ci/ script"
+        script = ROOT / lines[0].split()[0]
+        assert lines[0].startswith("ci/") and script.is_file() and os.access(script, os.X_OK), lines[0]
+
+
+def test_offline_job_runs_the_install_and_the_test_command_of_ci_run():
+    steps_run = [step["run"] for _, step in steps({"jobs": {"offline": load(PR_WORKFLOW)["jobs"]["offline"]}})
+                 if "run" in step]
+    assert steps_run[:2] == ["ci/install.sh", "ci/test.sh"]
+    assert steps_run[2:] == ["ci/render-current.sh", 'ci/render-review.sh "$BASE_REF"']
+    ci_run = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^ci/install\.sh$", ci_run, re.M) and re.search(r"^exec ci/test\.sh$", ci_run, re.M)
+    # ci/test.sh runs exactly the README's test command, and nothing else.
+    readme_command = "python -m pytest -q"
+    assert f"`{readme_command}` is the test command" in (ROOT / "README.md").read_text()
+    commands = [line for line in (ROOT / "ci" / "test.sh").read_text().splitlines()
+                if line.strip() and not line.startswith(("#", "set ", ". ", "cd "))]
+    assert commands == [readme_command]

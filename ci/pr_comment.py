@@ -1,0 +1,113 @@
+"""The pull-request comment of one stack's real preview, whatever became of it.
+
+    python3 ci/pr_comment.py STACK OUT_DIR [RUN_URL]    # prints {"body": ...} (the GitHub API's payload)
+
+Reads what ci/preview-install.sh and ci/preview.sh left in OUT_DIR: preview-STACK.skipped (secrets
+not set: KEY<TAB>COMMAND lines), preview-STACK.txt (the captured output of login, stack select and
+`pulumi preview`) and preview-STACK.rc (its exit code). The comment says whether the preview
+succeeded, failed or was skipped, shows the summary first (Pulumi's `Resources:` block, the policy
+violations, the errors) and then the output, trimmed from the front so that its end (where Pulumi
+prints the summary) always stays. GitHub refuses a comment over 65,536 characters; pulumi/actions
+caps its own at 64,000 (src/libs/pr.ts), and so does this.
+
+Standard library only: it runs with any python3.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+MAX_COMMENT = 64_000
+# Begins every comment of this workflow for a stack: the next run edits it instead of adding one.
+MARKER = "<!-- rltrain-preview:{stack} -->"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_FENCE = "```"
+
+
+def marker(stack: str) -> str:
+    return MARKER.format(stack=stack)
+
+
+def clean(text: str) -> str:
+    """No colour codes, no carriage-return progress, nothing that closes a code fence."""
+    text = _ANSI.sub("", text).replace("\r\n", "\n")
+    text = "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
+    return text.replace(_FENCE, "`\u200b``")
+
+
+def summary_lines(output: str) -> list[str]:
+    """What a reviewer needs first: the last `Resources:` block, policy violations, errors."""
+    lines = output.splitlines()
+    picked: list[str] = []
+    for title in ("Policies:", "Policy Violations:", "Resources:"):
+        starts = [i for i, line in enumerate(lines) if line.strip() == title or line.startswith(title)]
+        if not starts:
+            continue
+        block = [lines[starts[-1]]]
+        for line in lines[starts[-1] + 1:]:
+            if not line.strip() or (line[:1].strip() and not line.startswith(" ")):
+                break
+            block.append(line)
+        picked += block[:40] + [""]
+    errors = [line.strip() for line in lines if re.match(r"\s*error:", line)]
+    if errors:
+        picked += errors[:15] + [""]
+    return picked[:-1] if picked and picked[-1] == "" else picked
+
+
+def body(stack: str, out_dir: Path, run_url: str = "") -> str:
+    skipped = out_dir / f"preview-{stack}.skipped"
+    output_file = out_dir / f"preview-{stack}.txt"
+    rc_file = out_dir / f"preview-{stack}.rc"
+    head = [marker(stack)]
+    log = f" ([job log]({run_url}))" if run_url else ""
+    if skipped.exists():
+        head += [f"### `pulumi preview` of `{stack}`: skipped, secrets not set{log}", "",
+                 f"`Pulumi.{stack}.yaml` does not hold these secrets yet, and a real preview refuses without them. "
+                 "Set each (it encrypts the value into the stack file) and commit the stack file:", ""]
+        for line in skipped.read_text().splitlines():
+            key, _, cmd = line.partition("\t")
+            head.append(f"- `{key}`: `{cmd}`")
+        head += ["", "The offline job's summary still shows this stack's impact, cost and checks."]
+        return "\n".join(head) + "\n"
+    if not rc_file.exists():
+        head += [f"### `pulumi preview` of `{stack}`: did not run{log}", "",
+                 "A step before it failed (installing the CLI or the program, the AWS credentials): see the job log."]
+        return "\n".join(head) + "\n"
+    rc = rc_file.read_text().strip()
+    output = clean(output_file.read_text(errors="replace")) if output_file.exists() else ""
+    status = "succeeded" if rc == "0" else f"**failed** (exit {rc})"
+    head += [f"### `pulumi preview` of `{stack}`: {status}{log}", ""]
+    summary = summary_lines(output)
+    if summary:
+        head += ["Summary:", "", _FENCE + "text", *summary, _FENCE, ""]
+    text = "\n".join(head)
+    opening = "<details><summary>Output{note}</summary>\n\n" + _FENCE + "text\n"
+    closing = "\n" + _FENCE + "\n</details>\n"
+    room = MAX_COMMENT - len(text) - len(opening) - len(closing) - 80
+    if room < 0:  # a summary that alone exceeds the cap (never seen): keep its start
+        return text[:MAX_COMMENT - 40] + "\n\n(summary trimmed)\n"
+    note = ""
+    if len(output) > room:
+        note = f" (the last {room:,} of {len(output):,} characters: trimmed from the front)"
+        cut = output[len(output) - room:]
+        output = cut.split("\n", 1)[-1] if "\n" in cut else cut
+    return text + opening.format(note=note) + output.rstrip("\n") + closing
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3):
+        print("usage: python3 ci/pr_comment.py STACK OUT_DIR [RUN_URL]", file=sys.stderr)
+        return 2
+    text = body(argv[0], Path(argv[1]), argv[2] if len(argv) == 3 else "")
+    assert len(text) <= MAX_COMMENT, len(text)
+    json.dump({"body": text}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
