@@ -10,16 +10,22 @@ root, else `checkov` on PATH. Without one the checkov test is skipped, except un
 where it fails.
 
 checkov's start-up (~5 s of imports) dominates its run time, so it runs once, over a directory holding
-all four stacks' manifests, and each stack's test reads its own file's results. `--skip-download`: no
-call to the Prisma Cloud API (the run is offline).
+all four stacks' manifests and records, with two frameworks: `kubernetes` on the manifests and
+`secrets` (checkov's own secret detectors) on every file, manifests and `resources.json` alike. Each
+stack's tests read their own files' results. The secrets scan has no skip and no baseline file: it
+must report 0 on every render. Two canary files with a generated AWS key id (YAML and JSON) are
+scanned beside them and must be reported, so a secrets run that scans nothing cannot pass.
+`--skip-download`: no call to the Prisma Cloud API (the run is offline).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
+import string
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -38,20 +44,30 @@ SKIP_VALUE = re.compile(r"^(CKV2?_K8S_\d+)=([^=]*\S[^=]*)$")
 def checkov_executable() -> Optional[str]:
     explicit = os.environ.get("RLTRAIN_CHECKOV")
     if explicit:
-        return explicit
+        return explicit if Path(explicit).is_file() else None
     local = ROOT / ".venv-scan" / "bin" / "checkov"
     if local.is_file():
         return str(local)
     return shutil.which("checkov")
 
 
-def _kubernetes_report(output: str) -> dict[str, Any]:
+def _report(output: str, check_type: str) -> dict[str, Any]:
     data = json.loads(output)
     # One framework gives one report object; several give a list of them.
     reports = data if isinstance(data, list) else [data]
-    found = [r for r in reports if r.get("check_type") == "kubernetes"]
-    assert len(found) == 1, f"no kubernetes report in checkov's output: {output[:500]}"
+    found = [r for r in reports if r.get("check_type") == check_type]
+    assert len(found) == 1, f"no {check_type} report in checkov's output: {output[:500]}"
     return found[0]
+
+
+CANARIES = ("canary.yaml", "canary.json")
+
+
+def _write_canaries(directory: Path) -> None:
+    rng = random.Random(7)  # generated, so no key-shaped literal sits in the repository
+    key = "AKIA" + "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(16))
+    (directory / "canary.yaml").write_text(f"# positive control for the secrets scan\naws_access_key_id: {key}\n")
+    (directory / "canary.json").write_text(json.dumps({"inputs": {"AWS_ACCESS_KEY_ID": key}}) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +82,19 @@ def checkov_report(tmp_path_factory) -> dict[str, Any]:
     directory = tmp_path_factory.mktemp("checkov")
     for stack in STACKS:
         (directory / f"{stack}.yaml").write_text(render.manifests_yaml(rendered(stack).manifests))
+        (directory / f"{stack}.resources.json").write_text(render.resources_json(rendered(stack).result))
+    _write_canaries(directory)
     proc = subprocess.run(
-        [exe, "--framework", "kubernetes", "-d", str(directory), "-o", "json", "--compact", "--skip-download"],
+        [exe, "--framework", "kubernetes", "secrets", "-d", str(directory), "-o", "json", "--compact",
+         "--skip-download"],
         capture_output=True, text=True, timeout=600, check=False,
     )
     # Exit 1 means failed checks (asserted per stack below); anything else is checkov itself failing.
     assert proc.returncode in (0, 1) and proc.stdout.strip(), (
         f"{exe} exited {proc.returncode}\nstdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-4000:]}")
-    report = _kubernetes_report(proc.stdout)
+    report = _report(proc.stdout, "kubernetes")
     assert report["summary"]["parsing_errors"] == 0, report["summary"]
+    report["secrets"] = _report(proc.stdout, "secrets")
     return report
 
 
@@ -122,3 +142,22 @@ def test_every_checkov_skip_has_a_reason(stack):
     assert seen, f"{stack}: no checkov skip annotation at all (the test would pass vacuously)"
     assert not bad, "checkov skips need 'CKV_K8S_NN=reason' (one '=', a non-blank reason):\n" + "\n".join(bad)
 
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_checkov_secrets_finds_nothing(checkov_report, stack):
+    """checkov's secrets framework on the manifests and the resource record: 0, no skip, no baseline."""
+    secrets = checkov_report["secrets"]
+    files = {f"{stack}.yaml", f"{stack}.resources.json"}
+    results = secrets["results"]
+    failed = [c for c in results.get("failed_checks", []) if Path(c["file_path"]).name in files]
+    assert not failed, "\n".join(sorted(f"  {c['check_id']} {c['check_name']!r} in {c['file_path']} "
+                                        f"line {c.get('file_line_range')}" for c in failed))
+    assert not results.get("skipped_checks"), results.get("skipped_checks")
+    assert not (ROOT / ".checkov.baseline").exists()
+
+
+def test_checkov_secrets_scans_yaml_and_json(checkov_report):
+    """The positive control: the generated key is reported in both canary files."""
+    failed = checkov_report["secrets"]["results"].get("failed_checks", [])
+    assert set(CANARIES) <= {Path(c["file_path"]).name for c in failed}, failed
