@@ -284,6 +284,9 @@ REFUSALS = [
     # no effect on the stack kind
     ("AWS keys on byo", "byo", _byo_aws_keys, "rltrain:network.vpcCidr",
      "has no effect on a bring-your-own cluster (cluster.existing): nothing on AWS is created; remove it"),
+    ("monitoring keys while it is off", "byo", lambda c: c.update({"rltrain:monitoring": {"retentionDays": 30}}),
+     "rltrain:monitoring.retentionDays", "has no effect while monitoring is off (monitoring.enabled; off by default "
+                                         "on a bring-your-own cluster): remove it, or set monitoring.enabled: true"),
     ("claim size on a created cluster", "p5", lambda c: section(c, "storage").update(claimSizeGiB=2400),
      "rltrain:storage.claimSizeGiB", "has no effect on a created cluster: the claim's size is the FSx file system's "
                                      "(storage.fsx.storageCapacityGiB); remove it"),

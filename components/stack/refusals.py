@@ -273,6 +273,12 @@ def _no_effect(cfg: StackConfig) -> list[Problem]:
                 if key[-1] in ("vpcCidr", "availabilityZones", "gpuAvailabilityZone"):
                     p.append((path(*key), "has no effect with network.existing (the VPC and its subnets exist; "
                                           "the GPU nodes and FSx go into gpuSubnetId); remove it"))
+    monitoring = getattr(cfg, "monitoring", None)
+    if monitoring is not None and getattr(cfg, "monitoring_enabled", True) is False:
+        for key in _set_keys(monitoring, ("monitoring",)):
+            if key[-1] != "enabled":
+                p.append((path(*key), "has no effect while monitoring is off (monitoring.enabled; off by default on a "
+                                      "bring-your-own cluster): remove it, or set monitoring.enabled: true"))
     return p
 
 
