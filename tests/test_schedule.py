@@ -13,7 +13,7 @@ from test_kueue_support import variant
 from components.offline import policy, render, schedule
 from components.stack import catalog
 
-P5_ORDER = ["rltrain-validation", "rltrain-nccl-test", "rltrain-training", "rltrain-multinode"]
+P5_ORDER = ["rltrain-validation", "rltrain-nccl-test", "rltrain-multinode", "rltrain-training"]
 
 
 def outcomes(rows):
@@ -41,8 +41,8 @@ def test_p5_runs_validation_then_nccl_then_training_each_whole():
     assert outcomes(rendered("p5").resources) == [
         ("rltrain-validation", schedule.RUNS_NOW, None),
         ("rltrain-nccl-test", schedule.QUEUED, "rltrain-validation"),
-        ("rltrain-training", schedule.QUEUED, "rltrain-nccl-test"),
-        ("rltrain-multinode", schedule.QUEUED, "rltrain-training"),
+        ("rltrain-multinode", schedule.QUEUED, "rltrain-nccl-test"),
+        ("rltrain-training", schedule.QUEUED, "rltrain-multinode"),
     ]
     s = schedule.simulate(rendered("p5").resources)
     assert s.queued and not s.partial_admission
@@ -58,8 +58,9 @@ def test_p5_schedule_is_printed():
     lines = [line.strip() for line in text.splitlines()]
     assert "1. Job/rltrain-validation    priority    1000200  2 pods: runs now" in lines
     assert "2. MPIJob/rltrain-nccl-test  priority    1000100  3 pods: queued behind Job/rltrain-validation" in lines
-    assert "3. Job/rltrain-training      priority    1000000  1 pod: queued behind MPIJob/rltrain-nccl-test" in lines
-    assert "4. Job/rltrain-multinode     priority    1000000  2 pods: queued behind Job/rltrain-training" in lines
+    # Equal priorities are listed by name (Kueue takes the older; one `up` creates both).
+    assert "3. Job/rltrain-multinode     priority    1000000  2 pods: queued behind MPIJob/rltrain-nccl-test" in lines
+    assert "4. Job/rltrain-training      priority    1000000  1 pod: queued behind Job/rltrain-multinode" in lines
 
 
 def test_swapping_two_priorities_swaps_the_order():
@@ -70,7 +71,7 @@ def test_swapping_two_priorities_swaps_the_order():
     # Training first, when its class outranks the checks.
     r = variant("p5", {"rltrain:workloads": {"priority": 2000000}})
     assert [name for name, _, _ in outcomes(r.resources)] == [
-        "rltrain-training", "rltrain-multinode", "rltrain-validation", "rltrain-nccl-test"]
+        "rltrain-multinode", "rltrain-training", "rltrain-validation", "rltrain-nccl-test"]
 
 
 def test_p5_without_kueue_is_flagged_partial_admission_possible():

@@ -427,7 +427,10 @@ def simulate(resources: list[Resource]) -> Optional[Schedule]:
     names = {w.queue for w in found}
     queued = bool(found) and all(w.queue for w in found)
     queue = qs.get(next(iter(names))) if queued and len(names) == 1 else None
-    order = sorted(found, key=lambda w: (-w.priority, w.index))
+    # Equal priorities: Kueue's StrictFIFO takes the older one, and runs created by one `up` have no
+    # order known in advance; the name makes the report deterministic (the engine's registration
+    # order is not: registrations run concurrently).
+    order = sorted(found, key=lambda w: (-w.priority, w.ref))
     strict = queue is not None and queue.strategy == "StrictFIFO"
     outcomes: dict[str, Outcome] = {}
     pending = []
