@@ -85,7 +85,11 @@ class EksCluster(pulumi.ComponentResource):
             # pulumi-eks creates the vpc-cni and kube-proxy add-ons with `mostRecent` unless a
             # version is given (pulumi-eks cni-addon.ts, cluster.ts): any `up` could then roll
             # aws-node across busy GPU nodes. Pinned per Kubernetes minor in versions.py.
-            vpc_cni_options=eks.VpcCniOptionsArgs(addon_version=addon_versions["vpc-cni"]),
+            # enable_network_policy: the VPC CNI's network policy agent, without which EKS enforces
+            # no NetworkPolicy at all (VPC CNI >= 1.14, kernel >= 5.10; pulumi-eks sets
+            # {"enableNetworkPolicy": "true"} on the managed vpc-cni add-on; FACTS "Deploy semantics").
+            vpc_cni_options=eks.VpcCniOptionsArgs(addon_version=addon_versions["vpc-cni"],
+                                                  enable_network_policy=True),
             kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(version=addon_versions["kube-proxy"]),
             # pulumi-eks manages coredns only with its default node group or Fargate; it is
             # created below, pinned, once the system nodes can run it.

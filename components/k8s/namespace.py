@@ -14,7 +14,8 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.stack.config import StackConfig
-from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, MANAGED_BY
+from components.stack.labels import (CHECKS_SERVICE_ACCOUNT, DEFAULT_DENY_POLICY, GPU_INSTANCE_ANNOTATION,
+                                     GPU_NODES_ANNOTATION, MANAGED_BY)
 
 SECRET_NAME = "training-secrets"
 
@@ -74,6 +75,26 @@ def service_account_args(a: TrainingNamespaceArgs) -> k8s.core.v1.ServiceAccount
     )
 
 
+def checks_service_account_args(a: TrainingNamespaceArgs) -> k8s.core.v1.ServiceAccountInitArgs:
+    """The validation and NCCL test pods' own account: they borrow nothing from training (no
+    Pod Identity role, no Secret), and need no API token either."""
+    return k8s.core.v1.ServiceAccountInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=CHECKS_SERVICE_ACCOUNT, namespace=a.namespace, labels=MANAGED_BY),
+        automount_service_account_token=False,
+    )
+
+
+def default_deny_args(a: TrainingNamespaceArgs) -> k8s.networking.v1.NetworkPolicyInitArgs:
+    """Every pod of the namespace, in and out: nothing is allowed that a workload's own policy does
+    not allow (NetworkPolicies are additive). Enforced by the VPC CNI's network policy agent on a
+    created cluster; on a bring-your-own cluster enforcement is the cluster's."""
+    return k8s.networking.v1.NetworkPolicyInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=DEFAULT_DENY_POLICY, namespace=a.namespace, labels=MANAGED_BY),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(), policy_types=["Ingress", "Egress"]),
+    )
+
+
 def secret_args(a: TrainingNamespaceArgs,
                 values: Mapping[str, pulumi.Input[str]]) -> k8s.core.v1.SecretInitArgs:
     return k8s.core.v1.SecretInitArgs(
@@ -99,6 +120,8 @@ class TrainingNamespace(pulumi.ComponentResource):
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         k8s.core.v1.ResourceQuota(f"{name}-gpu-quota", gpu_quota_args(args), in_ns)
         sa = k8s.core.v1.ServiceAccount(f"{name}-sa", service_account_args(args), in_ns)
+        k8s.core.v1.ServiceAccount(f"{name}-checks-sa", checks_service_account_args(args), in_ns)
+        k8s.networking.v1.NetworkPolicy(f"{name}-default-deny", default_deny_args(args), in_ns)
         self.namespace = ns.metadata.name
         self.service_account = sa.metadata.name
         self.secret_name = None

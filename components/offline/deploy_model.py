@@ -488,6 +488,48 @@ def _run_replacement(resources, ctx):
                             "pulumi.com/waitFor (the deletion is then awaited)", r["name"])
 
 
+# --- network isolation -------------------------------------------------------------------------
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()) and \
+        not selector.get("matchExpressions")
+
+
+def enforcement(resources: list[Resource]) -> Optional[bool]:
+    """Whether something enforces NetworkPolicy: the VPC CNI's policy agent on a created cluster
+    (FACTS "NetworkPolicy on EKS"); None on a bring-your-own cluster (the cluster's business)."""
+    cluster = next((r for r in resources if r["type"] == "eks:index:Cluster"), None)
+    if cluster is None:
+        return None
+    return str((cluster["inputs"].get("vpcCniOptions") or {}).get("enableNetworkPolicy")).lower() == "true"
+
+
+@rule("network-policy", "every GPU pod is selected by a NetworkPolicy, and policies exist only where enforced")
+def _network_policy(resources, ctx):
+    policies = [(o.get("metadata") or {}, o.get("spec") or {}) for _, o in k8s_objects(resources)
+                if o.get("kind") == "NetworkPolicy"]
+    if policies and enforcement(resources) is False:
+        yield Violation("network-policy", "VPC CNI", f"{len(policies)} NetworkPolicies but no enforcement: the "
+                        "VPC CNI's network policy agent is off, every pod can reach every other",
+                        "vpc_cni_options enable_network_policy=True (pulumi-eks)")
+    for p in pods(resources):
+        if not p.requests_gpu():
+            continue
+        if not any(_selects(spec.get("podSelector") or {}, p.labels) for _, spec in policies):
+            yield Violation("network-policy", p.owner, "no NetworkPolicy selects its pods: reachable from any pod",
+                            "a default deny in the namespace and a policy for the run", p.pulumi_name)
+
+
+def isolation_summary(resources: list[Resource]) -> list[str]:
+    on = enforcement(resources)
+    policies = sorted(f"{(o.get('metadata') or {}).get('name')}" for _, o in k8s_objects(resources)
+                      if o.get("kind") == "NetworkPolicy")
+    state = {True: "enforced (VPC CNI network policy agent on)", False: "NOT enforced",
+             None: "enforcement is the cluster's (bring-your-own): check its CNI"}[on]
+    return [f"network policies: {state}; {', '.join(policies) or 'none'}"]
+
+
 # --- cluster-wide objects ----------------------------------------------------------------------------
 
 CLUSTER_SCOPED = {"Namespace", "PriorityClass", "PersistentVolume", "ClusterRole", "ClusterRoleBinding",

@@ -211,6 +211,7 @@ def summary(rendered: Rendered) -> str:
     if ckpt:
         lines.append("  " + ckpt[2])
     lines += ["  " + line for line in deploy_model.cluster_wide(rendered.resources)]
+    lines += ["  " + line for line in deploy_model.isolation_summary(rendered.resources)]
     lines += ["  " + line for line in deploy_model.flow_table(rendered.resources)]
     lines += ["  " + line for line in policy.fit_report(rendered.resources)]
     return "\n".join(lines)

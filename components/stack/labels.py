@@ -17,4 +17,8 @@ ROLE_LABEL = {"role": "gpu-training"}
 # Recorded on the training Namespace: the GPU node shape its workloads are sized for, so the
 # policy rules can check them, also on a bring-your-own cluster.
 GPU_INSTANCE_ANNOTATION = "rltrain/gpu-instance-type"
+# The service account of the cluster checks (validation, NCCL test): no AWS role, no API token.
+CHECKS_SERVICE_ACCOUNT = "rltrain-checks"
+# The training namespace's default-deny NetworkPolicy: what no other policy allows is refused.
+DEFAULT_DENY_POLICY = "default-deny"
 GPU_NODES_ANNOTATION = "rltrain/gpu-node-count"

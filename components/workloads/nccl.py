@@ -29,6 +29,7 @@ import pulumi_kubernetes as k8s
 from components.k8s import kueue
 from components.stack import catalog
 from components.stack.config import StackConfig
+from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.workloads import placement, runs, security, sizing, volumes
 # Kubeflow MPI operator release manifest (no official Helm chart; FACTS.md). Pinned: bump the tag
 # here and nowhere else. Applied with server-side apply (the provider default), which the CRD's
@@ -130,7 +131,8 @@ def _env(values: dict[str, str]) -> list[k8s.core.v1.EnvVarArgs]:
 
 def _pod_spec_common(cfg: StackConfig) -> dict[str, Any]:
     return dict(
-        service_account_name=cfg.training.service_account,
+        # Its own account: the test borrows nothing from training (no AWS role, no Secret).
+        service_account_name=CHECKS_SERVICE_ACCOUNT,
         automount_service_account_token=False,
         # After validation, ahead of training in the queue (workloads.ncclTest.priority).
         priority_class_name=runs.check_priority_class(cfg, COMPONENT),
@@ -224,6 +226,29 @@ def mpijob_spec(a: NcclTestArgs) -> dict[str, Any]:
     }
 
 
+def network_policy_args(namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
+    """Launcher and workers talk to each other on any TCP port (ssh, OpenMPI's out-of-band
+    channel, NCCL's socket bootstrap; EFA traffic itself is not IP) and resolve names; nothing
+    else in or out. The namespace's default deny refuses the rest."""
+    test = k8s.meta.v1.LabelSelectorArgs(match_labels={"app.kubernetes.io/component": COMPONENT})
+    same = k8s.networking.v1.NetworkPolicyPeerArgs(pod_selector=test)
+    dns = k8s.networking.v1.NetworkPolicyPeerArgs(
+        namespace_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"kubernetes.io/metadata.name": "kube-system"}),
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-dns"}))
+    return k8s.networking.v1.NetworkPolicyInitArgs(
+        metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME)),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=test,
+            policy_types=["Ingress", "Egress"],
+            ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[same])],
+            egress=[k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[same]),
+                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[dns], ports=[
+                        k8s.networking.v1.NetworkPolicyPortArgs(port=53, protocol="UDP"),
+                        k8s.networking.v1.NetworkPolicyPortArgs(port=53, protocol="TCP")])],
+        ),
+    )
+
+
 class NcclTest(pulumi.ComponentResource):
     """MPI operator (pinned release manifest, optional) and the NCCL all-reduce MPIJob."""
 
@@ -238,6 +263,9 @@ class NcclTest(pulumi.ComponentResource):
             operator = k8s.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=MPI_OPERATOR_MANIFEST,
                                               opts=runs.child_opts(self, opts))
             deps.append(operator)
+        netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(namespace),
+                                                 runs.child_opts(self, opts))
+        deps.append(netpol)
         skips = security.checkov_skips(cfg, image=cfg.workloads.nccl_test.image)
         # With workloads.trainingAfterChecks `pulumi up` waits for the MPIJob's Succeeded condition
         # (the training runs depend on it); otherwise it does not wait at all.

@@ -45,6 +45,7 @@ def training_pod_template(
     checkpoints: bool = True,
     secret_refs: Mapping[str, str] = {},
     priority_class_name: Optional[str] = None,
+    service_account: Optional[str] = None,
 ) -> k8s.core.v1.PodTemplateSpecArgs:
     """One whole GPU node's pod running `command` in the training image.
 
@@ -74,7 +75,7 @@ def training_pod_template(
                                                                                 **(annotations or {})}),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy=restart_policy,
-            service_account_name=cfg.training.service_account,
+            service_account_name=service_account or cfg.training.service_account,
             automount_service_account_token=False,
             priority_class_name=priority_class_name or priority_class(cfg),
             termination_grace_period_seconds=w.termination_grace_period_seconds,

@@ -28,6 +28,7 @@ import pulumi_kubernetes as k8s
 from components.k8s import kueue
 from components.stack import catalog
 from components.stack.config import StackConfig
+from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.workloads import placement, pod, runs, security, sizing, volumes
 NAME = "rltrain-validation"
 COMPONENT = "validation"
@@ -75,6 +76,8 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
         scripts=[a.scripts["validate_node.py"]],
         checkpoints=False,
         read_only_root=True,
+        # Its own account: validation borrows nothing from training (no AWS role, no Secret).
+        service_account=CHECKS_SERVICE_ACCOUNT,
         # Ahead of the NCCL test and training in the queue (workloads.validation.priority).
         priority_class_name=runs.check_priority_class(cfg, COMPONENT),
     )
