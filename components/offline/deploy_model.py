@@ -279,8 +279,9 @@ def required_flows(eps: dict[str, Endpoint]) -> list[Flow]:
             flows += [
                 Flow("GPU pods -> CoreDNS on system nodes (udp)", "GPU nodes", "system nodes", "udp", (53, 53)),
                 Flow("GPU pods -> CoreDNS on system nodes (tcp)", "GPU nodes", "system nodes", "tcp", (53, 53)),
-                # The MPI launcher has no GPU and runs on system nodes: ssh and OpenMPI's
-                # out-of-band TCP to the workers, and back; operators and webhooks likewise.
+                # Without Kueue the MPI launcher (no GPU) lands on a system node (with Kueue the
+                # flavor's node labels put it on a GPU node): ssh and OpenMPI's out-of-band TCP to
+                # the workers, and back; operators and webhooks likewise.
                 Flow("system nodes -> GPU nodes, all TCP (MPI launcher, operators)", "system nodes", "GPU nodes",
                      "tcp", (0, 65535)),
                 Flow("GPU nodes -> system nodes, all TCP (MPI ranks, webhooks)", "GPU nodes", "system nodes",
