@@ -521,3 +521,28 @@ def test_error_text_is_json_safe_and_single_line_per_problem(tmp_path):
     _, text = problems(lambda c: section(c, "workloads").update(env={"X": TOKENS["slack"]}), tmp_path)
     json.dumps(text)
     assert all(re.match(r"^(invalid stack config|  rltrain:)", line) for line in text.splitlines())
+
+
+def test_ray_token_secret_is_validated_before_the_program_runs(tmp_path):
+    """Before: a rayAuthTokenSecret that was not set failed inside the program (require_secret)."""
+    doc = stack_doc("p5")
+    section(doc["config"], "workloads")["multiNode"] = {"enabled": True, "rayAuthTokenSecret": "rayToken"}
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    values, secret = stackfile.read(path)
+    with pytest.raises(config.ConfigError) as e:
+        config.load({k[len("rltrain:"):]: v for k, v in values.items() if k.startswith("rltrain:")},
+                    secret_keys={k[len("rltrain:"):] for k in secret}, region="us-east-1")
+    assert dict(e.value.problems)["rltrain:rayToken"] == (
+        "is missing (named by workloads.multiNode.rayAuthTokenSecret): pulumi config set --secret rltrain:rayToken VALUE")
+    # Offline, a secret not set is no error (components/offline/unset_secrets.py): the render goes through.
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for name in ("__main__.py", "Pulumi.yaml"):
+        shutil.copy(ROOT / name, proj / name)
+    (proj / "components").symlink_to(ROOT / "components")
+    (proj / "Pulumi.bad.yaml").write_text(yaml.safe_dump(doc))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = render.main(["--stack", "bad", "--project-dir", str(proj), "--out", str(tmp_path / "out")])
+    assert code == 0, err.getvalue()

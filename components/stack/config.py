@@ -607,6 +607,13 @@ def _cross_checks(cfg: StackConfig, region: Optional[str], config_keys: set[str]
             p.append((_path((key,)),
                       f"{state} (named by training.secretEnv.{env}): "
                       f"pulumi config set --secret {NAMESPACE}:{key} VALUE"))
+    ray_key = cfg.workloads.multi_node.ray_auth_token_secret
+    if cfg.workloads.multi_node.enabled and ray_key and ray_key not in secret_keys:
+        # Without this the program's require_secret fails while it runs (a traceback, not a key path).
+        state = "is not secret" if ray_key in config_keys else "is missing"
+        p.append((_path((ray_key,)),
+                  f"{state} (named by workloads.multiNode.rayAuthTokenSecret): "
+                  f"pulumi config set --secret {NAMESPACE}:{ray_key} VALUE"))
 
     w = cfg.workloads
     if w.multi_node.enabled and cfg.multi_node_count > g.count:
