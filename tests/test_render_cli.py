@@ -62,7 +62,7 @@ def test_fast_exit_changes_no_byte(tmp_path):
     (proj / "components").symlink_to(ROOT / "components")
     proc = cli("--stack", "byo", "--out", str(tmp_path / "cli"), "--project-dir", str(proj))
     assert proc.returncode == 0, proc.stderr
-    r = rendered("byo")
+    r = render.render_stack("byo", proj)  # fresh, in this (normal) interpreter, from the same files
     render.write(r, tmp_path / "lib")
     for name in ("manifests.yaml", "resources.json"):
         assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "lib" / name).read_bytes(), name
