@@ -428,7 +428,8 @@ def fit_report(resources: list[Resource]) -> list[str]:
     lines = [f"fit on {it.name}: allocatable {a.cpu:.2f} CPU, {a.memory_gib_conservative:.1f} GiB "
              f"(nodeadm formula, after 7.5 % VM overhead{huge}), {it.gpu_count} GPU, {it.efa_devices} EFA; "
              f"DaemonSets {catalog.DAEMONSET_CPU_MILLI}m CPU, {catalog.DAEMONSET_MEMORY_MIB} MiB"]
-    for p in pods(resources):
+    # By owner: the engine registers resources concurrently, so record order varies run to run.
+    for p in sorted(pods(resources), key=lambda p: p.owner):
         if not p.requests_gpu():
             continue
         req = pod_requests(p)

@@ -11,19 +11,10 @@ import pulumi_kubernetes as k8s
 
 from components.stack import catalog
 from components.stack.config import StackConfig
+# Env the program sets, which `workloads.env` may not override: defined with the config checks that
+# refuse them.
+from components.stack.refusals import PROTECTED_ENV
 from components.workloads.runs import short_hash
-
-# Env set by the program; user `workloads.env` may not override these (the launcher and the
-# validation script depend on them being right).
-PROTECTED_ENV = frozenset({
-    "NUM_GPUS", "NUM_NODES", "POD_NAMESPACE", "NODE_NAME", "JOB_COMPLETION_INDEX",
-    "RAY_HEAD_HOST", "RAY_PORT", "RAY_NODE_WAIT_SECONDS", "RUN_DONE_MARKER",
-    "EXPECTED_GPUS", "EXPECTED_EFA", "SHM_MIN_GIB", "FSX_PATH", "CKPT_DIR", "RESUME",
-    # Ray is reached at the explicit head address only, with the token from the Secret
-    # (components/scripts/ray_launcher.py): never from a plain value in config.
-    "RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "RAY_START_TIMEOUT_SECONDS", "RAY_CONNECT_TIMEOUT_SECONDS",
-    "RAY_JOIN_DEADLINE_SECONDS",
-})
 
 # The resume contract: every run writes checkpoints under its own directory on FSx, keyed by what
 # makes old checkpoints unusable (model, trainer config, node count), and resumes from the newest
