@@ -209,9 +209,10 @@ PROTECTED_ENV = frozenset({
     "RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "RAY_START_TIMEOUT_SECONDS", "RAY_CONNECT_TIMEOUT_SECONDS",
     "RAY_JOIN_DEADLINE_SECONDS",
 })
-# Plain env the pod builder always sets besides PROTECTED_ENV and the NCCL settings of the catalog.
+# Plain env the pod builder always sets besides PROTECTED_ENV and the NCCL settings of the catalog
+# (RAY_START_EXTRA_ARGS: the launcher forms' multi-node pods; workloads.env's value is kept in it).
 PROGRAM_ENV = frozenset({"CONFIG_NAME", "VENV_NAME", "MODEL_PATH", "EXPERIMENT_NAME", "PYTORCH_CUDA_ALLOC_CONF",
-                         "TORCH_NCCL_AVOID_RECORD_STREAMS"})
+                         "TORCH_NCCL_AVOID_RECORD_STREAMS", "RAY_START_EXTRA_ARGS"})
 # Mirrors components/workloads/sizing.py (tests check the two agree for every type and size).
 MEMORY_HEADROOM = 0.02
 SHM_MAX_SHARE = 0.25

@@ -24,6 +24,10 @@ published, and the launcher binds the dashboard to loopback. Ray node-to-node tr
 object manager, worker ports 10002-19999 by default) and NCCL's TCP bootstrap use ports picked at
 run time, so the NetworkPolicy admits every port *between pods of the same run* and nothing from any
 other pod. EFA traffic (SRD) bypasses the kernel IP stack and is not subject to NetworkPolicy.
+Every node exports Ray's metrics on 8080 (`--metrics-export-port` through RAY_START_EXTRA_ARGS),
+declared as the container port `ray-metrics` that the monitoring's PodMonitor scrapes.
+
+The third form, `rayjob` (a KubeRay RayJob), is components/workloads/rayjob.py.
 
 No liveness probe (D3): nothing observable from outside tells a hung collective from a long step;
 the launcher exits non-zero when the cluster does not form (3, 4), and activeDeadlineSeconds bounds
@@ -33,6 +37,7 @@ a hang.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Optional
 
 import pulumi
@@ -48,6 +53,14 @@ LAUNCHER = "/scripts/ray_launcher.py"
 POD_IDENTITY_CIDR = "169.254.170.23/32"
 # FSx for Lustre: TCP 988 and 1018-1023 (FACTS.md).
 LUSTRE_PORTS = ((988, None), (1018, 1023))
+# Ray's Prometheus metrics on every node (metrics-export-port, 8080 in the AWS reference, FACTS
+# "Monitoring"), declared as a container port by this name: the Ray PodMonitor of
+# components/k8s/monitoring.py scrapes the run pods' port of that name (tests check they agree).
+# The dashboard agent serves it also with the launcher's --include-dashboard=false (Ray 2.60
+# services.py starts the agent on every node; a "minimal" Ray without ray[default] has no metrics).
+RAY_METRICS_PORT = 8080
+RAY_METRICS_PORT_NAME = "ray-metrics"
+EXTRA_ARGS_ENV = "RAY_START_EXTRA_ARGS"
 
 
 class MultiNodeTrainingArgs(runs.WorkloadArgs):
@@ -82,12 +95,20 @@ def ray_secret_refs(cfg: StackConfig) -> dict[str, str]:
     return {"RAY_AUTH_TOKEN": key} if key else {}
 
 
+def ray_start_extra_args(cfg: StackConfig) -> str:
+    """The launcher's RAY_START_EXTRA_ARGS (added to every `ray start`, head and workers): those of
+    `workloads.env`, then the metrics port, last so that it wins (click keeps the last value)."""
+    own = shlex.join([f"--metrics-export-port={RAY_METRICS_PORT}"])
+    return " ".join(a for a in (cfg.workloads.env.get(EXTRA_ARGS_ENV, "").strip(), own) if a)
+
+
 def ray_env(cfg: StackConfig, run: str, namespace: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
     mn = cfg.workloads.multi_node
     env: dict[str, pulumi.Input[str]] = {
         "RAY_HEAD_HOST": head_host(run, namespace),
         "RAY_PORT": str(mn.ray_port),
         "RAY_NODE_WAIT_SECONDS": str(mn.node_wait_seconds),
+        EXTRA_ARGS_ENV: ray_start_extra_args(cfg),
     }
     if mn.form == "statefulset":
         env["RUN_DONE_MARKER"] = done_marker(cfg, run)
@@ -219,6 +240,8 @@ def pod_template(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
         secret_refs=ray_secret_refs(cfg),
         # Kueue places the pod set preferably under one nearest switch (never required).
         annotations=kueue.podset_topology(cfg) if form == "indexed-job" else None,
+        ports=[k8s.core.v1.ContainerPortArgs(name=RAY_METRICS_PORT_NAME, container_port=RAY_METRICS_PORT,
+                                             protocol="TCP")],
     )
 
 

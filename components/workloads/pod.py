@@ -31,7 +31,7 @@ def training_pod_template(
     claim_name: str,
     secret_name: Optional[pulumi.Input[str]],
     pod_labels: Mapping[str, str],
-    command: Sequence[str],
+    command: Optional[Sequence[str]],
     num_nodes: int,
     extra_env: Optional[Mapping[str, pulumi.Input[str]]] = None,
     affinity: Optional[k8s.core.v1.AffinityArgs] = None,
@@ -46,6 +46,7 @@ def training_pod_template(
     secret_refs: Mapping[str, str] = {},
     priority_class_name: Optional[str] = None,
     service_account: Optional[str] = None,
+    ports: Sequence[k8s.core.v1.ContainerPortArgs] = (),
 ) -> k8s.core.v1.PodTemplateSpecArgs:
     """One whole GPU node's pod running `command` in the training image.
 
@@ -53,6 +54,8 @@ def training_pod_template(
     to write only to its volumes. `scripts`: the programs the command runs, mounted at /scripts;
     the template carries their digest (a changed script is a new run of this workload only).
     `priority_class_name`: default the training PriorityClass; checks run in their own (queue order).
+    `command` None: the image's own (a KubeRay Ray container, whose command KubeRay writes).
+    `ports`: the container's named ports (Ray's metrics port, which the Ray PodMonitor scrapes by name).
     """
     w = cfg.workloads
     sizing = sizing or pod_sizing(cfg)
@@ -64,7 +67,8 @@ def training_pod_template(
         name=CONTAINER,
         image=w.image,
         image_pull_policy="IfNotPresent",
-        command=list(command),
+        command=list(command) if command is not None else None,
+        ports=list(ports) or None,
         env=env,
         resources=sizing.resources(),
         volume_mounts=volume_mounts(scripts=bool(scripts), tmp=read_only_root),
