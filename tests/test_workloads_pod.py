@@ -216,27 +216,27 @@ def test_run_affinity_colocates_instead_of_spreading():
     assert 0 < prefs["topology.k8s.aws/network-node-layer-2"] < 100
 
 
-def test_checkov_skips_are_reasoned_and_conditional():
-    skips = security.checkov_skips(make_cfg(), image=IMAGE)
-    checks = [v.split("=", 1)[0] for v in skips.values()]
-    assert "CKV_K8S_11" in checks and "CKV_K8S_43" in checks and "CKV_K8S_35" not in checks
-    assert all("=" in v and len(v.split("=", 1)[1]) > 10 for v in skips.values())
-    digest = security.checkov_skips(make_cfg(), image="r/i@sha256:" + "0" * 64, secrets=True)
-    checks = [v.split("=", 1)[0] for v in digest.values()]
-    assert "CKV_K8S_43" not in checks and "CKV_K8S_35" in checks
-    hardened = security.checkov_skips(make_cfg(), image=IMAGE, cpu_limit=True, read_only_root=True)
-    checks = [v.split("=", 1)[0] for v in hardened.values()]
-    assert "CKV_K8S_11" not in checks and "CKV_K8S_22" not in checks and "CKV_K8S_22" in [
-        v.split("=", 1)[0] for v in skips.values()]
-    # checkov splits the annotation on "=": a reason containing one would break the skip
-    with pytest.raises(ValueError, match="free of"):
-        security.checkov_skips(make_cfg(), image=IMAGE, extra=[("CKV_K8S_37", "a=b")])
+def test_checkov_skips_follow_the_pod():
+    # what each pod does decides its skips (components/workloads/security.py; tests/test_checkov.py
+    # holds them to checkov): the trainer's, with a secret env
+    t = template(make_cfg(training={"secretEnv": {"HF_TOKEN": "hfToken"}}))
+    skips = security.parse(security.annotate(t, security.TRAINING, kind="Job"))
+    assert set(skips) == {"CKV_K8S_11", "CKV_K8S_15", "CKV_K8S_22", "CKV_K8S_23", "CKV_K8S_35", "CKV_K8S_40",
+                          "CKV_K8S_43"}
+    assert skips["CKV_K8S_11"] == "no CPU limit: " + security.TRAINING.no_cpu_limit
+    assert skips["CKV_K8S_35"].startswith("Secret values in env HF_TOKEN: ")
+    assert skips["CKV_K8S_23"].startswith("no runAsUser or runAsNonRoot, every capability dropped: ")
+    # no secret env, an image by digest: no skip for either
+    t = template(make_cfg(workloads={"image": "r/i@sha256:" + "0" * 64}))
+    skips = security.parse(security.annotate(t, security.TRAINING, kind="Job"))
+    assert "CKV_K8S_35" not in skips and "CKV_K8S_43" not in skips and "CKV_K8S_15" not in skips
 
 
 def test_template_and_workload_share_the_skips():
     t = template(make_cfg(training={"secretEnv": {"HF_TOKEN": "hfToken"}}), annotations={"x": "y"})
-    skips = security.skips_of(t)
-    assert skips and all(k.startswith("checkov.io/skip") for k in skips)
+    skips = security.annotate(t, security.TRAINING, kind="Job")
+    assert skips and skips == security.skips_of(t) and all(k.startswith("checkov.io/skip") for k in skips)
+    assert t.metadata.annotations["x"] == "y"
     assert "x" not in skips and "CKV_K8S_35" in {v.split("=", 1)[0] for v in skips.values()}
 
 
@@ -247,7 +247,7 @@ def test_read_only_root_gets_a_tmp_volume():
     assert {m.name: m.mount_path for m in c.volume_mounts}["tmp"] == "/tmp"
     tmp = {v.name: v for v in t.spec.volumes}["tmp"]
     assert tmp.empty_dir.size_limit == volumes.TMP_SIZE and tmp.empty_dir.medium is None
-    assert "CKV_K8S_22" not in {v.split("=", 1)[0] for v in security.skips_of(t).values()}
+    assert "CKV_K8S_22" not in security.parse(security.annotate(t, security.TRAINING, kind="Job"))
     # training keeps a writable root filesystem
     assert template(make_cfg()).spec.containers[0].security_context.read_only_root_filesystem is None
 

@@ -45,6 +45,7 @@ from components.stack import versions
 from components.stack.config import GRAFANA_PASSWORD_KEY, StackConfig
 from components.stack.labels import (GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, MANAGED_BY,
                                      ROLE_LABEL)
+from components.workloads import security
 
 RELEASE = "kube-prometheus-stack"
 DCGM_RELEASE = "dcgm-exporter"
@@ -315,6 +316,9 @@ def efa_configmap_args(a: MonitoringArgs) -> k8s.core.v1.ConfigMapInitArgs:
         immutable=True, data={EFA_SCRIPT.name: text})
 
 
+# Root: it writes into a host directory the kubelet creates root-owned (hostPath ignores fsGroup).
+EFA_SKIP_REASONS = security.Reasons(
+    root="it writes into the host's textfile directory, which the kubelet creates root-owned (hostPath ignores fsGroup)")
 _FRESH = ("import os, sys, time; "
           f"sys.exit(time.time() - os.path.getmtime('/textfile/efa.prom') > {4 * EFA_INTERVAL_SECONDS})")
 
@@ -325,22 +329,14 @@ def efa_daemonset_args(a: MonitoringArgs) -> k8s.apps.v1.DaemonSetInitArgs:
     probe = k8s.core.v1.ProbeArgs(exec_=k8s.core.v1.ExecActionArgs(command=["python3", "-c", _FRESH]),
                                   initial_delay_seconds=EFA_INTERVAL_SECONDS * 2,
                                   period_seconds=EFA_INTERVAL_SECONDS * 2, timeout_seconds=5)
-    skips = {
-        # Root: it writes into a host directory the kubelet creates root-owned (hostPath ignores
-        # fsGroup); every capability dropped, read-only root filesystem, no privilege escalation.
-        "checkov.io/skip1": "CKV_K8S_23=writes the root-owned hostPath textfile directory; all capabilities dropped",
-        "checkov.io/skip2": "CKV_K8S_40=writes the root-owned hostPath textfile directory; all capabilities dropped",
-        "checkov.io/skip3": "CKV_K8S_15=IfNotPresent on purpose: the image is pinned by digest",
-    }
-    return k8s.apps.v1.DaemonSetInitArgs(
+    ds = k8s.apps.v1.DaemonSetInitArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(name=EFA_APP, namespace=a.namespace,
-                                            labels={**_labels("efa-metrics"), **selector}, annotations=skips),
+                                            labels={**_labels("efa-metrics"), **selector}),
         spec=k8s.apps.v1.DaemonSetSpecArgs(
             selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
             update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="RollingUpdate"),
             template=k8s.core.v1.PodTemplateSpecArgs(
-                metadata=k8s.meta.v1.ObjectMetaArgs(labels={**_labels("efa-metrics"), **selector},
-                                                    annotations=skips),
+                metadata=k8s.meta.v1.ObjectMetaArgs(labels={**_labels("efa-metrics"), **selector}),
                 spec=k8s.core.v1.PodSpecArgs(
                     node_selector=dict(ROLE_LABEL),
                     tolerations=[k8s.core.v1.TolerationArgs(**GPU_TOLERATION)],
@@ -385,6 +381,9 @@ def efa_daemonset_args(a: MonitoringArgs) -> k8s.apps.v1.DaemonSetInitArgs:
             ),
         ),
     )
+    # checkov skips derived from the pod, on the template and on the DaemonSet (which checkov reads).
+    ds.metadata.annotations = security.annotate(ds.spec.template, EFA_SKIP_REASONS, kind="DaemonSet")
+    return ds
 
 
 # --- Ray --------------------------------------------------------------------------------------------

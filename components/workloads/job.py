@@ -50,10 +50,12 @@ def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
         num_nodes=1,
     )
     return k8s.batch.v1.JobInitArgs(
-        # checkov reads skips from the Job's own metadata, not from its pod template.
+        # checkov reads skips from the Job's own metadata, not from its pod template: the skips
+        # derived from the pod, on both.
         # The queue label (Kueue on): Kueue suspends the Job at creation and starts it once admitted.
         metadata=runs.object_metadata(NAME, namespace, {**obj_labels, **kueue.queue_labels(cfg)},
-                                      {**runs.AWAIT_CREATED, **security.skips_of(template)}),
+                                      {**runs.AWAIT_CREATED,
+                                       **security.annotate(template, security.TRAINING, kind="Job")}),
         spec=k8s.batch.v1.JobSpecArgs(
             completions=1,
             parallelism=1,

@@ -36,6 +36,7 @@ a hang.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from typing import Optional
@@ -251,11 +252,13 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
     n = cfg.multi_node_count
     w = cfg.workloads
     template = pod_template(a, namespace, secret_name, run)
-    # checkov reads skips from the Job's own metadata, not from its pod template.
+    # checkov reads skips from the Job's own metadata, not from its pod template: the skips
+    # derived from the pod, on both.
     return k8s.batch.v1.JobInitArgs(
         # The queue label (Kueue on): admitted whole, every pod at once, or not at all.
         metadata=runs.object_metadata(run, namespace, {**runs.labels(COMPONENT, run), **kueue.queue_labels(cfg)},
-                                     {**runs.AWAIT_CREATED, **security.skips_of(template)}),
+                                     {**runs.AWAIT_CREATED,
+                                      **security.annotate(template, security.TRAINING, kind="Job")}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
@@ -271,13 +274,22 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
     )
 
 
+# The StatefulSet's pods are checked for probes too (checkov leaves them out only for Jobs).
+STATEFULSET_SKIP_REASONS = dataclasses.replace(
+    security.TRAINING,
+    no_liveness="nothing observable tells a hung collective from a long step (D3)",
+    no_readiness="the headless Service publishes not-ready pods: workers resolve the head before it is ready (D14)",
+)
+
+
 def statefulset_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
                      secret_name: Optional[pulumi.Input[str]], run: str = RUN) -> k8s.apps.v1.StatefulSetInitArgs:
     cfg = a.cfg
     template = pod_template(a, namespace, secret_name, run)
     return k8s.apps.v1.StatefulSetInitArgs(
         metadata=runs.object_metadata(run, namespace, runs.labels(COMPONENT, run),
-                                     {**runs.AWAIT_CREATED, **security.skips_of(template)}),
+                                     {**runs.AWAIT_CREATED,
+                                      **security.annotate(template, STATEFULSET_SKIP_REASONS, kind="StatefulSet")}),
         spec=k8s.apps.v1.StatefulSetSpecArgs(
             service_name=service_name(run),
             replicas=cfg.multi_node_count,

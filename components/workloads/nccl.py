@@ -60,7 +60,7 @@ MPI_TRANSPORT = ("--mca", "pml", "^ucx", "--mca", "btl", "tcp,self",
                  "--mca", "btl_tcp_if_exclude", "lo,docker0,veth_def_agent")
 RUN_SECONDS = 30 * 60
 DEADLINE_SECONDS = RUN_SECONDS + runs.IMAGE_PULL_MARGIN_SECONDS
-# Launcher: mpirun and ssh only.
+# Launcher: mpirun and ssh only (limits = requests).
 LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}
 # Worker: memory for NCCL's host buffers; /dev/shm (NCCL's
 # intra-node transport, well under 1 GiB for 8 GPUs) is charged to the memory limit.
@@ -69,6 +69,30 @@ WORKER_MEMORY = "32Gi"
 WORKER_SHM_GIB = 8
 SSHD_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE",
                      "SETGID", "SETUID", "SYS_CHROOT")
+# Why the launcher and the workers fail the checkov checks they fail (security.annotate_pods derives
+# which, and what each pod does, from the templates).
+_NCCL_IMAGE_PULL = "the pinned nccl-tests image, pulled once per node"
+_NCCL_IMAGE_TAG = "config accepts a specific tag (latest and untagged are refused) or a digest"
+SKIP_REASONS = {
+    "Launcher": security.Reasons(
+        root="the nccl-tests image runs as root and mpirun runs with --allow-run-as-root",
+        writable_root="mpirun writes its session directory under /tmp",
+        no_liveness="mpirun runs to completion; activeDeadlineSeconds ends a hang",
+        no_readiness="nothing connects to the launcher: it connects to the workers",
+        pull_policy=_NCCL_IMAGE_PULL,
+        tag=_NCCL_IMAGE_TAG,
+    ),
+    "Worker": security.Reasons(
+        root="sshd starts as root (privilege separation, port 22; mpi-operator's OpenMPI convention)",
+        added_capabilities="sshd needs them; all are in the Pod Security baseline set",
+        writable_root="sshd writes its pid file under /run, the MPI ranks it starts write under /tmp",
+        no_cpu_limit="CFS throttling of NCCL's and the EFA provider's threads would lower the measured bandwidth",
+        no_liveness="a restarted sshd would abort the running mpirun; activeDeadlineSeconds ends a hang",
+        no_readiness="nothing is load-balanced to the workers: the launcher connects to each by name",
+        pull_policy=_NCCL_IMAGE_PULL,
+        tag=_NCCL_IMAGE_TAG,
+    ),
+}
 
 
 class NcclTestArgs(runs.WorkloadArgs):
@@ -146,8 +170,8 @@ def launcher_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
     obj_labels = runs.labels(COMPONENT, f"{NAME}-launcher")
     scripts = [a.scripts["nccl_check.py"]]
     return k8s.core.v1.PodTemplateSpecArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(labels=obj_labels, annotations={
-            **security.checkov_skips(cfg, image=image, cpu_limit=False), **volumes.scripts_annotation(scripts)}),
+        # checkov skips: skip_annotations (from the built templates).
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=obj_labels, annotations=volumes.scripts_annotation(scripts)),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy="Never",
             **_pod_spec_common(cfg),
@@ -158,7 +182,7 @@ def launcher_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
                 command=["bash", "-c", launcher_script(cfg)],
                 env=_env(nccl_env(cfg)),
                 resources=k8s.core.v1.ResourceRequirementsArgs(
-                    requests=dict(LAUNCHER_RESOURCES), limits={"memory": LAUNCHER_RESOURCES["memory"]}),
+                    requests=dict(LAUNCHER_RESOURCES), limits=dict(LAUNCHER_RESOURCES)),
                 volume_mounts=[volumes.scripts_mount()],
                 security_context=security.container_security_context(),
             )],
@@ -181,11 +205,9 @@ def worker_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
     run = f"{NAME}-worker"
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(COMPONENT, run),
-                                            annotations={**security.checkov_skips(cfg, image=image, extra=[
-                                                ("CKV_K8S_37", "sshd (mpi-operator convention) needs "
-                                                               "baseline-level capabilities")]),
-                                                # Kueue: the workers preferably under one nearest switch.
-                                                **kueue.podset_topology(cfg)}),
+                                            # Kueue: the workers preferably under one nearest switch.
+                                            # checkov skips: skip_annotations (from the built templates).
+                                            annotations=kueue.podset_topology(cfg)),
         spec=k8s.core.v1.PodSpecArgs(
             **_pod_spec_common(cfg),
             node_selector=dict(placement.GPU_NODE_SELECTOR),
@@ -224,6 +246,14 @@ def mpijob_spec(a: NcclTestArgs) -> dict[str, Any]:
             "Worker": {"replicas": cfg.gpu_nodes.count, "template": worker_template(a)},
         },
     }
+
+
+def skip_annotations(spec: dict[str, Any]) -> dict[str, str]:
+    """The checkov skips of the MPIJob's pods, derived from its replica templates: each template gets
+    its own, the MPIJob all of them (checkov scans neither; tests/test_checkov.py scans the templates
+    as Pods)."""
+    return security.annotate_pods({role: r["template"] for role, r in spec["mpiReplicaSpecs"].items()},
+                                  SKIP_REASONS, kind="Pod")
 
 
 def network_policy_args(namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
@@ -266,7 +296,8 @@ class NcclTest(pulumi.ComponentResource):
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(namespace),
                                                  runs.child_opts(self, opts))
         deps.append(netpol)
-        skips = security.checkov_skips(cfg, image=cfg.workloads.nccl_test.image)
+        spec = mpijob_spec(args)
+        skips = skip_annotations(spec)
         # With workloads.trainingAfterChecks `pulumi up` waits for the MPIJob's Succeeded condition
         # (the training runs depend on it); otherwise it does not wait at all.
         awaits = (runs.await_success(args.await_seconds, custom_resource=True) if args.await_seconds
@@ -279,7 +310,7 @@ class NcclTest(pulumi.ComponentResource):
             # and admits launcher and workers together.
             metadata=runs.object_metadata(NAME, namespace, {**runs.labels(COMPONENT, NAME), **kueue.queue_labels(cfg)},
                                          {**awaits, **skips}),
-            spec=mpijob_spec(args),
+            spec=spec,
             # A custom resource is replaced only when its name or namespace changes; any other
             # spec change would be patched onto the finished MPIJob, which never runs again
             # (pulumi-kubernetes provider/pkg/provider/diff.go). Fixed name: delete first; the

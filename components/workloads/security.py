@@ -1,13 +1,40 @@
-"""Hardened pod and container security contexts, and the checkov skips that are deliberate, each with its reason.
+"""Hardened pod and container security contexts, and checkov skips derived from the pod they sit on.
+
+A checkov finding is either fixed in the builder or skipped on purpose with a
+`checkov.io/skip<N>: CHECK=reason` annotation. The skips here are not a fixed list: `skips` looks at
+the built pod spec, finds the checks it fails (the same conditions checkov 3.3.x tests, below), and
+writes each reason as `<what the pod does>: <why>`. The first part is generated from the spec (e.g.
+"adds capabilities AUDIT_WRITE, CHOWN", "every capability dropped", "no CPU limit"), so it is true of
+that pod; the second is the workload's own (`Reasons`, written beside the workload). A pod that fails
+a check its workload gives no reason for is an error at build time; a pod that passes a check gets
+no skip for it. tests/test_checkov.py holds the generator to checkov itself: on copies of the renders
+with every skip annotation removed, each object fails exactly the checks it skips, and it verifies
+every generated claim against the rendered object.
+
+checkov reads the skips from the metadata of the object it scans: for a Job, StatefulSet or
+DaemonSet the object's own (the pod template's are not read, also not for the graph checks). So
+`annotate` writes them on the pod template and returns them for the workload object. checkov does
+not look inside custom resources (MPIJob, RayJob): their pod templates are scanned as Pods extracted
+by components/offline/scan_report.py, each carrying its template's skips; the custom resource carries
+all of them (`annotate_pods`), each reason prefixed with the pod set it is true of where they differ.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import pulumi_kubernetes as k8s
 
 from components.stack.config import StackConfig
+
+SKIP_PREFIX = "checkov.io/skip"
+# Kinds whose pods checkov does not expect probes of (LivenessProbe.py, ReadinessProbe.py).
+NO_PROBE_CHECK_KINDS = ("Job", "CronJob")
+# checkov's high-UID check (RootContainersHighUID.py).
+HIGH_UID = 10000
+# Separates the pod sets' reasons on a custom resource holding several templates.
+PART_SEPARATOR = " | "
 
 
 def container_security_context(add_capabilities: Sequence[str] = (), *,
@@ -35,38 +62,209 @@ def image_is_digest(image: str) -> bool:
     return "@sha256:" in image
 
 
-def checkov_skips(cfg: StackConfig, *, image: str, cpu_limit: bool = False, read_only_root: bool = False,
-                  secrets: bool = False, extra: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
-    """Annotations for the checkov findings that are deliberate here, each with its reason.
+# ---------------------------------------------------------------------------------------------
+# checkov skips
 
-    checkov (3.3.x) reads `checkov.io/skip<N>: CHECK=reason` from the metadata of the object it
-    scans: for a Job or StatefulSet that is the object's own metadata, also for the graph checks on
-    the pod inside it (CKV2_K8S_*); the pod template's annotations are not read (tested by
-    experiment). So the workload object carries these (`skips_of(template)`), and the pod template
-    too, for Pods scanned on their own. A reason may not contain "=" (checkov splits on it).
-    """
-    reasons = [
-        ("CKV_K8S_8", "no liveness probe can tell a hung collective from a busy one (D3)"),
-        ("CKV_K8S_9", "run-to-completion pod, no traffic to gate on readiness"),
-        ("CKV_K8S_15", "IfNotPresent on purpose: large image with a pinned tag"),
-        ("CKV_K8S_23", "the CUDA/EFA image runs as root; all capabilities dropped"),
-        ("CKV_K8S_40", "the CUDA/EFA image runs as root; all capabilities dropped"),
-    ]
-    if not read_only_root:
-        reasons.append(("CKV_K8S_22", "Python, Ray and model caches write to the root filesystem"))
-    if not cpu_limit:
-        reasons.append(("CKV_K8S_11", "no CPU limit: CFS throttling stalls data loaders"))
-    if not image_is_digest(image):
-        reasons.append(("CKV_K8S_43", "a specific tag is enforced by config, latest is rejected"))
-    if secrets:
-        reasons.append(("CKV_K8S_35", "secretKeyRef env is what the training code reads"))
-    reasons += extra
-    if any("=" in why or not why.strip() for _, why in reasons):
-        raise ValueError(f"checkov skip reasons must be non-empty and free of '=': {reasons}")
-    return {f"checkov.io/skip{i}": f"{check}={why}" for i, (check, why) in enumerate(sorted(reasons), 1)}
+
+@dataclass(frozen=True)
+class Reasons:
+    """A workload's reasons for the checkov checks its pods fail on purpose (None: no reason; a pod
+    failing that check is refused). Each is the *why*; what the pod does is read from its spec."""
+
+    root: Optional[str] = None                # CKV_K8S_23 root, CKV_K8S_40 UID below 10000
+    writable_root: Optional[str] = None       # CKV_K8S_22 readOnlyRootFilesystem
+    no_cpu_limit: Optional[str] = None        # CKV_K8S_11 CPU limit
+    no_liveness: Optional[str] = None         # CKV_K8S_8 (not checked for Jobs)
+    no_readiness: Optional[str] = None        # CKV_K8S_9 (not checked for Jobs)
+    pull_policy: Optional[str] = None         # CKV_K8S_15 imagePullPolicy Always
+    tag: Optional[str] = None                 # CKV_K8S_43 image by digest
+    secret_env: Optional[str] = None          # CKV_K8S_35 Secret values in env
+    added_capabilities: Optional[str] = None  # CKV_K8S_25 capabilities added
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            why = getattr(self, f.name)
+            if why is None:
+                continue
+            # checkov splits the annotation on "="; "|" separates pod sets on a custom resource.
+            if not why.strip() or any(ch in why for ch in "=|"):
+                raise ValueError(f"checkov skip reason {f.name} must be non-empty and free of '=' and '|': {why!r}")
+
+
+# The training pod of pod.training_pod_template (the user's image and command): what holds for
+# every workload built on it. Probes are the workload's own (multinode.py, for the StatefulSet form).
+TRAINING = Reasons(
+    root="the user's training image runs as root and rltrain keeps its user",
+    writable_root="Python, Ray, Hugging Face and Triton write caches under $HOME, /tmp and the working directory",
+    no_cpu_limit="CFS throttling stalls data loaders",
+    pull_policy="a large image under a pinned tag, pulled once per node",
+    tag="config accepts a specific tag (latest and untagged are refused) or a digest",
+    secret_env="the training code reads its tokens from the environment (training.secretEnv)",
+)
+
+
+# The Reasons entry that explains each check.
+FIELDS = {
+    "CKV_K8S_8": "no_liveness", "CKV_K8S_9": "no_readiness", "CKV_K8S_11": "no_cpu_limit",
+    "CKV_K8S_15": "pull_policy", "CKV_K8S_22": "writable_root", "CKV_K8S_23": "root", "CKV_K8S_25": "added_capabilities",
+    "CKV_K8S_35": "secret_env", "CKV_K8S_40": "root", "CKV_K8S_43": "tag",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A check the pod fails: `fact` is what the spec shows, `field` the Reasons entry that explains it."""
+
+    check: str
+    fact: str
+    field: str
+
+
+def _get(obj: Any, name: str) -> Any:
+    return None if obj is None else getattr(obj, name, None)
+
+
+def _names(items: Sequence[str]) -> str:
+    return ", ".join(items)
+
+
+def _which(failing: Sequence[Any], containers: Sequence[Any]) -> str:
+    """" (in containers c1, c2)" when only some containers fail a check; "" when all do."""
+    if len(failing) == len(containers):
+        return ""
+    return f" (in containers {_names([c.name for c in failing])})"
+
+
+def _capability_fact(containers: Sequence[Any]) -> str:
+    drops_all = all("ALL" in (_get(_get(_get(c, "security_context"), "capabilities"), "drop") or [])
+                    for c in containers)
+    added = sorted({a for c in containers
+                    for a in (_get(_get(_get(c, "security_context"), "capabilities"), "add") or [])})
+    if drops_all and not added:
+        return "every capability dropped"
+    if drops_all:
+        return f"every capability dropped but {_names(added)}"
+    return f"capabilities not all dropped{', adds ' + _names(added) if added else ''}"
+
+
+def _user(spec: Any, container: Any) -> tuple[Optional[bool], Optional[int]]:
+    """(runAsNonRoot, runAsUser) in effect for a container: its own, else the pod's."""
+    pod, own = _get(spec, "security_context"), _get(container, "security_context")
+    non_root = _get(own, "run_as_non_root")
+    uid = _get(own, "run_as_user")
+    return (non_root if non_root is not None else _get(pod, "run_as_non_root"),
+            uid if uid is not None else _get(pod, "run_as_user"))
+
+
+def _user_fact(users: Sequence[tuple[Optional[bool], Optional[int]]]) -> str:
+    uids = sorted({"unset" if uid is None else str(uid) for _, uid in users})
+    non_root = sorted({"unset" if n is None else str(n).lower() for n, _ in users})
+    if uids == non_root == ["unset"]:
+        return "no runAsUser or runAsNonRoot"
+    return f"runAsUser {_names(uids)}, runAsNonRoot {_names(non_root)}"
+
+
+def findings(spec: k8s.core.v1.PodSpecArgs, *, kind: str) -> list[Finding]:
+    """The checkov checks a pod spec fails, inside an object of `kind` (checkov 3.3.x conditions)."""
+    containers = list(spec.containers or [])
+    out: list[Finding] = []
+
+    def check(check_id: str, failing: Sequence[Any], fact: str) -> None:
+        if failing:
+            out.append(Finding(check_id, fact + _which(failing, containers), FIELDS[check_id]))
+
+    if kind not in NO_PROBE_CHECK_KINDS:
+        check("CKV_K8S_8", [c for c in containers if not c.liveness_probe], "no liveness probe")
+        check("CKV_K8S_9", [c for c in containers if not c.readiness_probe], "no readiness probe")
+    check("CKV_K8S_11", [c for c in containers if not (_get(c.resources, "limits") or {}).get("cpu")],
+          "no CPU limit")
+    tagged = [c for c in containers if "@" not in c.image]
+    pulls = [c for c in tagged if c.image_pull_policy != "Always"]
+    check("CKV_K8S_15", pulls,
+          f"imagePullPolicy {_names(sorted({c.image_pull_policy or 'unset' for c in pulls}))}, image by tag")
+    check("CKV_K8S_22", [c for c in containers if not _get(c.security_context, "read_only_root_filesystem")],
+          "writable root filesystem")
+    users = {c.name: _user(spec, c) for c in containers}
+    root = [c for c in containers if users[c.name][0] is not True and not (users[c.name][1] or 0) >= 1]
+    check("CKV_K8S_23", root, f"{_user_fact([users[c.name] for c in root])}, {_capability_fact(root)}")
+    if _get(spec, "host_users") is not False:
+        low = [c for c in containers if not (users[c.name][1] or 0) >= HIGH_UID]
+        check("CKV_K8S_40", low, f"{_user_fact([users[c.name] for c in low])}, {_capability_fact(low)}")
+    check("CKV_K8S_43", tagged, "image by tag, not digest")
+    secret_env = {c.name: sorted([e.name for e in (c.env or []) if _get(e.value_from, "secret_key_ref")]
+                                 + [f"envFrom[{i}]" for i, s in enumerate(c.env_from or []) if _get(s, "secret_ref")])
+                  for c in containers}
+    check("CKV_K8S_35", [c for c in containers if secret_env[c.name]],
+          f"Secret values in env {_names(sorted({n for names in secret_env.values() for n in names}))}")
+    added = [c for c in containers if _get(_get(c.security_context, "capabilities"), "add")]
+    check("CKV_K8S_25", added,
+          f"adds capabilities {_names(sorted({a for c in added for a in c.security_context.capabilities.add}))}")
+    return out
+
+
+def skips(spec: k8s.core.v1.PodSpecArgs, reasons: Reasons, *, kind: str) -> list[tuple[str, str]]:
+    """(check, reason) for every check the pod fails; a failure without a reason is refused."""
+    out = []
+    for f in findings(spec, kind=kind):
+        why = getattr(reasons, f.field)
+        if why is None:
+            raise ValueError(f"the pod fails checkov {f.check} ({f.fact}) in a {kind} and its workload gives no "
+                             f"reason (security.Reasons.{f.field}): fix the pod or give one")
+        out.append((f.check, f"{f.fact}: {why}"))
+    return out
+
+
+def annotations(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    return {f"{SKIP_PREFIX}{i}": f"{check}={why}" for i, (check, why) in enumerate(sorted(pairs), 1)}
+
+
+def parse(annotations_: Optional[Mapping[str, str]]) -> dict[str, str]:
+    """{check: reason} of the skip annotations in `annotations_`."""
+    out = {}
+    for key, value in (annotations_ or {}).items():
+        if key.startswith(SKIP_PREFIX):
+            check, _, why = value.partition("=")
+            out[check] = why
+    return out
+
+
+def annotate(template: k8s.core.v1.PodTemplateSpecArgs, reasons: Reasons, *, kind: str) -> dict[str, str]:
+    """Write the skips of the template's pod (inside an object of `kind`) on the template, replacing
+    any it had, and return them for the object that holds it."""
+    skip = annotations(skips(template.spec, reasons, kind=kind))
+    meta = template.metadata or k8s.meta.v1.ObjectMetaArgs()
+    kept = {k: v for k, v in (meta.annotations or {}).items() if not k.startswith(SKIP_PREFIX)}
+    meta.annotations = {**skip, **kept}
+    template.metadata = meta
+    return skip
+
+
+def annotate_pods(templates: Mapping[str, k8s.core.v1.PodTemplateSpecArgs],
+                  reasons: Union[Reasons, Mapping[str, Reasons]], *, kind: str = "Pod") -> dict[str, str]:
+    """The skips of a custom resource holding several pod templates (MPIJob replicas, Ray groups), by
+    pod set name: each template gets its own; the object gets every check any of them skips, with the
+    reason where all share it, else "[set] reason" per pod set that skips it, joined by " | "."""
+    per_set = {name: parse(annotate(t, reasons if isinstance(reasons, Reasons) else reasons[name], kind=kind))
+               for name, t in templates.items()}
+    merged = []
+    for check in sorted({c for s in per_set.values() for c in s}):
+        having = [(name, s[check]) for name, s in per_set.items() if check in s]
+        if len(having) == len(per_set) and len({why for _, why in having}) == 1:
+            merged.append((check, having[0][1]))
+        else:
+            merged.append((check, PART_SEPARATOR.join(f"[{name}] {why}" for name, why in having)))
+    return annotations(merged)
 
 
 def skips_of(template: k8s.core.v1.PodTemplateSpecArgs) -> dict[str, str]:
-    """The checkov skip annotations of a pod template, for the workload object that holds it."""
-    annotations = template.metadata.annotations or {}
-    return {k: v for k, v in annotations.items() if k.startswith("checkov.io/skip")}
+    """The checkov skip annotations already on a pod template (set by `annotate`)."""
+    annotations_ = template.metadata.annotations or {}
+    return {k: v for k, v in annotations_.items() if k.startswith(SKIP_PREFIX)}
+
+
+def checkov_skips(cfg: StackConfig, *, image: str, cpu_limit: bool = False, read_only_root: bool = False,
+                  secrets: bool = False, extra: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+    """Superseded by `annotate`, which derives the skips from the built pod: no skip annotations.
+
+    Kept only while pod.training_pod_template still calls it; the workload annotates the template."""
+    return {}

@@ -39,6 +39,12 @@ VALIDATION_MEMORY_MARGIN_GIB = 8
 # Checks take seconds; the rest is the cold image pull margin.
 RUN_SECONDS = 10 * 60
 DEADLINE_SECONDS = RUN_SECONDS + runs.IMAGE_PULL_MARGIN_SECONDS
+# Why the validation pod fails the checkov checks it fails (security.annotate derives which).
+SKIP_REASONS = security.Reasons(
+    root="stands in for the training pod: the /fsx read-write check runs as the training image's user (root)",
+    pull_policy="the training image under its pinned tag, pulled once per node and reused by training",
+    tag="the training image as configured (latest and untagged are refused)",
+)
 
 
 class ClusterValidationArgs(runs.WorkloadArgs):
@@ -84,10 +90,11 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
     # With workloads.trainingAfterChecks `pulumi up` waits for the check to pass (the training runs
     # depend on it); otherwise only for the Job to exist.
     awaits = runs.await_success(a.await_seconds) if a.await_seconds else runs.AWAIT_CREATED
-    # checkov reads skips from the Job's own metadata, not from its pod template.
+    # checkov reads skips from the Job's own metadata, not from its pod template: the skips
+    # derived from the pod, on both.
     return k8s.batch.v1.JobInitArgs(
         metadata=runs.object_metadata(NAME, namespace, {**obj_labels, **kueue.queue_labels(cfg)},
-                                      {**awaits, **security.skips_of(template)}),
+                                      {**awaits, **security.annotate(template, SKIP_REASONS, kind="Job")}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
