@@ -240,7 +240,7 @@ REFUSALS = [
      "rltrain:training.namespace", "should be at most 63 characters: lowercase letters, digits and '-', starting "
                                    "and ending with a letter or digit (got 'Training')"),
     ("one of", "p5", lambda c: section(c, "workloads").setdefault("multiNode", {}).update(form="deployment"),
-     "rltrain:workloads.multiNode.form", "should be one of: indexed-job, statefulset (got 'deployment')"),
+     "rltrain:workloads.multiNode.form", "should be one of: indexed-job, statefulset, rayjob (got 'deployment')"),
     ("version as a number", "p5", lambda c: section(c, "cluster").update(kubernetesVersion=1.35),
      "rltrain:cluster.kubernetesVersion", 'should be one of: 1.34, 1.35, 1.36 (got 1.35); write it in quotes: "1.35"'),
     ("at most", "p5", lambda c: section(c, "workloads").update(priority=2000000000),

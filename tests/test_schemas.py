@@ -13,6 +13,8 @@ CRD_KINDS = {("kubeflow.org/v2beta1", "MPIJob")}  # not a built-in: no schema in
 CRD_KINDS |= {("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 # Kueue's objects: checked against their CRDs' fields in tests/test_kueue_schema.py.
 CRD_KINDS |= {("kueue.x-k8s.io/v1beta2", kind) for kind in ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Topology")}
+# KubeRay's objects (multiNode.form rayjob): checked against the CRD's fields in tests/test_rayjob_schema.py.
+CRD_KINDS |= {("ray.io/v1", "RayJob")}
 
 
 def _validate_all(docs, version):

@@ -52,6 +52,13 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
 WORKLOAD_KINDS = ("Job", "StatefulSet", "MPIJob", "RayJob")
+# The pod sets Kueue makes of a RayJob (kueue v0.19.2 pkg/controller/jobs/rayjob/rayjob_controller.go
+# PodSets:133-154): "head", one per worker group, and in K8sJobMode (the default) a "submitter" pod set
+# of the submitter Job's pod, KubeRay's default submitter container unless submitterPodTemplate is
+# given (getSubmitterTemplate:266-286, its resources defaultSubmitterResources:252-263); in SidecarMode
+# that container joins the head pod (addSidecarSubmitterToHeadPodSet:319-330). HTTPMode adds none.
+RAY_SUBMITTER_CONTAINER = {"name": "ray-job-submitter", "resources": {
+    "requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 _EPS = 1e-9
 # How a resource reads in a message: its name and a unit.
@@ -156,10 +163,18 @@ def _templates(obj: dict[str, Any]) -> list[tuple[str, int, dict[str, Any], Opti
                 for role, rs in sorted((spec.get("mpiReplicaSpecs") or {}).items())]
     if kind == "RayJob":
         cluster = spec.get("rayClusterSpec") or {}
-        out = [("head", 1, (cluster.get("headGroupSpec") or {}).get("template") or {}, "spec.suspend")]
+        mode = spec.get("submissionMode") or "K8sJobMode"  # the CRD's default
+        head = (cluster.get("headGroupSpec") or {}).get("template") or {}
+        if mode == "SidecarMode":  # KubeRay adds its submitter container to the head pod
+            head = {**head, "spec": {**(head.get("spec") or {}), "containers": [
+                *((head.get("spec") or {}).get("containers") or []), RAY_SUBMITTER_CONTAINER]}}
+        out = [("head", 1, head, "spec.suspend")]
         for g in cluster.get("workerGroupSpecs") or []:
             out.append((g.get("groupName", "workers"), int(_quantity(g.get("replicas", 1))), g.get("template") or {},
                         "spec.suspend"))
+        if mode == "K8sJobMode":  # the submitter Job's pod is a pod set of its own
+            out.append(("submitter", 1, spec.get("submitterPodTemplate") or {"spec": {"containers": [
+                RAY_SUBMITTER_CONTAINER]}}, "spec.suspend"))
         return out
     return []
 

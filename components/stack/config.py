@@ -286,7 +286,9 @@ class Validation(Toggle):
 
 class MultiNode(_Model):
     enabled: bool = False
-    form: Literal["indexed-job", "statefulset"] = "indexed-job"
+    # indexed-job: the Ray launcher in an Indexed Job (clusters without KubeRay); statefulset: the
+    # reference's form; rayjob: a KubeRay RayJob (components/workloads/rayjob.py).
+    form: Literal["indexed-job", "statefulset", "rayjob"] = "indexed-job"
     # None = every GPU node.
     nodes: Optional[int] = Field(None, ge=2)
     ray_port: int = Field(6379, ge=1024, le=65535)
@@ -294,6 +296,12 @@ class MultiNode(_Model):
     # Secret config key holding a Ray auth token: every pod of the run gets it as RAY_AUTH_TOKEN
     # from the training Secret and Ray refuses clients without it. None = no token.
     ray_auth_token_secret: Optional[str] = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
+    # form rayjob: the Ray version in workloads.image (KubeRay's rayClusterSpec.rayVersion), checked
+    # against the image tag where the tag carries one (refusals.py). Required with form rayjob.
+    ray_version: Optional[str] = Field(None, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
+    # form rayjob: install the pinned KubeRay operator (cluster-wide: CRDs, cluster roles).
+    # None = the cluster-wide rule: installed on a created cluster, opt-in on a bring-your-own one.
+    install_kuberay: Optional[bool] = Field(None, alias="installKubeRay")
 
 
 class NcclTest(_Model):
@@ -483,6 +491,12 @@ class StackConfig(_Model):
     @property
     def mpi_operator(self) -> bool:
         return self.installs(self.workloads.nccl_test.install_mpi_operator)
+
+    @property
+    def kuberay_operator(self) -> bool:
+        """The stack installs the KubeRay operator: the RayJob form is on (StackConfig.installs)."""
+        mn = self.workloads.multi_node
+        return mn.enabled and mn.form == "rayjob" and self.installs(mn.install_kuberay)
 
     @property
     def multi_node_count(self) -> int:

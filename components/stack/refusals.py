@@ -65,6 +65,7 @@ PATTERN_WORDS = {
     r"^[A-Za-z][A-Za-z0-9_-]*$": "a config key name: letters, digits, '_' and '-', starting with a letter",
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$":
         "a Kubernetes name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+    r"^[0-9]+\.[0-9]+\.[0-9]+$": "a Ray version MAJOR.MINOR.PATCH, such as 2.60.0",
 }
 _TYPE_WORDS = {
     "tuple_type": "should be a list", "list_type": "should be a list", "set_type": "should be a list",
@@ -457,6 +458,68 @@ def _program(cfg: StackConfig) -> list[Problem]:
     return p
 
 
+# The Ray version a training image's tag names: `...-ray2.60.0`, `ray-2.52.1-cu128`, `..._rayv2.47`
+# (a separator or the tag's start before "ray"), or the leading version of the Ray project's own
+# images (rayproject/ray:2.60.0-py311-gpu). Two or three parts; none in a date-stamped tag.
+_TAG_RAY_VERSION = re.compile(r"(?:^|[-_.])ray[-_]?v?(?P<v>[0-9]+\.[0-9]+(?:\.[0-9]+)?)(?![.0-9])", re.I)
+_LEADING_VERSION = re.compile(r"^v?(?P<v>[0-9]+\.[0-9]+(?:\.[0-9]+)?)(?![.0-9])")
+RAY_IMAGE_REPOSITORIES = ("ray", "ray-ml", "ray-llm")
+# KubeRay 1.6.2 refuses token authentication (rayClusterSpec.authOptions.mode token) below this Ray
+# version (ray-operator/controllers/ray/utils/validation.go, ValidateRayClusterSpec).
+RAY_TOKEN_AUTH_MIN = (2, 52, 0)
+
+
+def image_ray_version(image: str) -> Optional[str]:
+    """The Ray version the image's tag carries, or None (no tag, a digest only, no version in it)."""
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    if ":" not in last:
+        return None
+    repository, tag = last.rsplit(":", 1)
+    m = _TAG_RAY_VERSION.search(tag)
+    if m is None and repository in RAY_IMAGE_REPOSITORIES:
+        m = _LEADING_VERSION.match(tag)
+    return m["v"] if m else None
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+def _ray(cfg: StackConfig) -> list[Problem]:
+    """The RayJob form's keys: rayVersion required, at least the token-auth minimum, and the image
+    tag's Ray version where it names one; the form's keys have no effect in the other forms."""
+    p: list[Problem] = []
+    w = cfg.workloads
+    mn = w.multi_node
+    where = path("workloads", "multiNode", "rayVersion")
+    if mn.form != "rayjob":
+        for key in _set_keys(mn, ("workloads", "multiNode")):
+            if key[-1] in ("rayVersion", "installKubeRay"):
+                p.append((path(*key), f"has no effect with multiNode.form {mn.form} (only the rayjob form runs KubeRay); "
+                                      "remove it, or set form: rayjob"))
+        return p
+    if "node_wait_seconds" in mn.model_fields_set:
+        p.append((path("workloads", "multiNode", "nodeWaitSeconds"),
+                  "has no effect with multiNode.form rayjob (KubeRay starts the workers once the head's GCS answers; "
+                  "Kueue's podsReadyTimeoutMinutes bounds the start); remove it"))
+    if mn.ray_version is None:
+        if mn.enabled:
+            p.append((where, "required with multiNode.form rayjob: the Ray version in workloads.image (KubeRay's "
+                             "rayClusterSpec.rayVersion), e.g. 2.60.0"))
+        return p
+    if _version(mn.ray_version) < RAY_TOKEN_AUTH_MIN:
+        p.append((where, f"{mn.ray_version} is below {'.'.join(map(str, RAY_TOKEN_AUTH_MIN))}: the RayJob requires "
+                         "Ray token authentication (rayClusterSpec.authOptions), which KubeRay 1.6.2 refuses below "
+                         "it; use an image with a newer Ray"))
+    tagged = image_ray_version(w.image)
+    if tagged is not None and _version(mn.ray_version)[:len(_version(tagged))] != _version(tagged):
+        tag = w.image.split("@", 1)[0].rsplit(":", 1)[1]
+        p.append((where, f"{mn.ray_version} disagrees with the Ray version of workloads.image, whose tag {tag!r} "
+                         f"carries Ray {tagged}: set rayVersion to the image's Ray (KubeRay builds the Ray "
+                         "commands and health checks for it)"))
+    return p
+
+
 def stack_problems(cfg: StackConfig) -> list[Problem]:
     return (_no_effect(cfg) + _system_nodes(cfg) + _namespace(cfg) + _pod_security(cfg) + _cidrs(cfg)
-            + _env(cfg) + _program(cfg))
+            + _env(cfg) + _program(cfg) + _ray(cfg))

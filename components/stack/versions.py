@@ -32,6 +32,13 @@ EFA_PLUGIN_KNOWN_TYPES = ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.4
 # resolveChartName; OCI support since pulumi-kubernetes 3.16, #1892).
 KUEUE = Chart("kueue", "0.19.2", "oci://registry.k8s.io/kueue/charts")
 KUEUE_NAMESPACE = "kueue-system"
+# KubeRay (FACTS.md "KubeRay"; components/k8s/kuberay.py): chart kuberay-operator 1.6.2 from the
+# project's Helm repository (ray-project/kuberay tag v1.6.2: helm-chart/kuberay-operator/Chart.yaml
+# version 1.6.2, values.yaml image quay.io/kuberay/operator:v1.6.2; the chart's crds/ hold the ray.io/v1
+# CRDs). 1.7.0 exists (2026-08-19); Kueue 0.19.2 builds against ray-operator v1.6.2 (its go.mod).
+# Installed in its own namespace; Helm installs the CRDs on the first install and never upgrades them.
+KUBERAY_OPERATOR = Chart("kuberay-operator", "1.6.2", "https://ray-project.github.io/kuberay-helm/")
+KUBERAY_NAMESPACE = "kuberay-system"
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 POD_IDENTITY_ADDON = "eks-pod-identity-agent"

@@ -5,7 +5,8 @@
 
 Creates the PriorityClass `rltrain-training` (SEED-DEFECTS D13), the scripts ConfigMap
 `rltrain-scripts`, and - per `rltrain:workloads.*.enabled` - the single-node TrainingJob, the
-MultiNodeTraining run, the NcclTest MPIJob and the ClusterValidation Job. `opts` carries the
+MultiNodeTraining run (RayJobTraining with `multiNode.form: rayjob`), the NcclTest MPIJob and the
+ClusterValidation Job. `opts` carries the
 Kubernetes provider and the dependencies (namespace, service account, Secret, FSx claim); every
 child gets both.
 """
@@ -23,6 +24,7 @@ from components.workloads.job import TrainingJob, TrainingJobArgs
 from components.workloads.multinode import MultiNodeTraining, MultiNodeTrainingArgs
 from components.workloads import nccl, validation
 from components.workloads.nccl import NcclTest, NcclTestArgs
+from components.workloads.rayjob import RayJobTraining, RayJobTrainingArgs
 from components.workloads.script_files import read_scripts
 from components.workloads.scripts_configmap import ScriptConfigMaps
 from components.workloads.validation import ClusterValidation, ClusterValidationArgs
@@ -76,7 +78,7 @@ def scripts_used(cfg: StackConfig) -> list[str]:
     """The programs the enabled workloads run (one ConfigMap each)."""
     w = cfg.workloads
     return sorted({f for on, f in ((w.validation.enabled, "validate_node.py"),
-                                   (w.multi_node.enabled, "ray_launcher.py"),
+                                   (w.multi_node.enabled and w.multi_node.form != "rayjob", "ray_launcher.py"),
                                    (w.nccl_test.enabled, "nccl_check.py")) if on})
 
 
@@ -124,7 +126,11 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     if w.single_node.enabled:
         out["single_node"] = TrainingJob(f"{name}-single-node", TrainingJobArgs(**base), namespace,
                                          secret_name, opts=train_opts)
-    if w.multi_node.enabled:
+    if w.multi_node.enabled and w.multi_node.form == "rayjob":
+        # KubeRay runs the Ray cluster; the launcher script is not mounted.
+        out["multi_node"] = RayJobTraining(f"{name}-multi-node", RayJobTrainingArgs(**base), namespace,
+                                           secret_name, opts=train_opts)
+    elif w.multi_node.enabled:
         out["multi_node"] = MultiNodeTraining(f"{name}-multi-node", MultiNodeTrainingArgs(**base), namespace,
                                               secret_name, opts=train_opts)
     parent.register_outputs({k: v.urn for k, v in out.items() if k != "workloads"})

@@ -139,7 +139,8 @@ def _port(port: int, end: Optional[int] = None, protocol: str = "TCP") -> k8s.ne
 
 
 def network_policy_args(run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str],
-                        mlflow_port: Optional[int] = None) -> k8s.networking.v1.NetworkPolicyInitArgs:
+                        mlflow_port: Optional[int] = None, name: Optional[str] = None
+                        ) -> k8s.networking.v1.NetworkPolicyInitArgs:
     """Same-run traffic on any port; out: DNS, HTTPS, Pod Identity, FSx; in: nothing else (D11).
 
     Egress 0.0.0.0/0 TCP 443: the trainer pulls models/datasets (Hugging Face, S3) and writes to S3.
@@ -175,7 +176,7 @@ def network_policy_args(run: str, namespace: pulumi.Input[str], obj_labels: dict
                 namespace_selector=k8s.meta.v1.LabelSelectorArgs())],
             ports=[_port(mlflow_port)]))
     return k8s.networking.v1.NetworkPolicyInitArgs(
-        metadata=runs.object_metadata(run, namespace, obj_labels),
+        metadata=runs.object_metadata(name or run, namespace, obj_labels),
         spec=k8s.networking.v1.NetworkPolicySpecArgs(
             pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(run)),
             policy_types=["Ingress", "Egress"],
@@ -185,8 +186,8 @@ def network_policy_args(run: str, namespace: pulumi.Input[str], obj_labels: dict
     )
 
 
-def pdb_args(run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str], pods: int
-             ) -> k8s.policy.v1.PodDisruptionBudgetInitArgs:
+def pdb_args(run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str], pods: int,
+             name: Optional[str] = None) -> k8s.policy.v1.PodDisruptionBudgetInitArgs:
     """No voluntary eviction of a running run (D13): every pod of the run must stay available.
 
     `minAvailable`, not `maxUnavailable`: the disruption controller cannot compute the latter for
@@ -196,7 +197,7 @@ def pdb_args(run: str, namespace: pulumi.Input[str], obj_labels: dict[str, str],
     drain timeout with PodEvictionFailure; the impact report refuses node rolls without opt-in.
     """
     return k8s.policy.v1.PodDisruptionBudgetInitArgs(
-        metadata=runs.object_metadata(run, namespace, obj_labels),
+        metadata=runs.object_metadata(name or run, namespace, obj_labels),
         spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
             min_available=pods,
             selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(run)),
