@@ -4,7 +4,8 @@ and every skip annotation is true of the object it sits on.
 What is scanned (components/offline/scan_report.py): each stack's objects, and p5 in the multi-node forms
 no stack file uses (FORM_VARIANTS); the pod templates inside custom resources (MPIJob replicas, RayJob
 groups), which checkov's kubernetes framework does not look into, as standalone Pods carrying the
-template's labels and skip annotations; and copies of all of it with every skip annotation removed.
+template's labels and the custom resource's skips for that pod set; and copies of all of it with every
+skip annotation removed.
 The skips are generated from the pod they sit on (components/workloads/security.py). Held here:
 - with the skips: 0 failed, on every render;
 - without them: each object fails exactly the checks it skips (no skip for a check it passes, or for a
@@ -12,7 +13,8 @@ The skips are generated from the pod they sit on (components/workloads/security.
 - each reason is `<what the pod does>: <why>`: the first part is recomputed here from the rendered pod
   (independently of security.py) and must match; the second is its workload's documented reason for
   that check (REASONS);
-- a custom resource carries its templates' skips, and each template its own;
+- the skips sit on the object checkov scans, never on a pod template; a custom resource's are split by
+  pod set onto its templates' Pods;
 - the README's report block is what components.offline.scan_report prints for these renders.
 
 checkov lives in its own virtual environment because its dependency pins clash with the project's
@@ -297,47 +299,37 @@ def _metadata(value: Any):
 
 
 @pytest.mark.parametrize("name", RENDERS)
-def test_objects_carry_their_templates_skips(name):
-    """checkov reads a workload object's own skips: they are its template's. A custom resource
-    carries every skip of its templates ("[pod set] reason" where they differ); each template its own."""
+def test_skips_sit_on_the_scanned_object(name):
+    """On the object checkov scans, never on a pod template (a reason's wording must not restart a run);
+    a custom resource's skips name only pod sets it has, and its templates' Pods get their part."""
     problems = []
     for doc in renders()[name]:
-        own = security.parse(doc["metadata"].get("annotations"))
+        for path, template in scan_report.pod_templates(doc.get("spec"), ("spec",)):
+            if security.parse((template.get("metadata") or {}).get("annotations")):
+                problems.append(f"{_key(doc)}: skip annotations on {scan_report.dotted(path)}")
         if doc["kind"] in scan_report.POD_KINDS:
-            template = security.parse((doc["spec"]["template"].get("metadata") or {}).get("annotations"))
-            if own != template:
-                problems.append(f"{_key(doc)}: object {own} != template {template}")
             continue
-        pods = scan_report.crd_pods(doc)
-        if not pods and not own:
-            continue
-        by_set = {p["metadata"]["name"].removeprefix(doc["metadata"]["name"] + "-"): security.parse(
-            p["metadata"]["annotations"]) for p in pods}
-        expected = {}
-        for check in sorted({c for s in by_set.values() for c in s}):
-            having = [(n, s[check]) for n, s in by_set.items() if check in s]
-            if len(having) == len(by_set) and len({why for _, why in having}) == 1:
-                expected[check] = having[0][1]
-            else:
-                expected[check] = {n: why for n, why in having}
-        actual = {}
+        own = security.parse(doc["metadata"].get("annotations"))
+        pods = {p["metadata"]["annotations"][scan_report.SOURCE_ANNOTATION]: p for p in scan_report.crd_pods(doc)}
+        sets = {scan_report.pod_set_of(doc, path) for path, _ in scan_report.pod_templates(doc.get("spec"), ("spec",))}
         for check, reason in own.items():
-            parts = reason.split(security.PART_SEPARATOR)
-            if all(re.match(r"^\[[^\]]+\] ", p) for p in parts):
-                actual[check] = {p[1:].split("] ", 1)[0].lower(): p.split("] ", 1)[1] for p in parts}
-            else:
-                actual[check] = reason
-        if actual != expected:
-            problems.append(f"{_key(doc)}: carries {actual}, its templates skip {expected}")
+            named = re.findall(r"(?:^|\| )\[([^\]]+)\] ", reason)
+            if set(named) - sets:
+                problems.append(f"{_key(doc)}: {check} names pod sets {sorted(set(named) - sets)}; it has {sorted(sets)}")
+        carried = {c for p in pods.values() for c in security.parse(p["metadata"]["annotations"])}
+        if carried != set(own):
+            problems.append(f"{_key(doc)}: skips {sorted(own)}, its pods carry {sorted(carried)}")
     assert not problems, f"{name}:\n" + "\n".join(problems)
 
 
 def test_crd_pod_templates_become_pods():
     """A RayJob's head and worker groups and an MPIJob's replicas, as checkov-scannable Pods."""
     def template(role):
-        return {"metadata": {"labels": {"rltrain/run": "r"}, "annotations": {"checkov.io/skip1": f"CKV_K8S_8=x: {role}"}},
+        return {"metadata": {"labels": {"rltrain/run": "r"}, "annotations": {"role": role}},
                 "spec": {"containers": [{"name": "ray", "image": "i:1"}]}}
-    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "run", "namespace": "ns"},
+    skips = {"checkov.io/skip1": "CKV_K8S_8=no liveness probe: k", "checkov.io/skip2": "CKV_K8S_11=[gpu] no CPU limit: c"}
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+              "metadata": {"name": "run", "namespace": "ns", "annotations": skips},
               "spec": {"entrypoint": "python x.py", "rayClusterSpec": {
                   "headGroupSpec": {"template": template("head")},
                   "workerGroupSpecs": [{"groupName": "gpu", "template": template("workers")}]}}}
@@ -347,8 +339,11 @@ def test_crd_pod_templates_become_pods():
     assert [p["metadata"]["annotations"][scan_report.SOURCE_ANNOTATION] for p in pods] == [
         "RayJob/run spec.rayClusterSpec.headGroupSpec.template",
         "RayJob/run spec.rayClusterSpec.workerGroupSpecs[0].template"]
-    assert pods[1]["metadata"]["labels"] == {"rltrain/run": "r"}
-    assert pods[1]["metadata"]["annotations"]["checkov.io/skip1"] == "CKV_K8S_8=x: workers"
+    assert pods[1]["metadata"]["labels"] == {"rltrain/run": "r"} and pods[1]["metadata"]["annotations"]["role"] == "workers"
+    # each Pod carries the RayJob's skips for its pod set
+    assert security.parse(pods[0]["metadata"]["annotations"]) == {"CKV_K8S_8": "no liveness probe: k"}
+    assert security.parse(pods[1]["metadata"]["annotations"]) == {"CKV_K8S_8": "no liveness probe: k",
+                                                                  "CKV_K8S_11": "no CPU limit: c"}
     assert pods[0]["spec"] == template("head")["spec"]
     # every render's custom resources with pods: the MPIJob's two replica types
     p5 = {_key(p) for d in renders()["p5"] for p in scan_report.crd_pods(d)}
@@ -357,9 +352,9 @@ def test_crd_pod_templates_become_pods():
     # built-in kinds are scanned as they are
     assert all(scan_report.crd_pods(d) == [] for d in renders()["p5"] if d["kind"] in scan_report.POD_KINDS)
     # the stripped copy keeps everything but the skips
-    stripped = scan_report.strip_skips(rayjob)
-    assert "annotations" in stripped["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]
-    assert not security.parse(stripped["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["annotations"])
+    stripped = scan_report.strip_skips(scan_report.scanned([rayjob]))
+    assert not any(security.parse(d["metadata"]["annotations"]) for d in stripped)
+    assert [d["metadata"]["annotations"].get("role") for d in stripped[1:]] == ["head", "workers"]
 
 
 # ---------------------------------------------------------------------------------------------

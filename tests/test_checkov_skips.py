@@ -89,16 +89,16 @@ def test_custom_resource_carries_every_pod_sets_skips():
         return k8s.core.v1.PodTemplateSpecArgs(metadata=k8s.meta.v1.ObjectMetaArgs(annotations={"keep": "1"}),
                                                spec=spec(c))
     launcher, worker = template(container()), template(container(add=["CHOWN"], cpu_limit="1"))
-    owner = security.parse(security.annotate_pods({"Launcher": launcher, "Worker": worker},
-                                                  {"Launcher": WHY, "Worker": WHY}))
+    annotations = security.annotate_pods({"Launcher": launcher, "Worker": worker}, {"Launcher": WHY, "Worker": WHY})
+    owner = security.parse(annotations)
     assert owner["CKV_K8S_22"] == "writable root filesystem: w"  # both, same reason
     assert owner["CKV_K8S_11"] == "[Launcher] no CPU limit: c"
     assert owner["CKV_K8S_25"] == "[Worker] adds capabilities CHOWN: a"
     assert owner["CKV_K8S_23"] == ("[Launcher] no runAsUser or runAsNonRoot, every capability dropped: r | "
                                    "[Worker] no runAsUser or runAsNonRoot, every capability dropped but CHOWN: r")
-    # each template carries its own, and keeps its other annotations
-    assert "CKV_K8S_25" not in security.parse(launcher.metadata.annotations)
-    assert security.parse(worker.metadata.annotations)["CKV_K8S_25"] == "adds capabilities CHOWN: a"
-    assert worker.metadata.annotations["keep"] == "1"
-    # annotating again replaces, never accumulates
-    assert security.annotate(worker, WHY, kind="Pod") == security.skips_of(worker)
+    # each pod set's part, as the scan gives it to that template's Pod
+    worker_part = security.pod_set_skips(annotations, "Worker")
+    assert worker_part == dict(security.skips(worker.spec, WHY, kind="Pod"))
+    assert "CKV_K8S_25" not in security.pod_set_skips(annotations, "Launcher")
+    # the templates stay as they were: a reason's wording never changes a pod template
+    assert launcher.metadata.annotations == worker.metadata.annotations == {"keep": "1"}

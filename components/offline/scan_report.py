@@ -8,7 +8,7 @@ forms no stack file uses, `FORM_VARIANTS`):
 - the render's objects as written (`NAME.yaml`);
 - the pod templates inside custom resources (MPIJob replicas, RayJob head and worker groups), which
   checkov's kubernetes framework does not look into, each as a standalone Pod with the template's
-  labels and annotations (its skips; `crd_pods`), appended to the same file;
+  labels and the custom resource's skips for that pod set (`crd_pods`), appended to the same file;
 - the same documents with every skip annotation removed (`NAME.noskip.yaml`), so the count of
   failures without the skips is checkov's own, not an estimate.
 Each render's namespaces are renamed apart (`<render>--<namespace>`) in these copies: checkov's graph
@@ -103,7 +103,7 @@ def render_all() -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _templates(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+def pod_templates(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
     """(path, template) of every pod template (a `template` holding a pod spec) under `value`."""
     if isinstance(value, dict):
         for key, item in value.items():
@@ -111,13 +111,13 @@ def _templates(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[A
                                                                            list):
                 yield path + (key,), item
             else:
-                yield from _templates(item, path + (key,))
+                yield from pod_templates(item, path + (key,))
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            yield from _templates(item, path + (i,))
+            yield from pod_templates(item, path + (i,))
 
 
-def _pod_set(doc: dict[str, Any], path: tuple[Any, ...]) -> str:
+def pod_set_of(doc: dict[str, Any], path: tuple[Any, ...]) -> str:
     """The pod set a template path names: an MPIJob replica type, a Ray group (`headGroupSpec` ->
     head, a `workerGroupSpecs` item -> its groupName)."""
     parent = path[-2]
@@ -134,21 +134,24 @@ def dotted(path: Sequence[Any]) -> str:
 
 
 def crd_pods(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pod templates inside a custom resource, each as a Pod checkov scans: the template's labels
-    (graph checks select by them) and annotations (its skips), named `<object>-<pod set>`."""
+    """The pod templates inside a custom resource, each as a Pod checkov scans, named `<object>-<pod
+    set>`: the template's labels (graph checks select by them) and annotations, and the custom
+    resource's skips for that pod set (security.pod_set_skips)."""
     if doc.get("kind") in POD_KINDS:
         return []
     meta = doc.get("metadata") or {}
     pods = []
-    for path, template in _templates(doc.get("spec"), ("spec",)):
+    for path, template in pod_templates(doc.get("spec"), ("spec",)):
         t_meta = template.get("metadata") or {}
-        pod_meta: dict[str, Any] = {"name": f"{meta['name']}-{_pod_set(doc, path).lower()}"}
+        pod_set = pod_set_of(doc, path)
+        pod_meta: dict[str, Any] = {"name": f"{meta['name']}-{pod_set.lower()}"}
         if meta.get("namespace"):
             pod_meta["namespace"] = meta["namespace"]
         if t_meta.get("labels"):
             pod_meta["labels"] = dict(t_meta["labels"])
-        pod_meta["annotations"] = {**(t_meta.get("annotations") or {}),
-                                   SOURCE_ANNOTATION: f"{doc['kind']}/{meta['name']} {dotted(path)}"}
+        own = {k: v for k, v in (t_meta.get("annotations") or {}).items() if not k.startswith(SKIP_PREFIXES)}
+        skips = security.annotations(list(security.pod_set_skips(meta.get("annotations"), pod_set).items()))
+        pod_meta["annotations"] = {**skips, **own, SOURCE_ANNOTATION: f"{doc['kind']}/{meta['name']} {dotted(path)}"}
         pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(template["spec"])})
     return pods
 
@@ -270,7 +273,7 @@ def markdown(renders: Mapping[str, Sequence[dict[str, Any]]], report: dict[str, 
         lines.append(f"| {name} | {c.resources} | {c.failed} | {c.skipped} | {c.failed_without_skips} |")
     lines += [
         "",
-        "The skips, each generated from the pod it sits on (`what the pod does: why`, "
+        "The skips, each generated from the pod it is for (`what the pod does: why`, "
         "components/workloads/security.py):",
         "",
         "| Object | Check | Reason | Renders |",

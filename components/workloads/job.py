@@ -50,8 +50,8 @@ def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
         num_nodes=1,
     )
     return k8s.batch.v1.JobInitArgs(
-        # checkov reads skips from the Job's own metadata, not from its pod template: the skips
-        # derived from the pod, on both.
+        # checkov reads skips from the Job's own metadata: the skips derived from the pod go there
+        # only (on the template, a reason's wording would restart the run).
         # The queue label (Kueue on): Kueue suspends the Job at creation and starts it once admitted.
         metadata=runs.object_metadata(NAME, namespace, {**obj_labels, **kueue.queue_labels(cfg)},
                                       {**runs.AWAIT_CREATED,

@@ -253,8 +253,8 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
     n = cfg.multi_node_count
     w = cfg.workloads
     template = pod_template(a, namespace, secret_name, run)
-    # checkov reads skips from the Job's own metadata, not from its pod template: the skips
-    # derived from the pod, on both.
+    # checkov reads skips from the Job's own metadata: the skips derived from the pod go there
+    # only (on the template, a reason's wording would restart the run).
     return k8s.batch.v1.JobInitArgs(
         # The queue label (Kueue on): admitted whole, every pod at once, or not at all.
         metadata=runs.object_metadata(run, namespace, {**runs.labels(COMPONENT, run), **kueue.queue_labels(cfg)},

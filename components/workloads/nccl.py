@@ -170,7 +170,7 @@ def launcher_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
     obj_labels = runs.labels(COMPONENT, f"{NAME}-launcher")
     scripts = [a.scripts["nccl_check.py"]]
     return k8s.core.v1.PodTemplateSpecArgs(
-        # checkov skips: skip_annotations (from the built templates).
+        # checkov skips: on the MPIJob (skip_annotations).
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=obj_labels, annotations=volumes.scripts_annotation(scripts)),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy="Never",
@@ -206,7 +206,7 @@ def worker_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(COMPONENT, run),
                                             # Kueue: the workers preferably under one nearest switch.
-                                            # checkov skips: skip_annotations (from the built templates).
+                                            # checkov skips: on the MPIJob (skip_annotations).
                                             annotations=kueue.podset_topology(cfg)),
         spec=k8s.core.v1.PodSpecArgs(
             **_pod_spec_common(cfg),
@@ -249,9 +249,9 @@ def mpijob_spec(a: NcclTestArgs) -> dict[str, Any]:
 
 
 def skip_annotations(spec: dict[str, Any]) -> dict[str, str]:
-    """The checkov skips of the MPIJob's pods, derived from its replica templates: each template gets
-    its own, the MPIJob all of them (checkov scans neither; tests/test_checkov.py scans the templates
-    as Pods)."""
+    """The checkov skips of the MPIJob's pods, derived from its replica templates, on the MPIJob
+    (checkov does not look inside it; components/offline/scan_report.py scans each template as a Pod
+    with its replica type's part of them)."""
     return security.annotate_pods({role: r["template"] for role, r in spec["mpiReplicaSpecs"].items()},
                                   SKIP_REASONS, kind="Pod")
 

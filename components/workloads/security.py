@@ -12,11 +12,13 @@ with every skip annotation removed, each object fails exactly the checks it skip
 every generated claim against the rendered object.
 
 checkov reads the skips from the metadata of the object it scans: for a Job, StatefulSet or
-DaemonSet the object's own (the pod template's are not read, also not for the graph checks). So
-`annotate` writes them on the pod template and returns them for the workload object. checkov does
-not look inside custom resources (MPIJob, RayJob): their pod templates are scanned as Pods extracted
-by components/offline/scan_report.py, each carrying its template's skips; the custom resource carries
-all of them (`annotate_pods`), each reason prefixed with the pod set it is true of where they differ.
+DaemonSet the object's own (the pod template's are not read, also not for the graph checks). So the
+skips go on that object only (`annotate`), never on its pod template: a reason's wording is then an
+in-place patch of the object's metadata, not a new pod template (which would restart a run). checkov
+does not look inside custom resources (MPIJob, RayJob): components/offline/scan_report.py scans their
+pod templates as Pods, each carrying its pod set's part of the custom resource's skips
+(`annotate_pods`: every check any pod set fails, the reason prefixed with the pod set it is true of
+where they differ; `pod_set_skips` reads one pod set's back).
 """
 
 from __future__ import annotations
@@ -229,22 +231,18 @@ def parse(annotations_: Optional[Mapping[str, str]]) -> dict[str, str]:
 
 
 def annotate(template: k8s.core.v1.PodTemplateSpecArgs, reasons: Reasons, *, kind: str) -> dict[str, str]:
-    """Write the skips of the template's pod (inside an object of `kind`) on the template, replacing
-    any it had, and return them for the object that holds it."""
-    skip = annotations(skips(template.spec, reasons, kind=kind))
-    meta = template.metadata or k8s.meta.v1.ObjectMetaArgs()
-    kept = {k: v for k, v in (meta.annotations or {}).items() if not k.startswith(SKIP_PREFIX)}
-    meta.annotations = {**skip, **kept}
-    template.metadata = meta
-    return skip
+    """The skip annotations for the object of `kind` holding `template`, from the template's pod
+    (the template itself is left as it is: see the module docstring)."""
+    return annotations(skips(template.spec, reasons, kind=kind))
 
 
 def annotate_pods(templates: Mapping[str, k8s.core.v1.PodTemplateSpecArgs],
                   reasons: Union[Reasons, Mapping[str, Reasons]], *, kind: str = "Pod") -> dict[str, str]:
-    """The skips of a custom resource holding several pod templates (MPIJob replicas, Ray groups), by
-    pod set name: each template gets its own; the object gets every check any of them skips, with the
-    reason where all share it, else "[set] reason" per pod set that skips it, joined by " | "."""
-    per_set = {name: parse(annotate(t, reasons if isinstance(reasons, Reasons) else reasons[name], kind=kind))
+    """The skip annotations for a custom resource holding several pod templates (MPIJob replicas,
+    Ray groups), keyed by pod set name as the resource names them (the replica type, "head", the
+    worker group's name): every check any pod set fails, with the reason where all share it, else
+    "[set] reason" for each pod set that fails it, joined by " | ". Templates are left as they are."""
+    per_set = {name: dict(skips(t.spec, reasons if isinstance(reasons, Reasons) else reasons[name], kind=kind))
                for name, t in templates.items()}
     merged = []
     for check in sorted({c for s in per_set.values() for c in s}):
@@ -256,15 +254,23 @@ def annotate_pods(templates: Mapping[str, k8s.core.v1.PodTemplateSpecArgs],
     return annotations(merged)
 
 
-def skips_of(template: k8s.core.v1.PodTemplateSpecArgs) -> dict[str, str]:
-    """The checkov skip annotations already on a pod template (set by `annotate`)."""
-    annotations_ = template.metadata.annotations or {}
-    return {k: v for k, v in annotations_.items() if k.startswith(SKIP_PREFIX)}
+def pod_set_skips(annotations_: Optional[Mapping[str, str]], pod_set: str) -> dict[str, str]:
+    """{check: reason} of one pod set in a custom resource's skips (`annotate_pods`)."""
+    out = {}
+    for check, reason in parse(annotations_).items():
+        if not reason.startswith("["):
+            out[check] = reason
+            continue
+        for part in reason.split(PART_SEPARATOR):
+            name, _, why = part[1:].partition("] ")
+            if name == pod_set:
+                out[check] = why
+    return out
 
 
 def checkov_skips(cfg: StackConfig, *, image: str, cpu_limit: bool = False, read_only_root: bool = False,
                   secrets: bool = False, extra: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
     """Superseded by `annotate`, which derives the skips from the built pod: no skip annotations.
 
-    Kept only while pod.training_pod_template still calls it; the workload annotates the template."""
+    Kept only while pod.training_pod_template still calls it; pod templates carry no skips."""
     return {}

@@ -90,8 +90,8 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
     # With workloads.trainingAfterChecks `pulumi up` waits for the check to pass (the training runs
     # depend on it); otherwise only for the Job to exist.
     awaits = runs.await_success(a.await_seconds) if a.await_seconds else runs.AWAIT_CREATED
-    # checkov reads skips from the Job's own metadata, not from its pod template: the skips
-    # derived from the pod, on both.
+    # checkov reads skips from the Job's own metadata: the skips derived from the pod go there
+    # only (on the template, a reason's wording would restart the run).
     return k8s.batch.v1.JobInitArgs(
         metadata=runs.object_metadata(NAME, namespace, {**obj_labels, **kueue.queue_labels(cfg)},
                                       {**awaits, **security.annotate(template, SKIP_REASONS, kind="Job")}),
