@@ -1,4 +1,4 @@
-"""Hardened pod and container security contexts, and checkov skips derived from the pod they sit on.
+"""Hardened pod and container security contexts, and checkov skips derived from the pod they are for.
 
 A checkov finding is either fixed in the builder or skipped on purpose with a
 `checkov.io/skip<N>: CHECK=reason` annotation. The skips here are not a fixed list: `skips` looks at
