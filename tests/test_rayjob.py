@@ -315,3 +315,25 @@ def test_a_two_part_tag_version_agrees_with_its_patch_releases():
     cfg = load_variant("p5", {"rltrain:workloads": {"image": "r.example/rl/verl:ngc-rayv2.60",
                                                     "multiNode": {**RAYJOB, "rayVersion": "2.60.1"}}})
     assert cfg.workloads.multi_node.ray_version == "2.60.1"
+
+
+def test_policy_rules_and_fit_report_see_the_rayjob_pods():
+    """The RayJob's head and workers are GPU pods like any other: sized, placed, isolated."""
+    r = variant("p5", P5_RAYJOB)
+    owners = {p.owner for p in policy.pods(r.resources)}
+    assert "RayJob/rltrain-multinode/head" in owners
+    assert len([o for o in owners if o.startswith("RayJob/rltrain-multinode/")]) == 2
+    assert policy.evaluate(r.resources) == []
+    fit = "\n".join(policy.fit_report(r.resources))
+    assert "RayJob/rltrain-multinode/head: 187 CPU" in fit
+    # Breaking the head's EFA request is now caught like any other pod's.
+    rows = r.resources
+    job = next(x for x in rows if x["inputs"].get("kind") == "RayJob")
+    head = job["inputs"]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head["resources"]["limits"][EFA] = head["resources"]["requests"][EFA] = "4"
+    assert [v.rule for v in policy.evaluate(rows, rules=["efa-count"])] == ["efa-count"]
+
+
+def test_podmonitor_scrapes_kuberays_metrics_port_too():
+    pm = monitoring.ray_podmonitor_spec(monitoring.MonitoringArgs.model_construct(training_namespace="rltrain"))
+    assert [e["port"] for e in pm["podMetricsEndpoints"]] == ["ray-metrics", "metrics"]

@@ -69,6 +69,7 @@ EFA_INTERVAL_SECONDS = 15
 # A run pod is scraped when it declares this port under this name.
 RAY_METRICS_PORT = 8080
 RAY_METRICS_PORT_NAME = "ray-metrics"
+KUBERAY_METRICS_PORT_NAME = "metrics"
 RUN_LABEL = "rltrain/run"
 # kube-state-metrics: labels copied into kube_node_labels / kube_pod_labels (off by default).
 KSM_LABELS_ALLOWLIST = (f"nodes=[node.kubernetes.io/instance-type,{','.join(ROLE_LABEL)}]", f"pods=[{RUN_LABEL}]")
@@ -396,9 +397,13 @@ def ray_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
         "selector": {"matchExpressions": [{"key": RUN_LABEL, "operator": "Exists"}]},
         # Only pods that declare the port by this name are scraped (Prometheus keeps the targets
         # whose container port name matches): a run without Ray metrics is not a failing target.
-        "podMetricsEndpoints": [{"port": RAY_METRICS_PORT_NAME, "path": "/metrics", "interval": "15s",
+        # The launcher forms name the port `ray-metrics`; KubeRay's pods (the RayJob form) name it
+        # `metrics`, the name KubeRay's head Service reserves for 8080 (kuberay v1.6.2
+        # ray-operator/controllers/ray/common/service.go).
+        "podMetricsEndpoints": [{"port": port, "path": "/metrics", "interval": "15s",
                                  "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"],
-                                                  "targetLabel": "node", "action": "replace"}]}],
+                                                  "targetLabel": "node", "action": "replace"}]}
+                                for port in (RAY_METRICS_PORT_NAME, KUBERAY_METRICS_PORT_NAME)],
     }
 
 

@@ -105,6 +105,14 @@ def pods(resources: Iterable[Resource]) -> list[Pod]:
                 tmpl = rs.get("template") or {}
                 found.append(Pod(_ref(obj, f"/{role}"), kind, int(rs.get("replicas", 1)), tmpl.get("spec") or {},
                                  (tmpl.get("metadata") or {}).get("labels") or {}, r["name"]))
+        elif kind == "RayJob":
+            cluster = spec.get("rayClusterSpec") or {}
+            groups = [("head", 1, (cluster.get("headGroupSpec") or {}).get("template") or {})]
+            groups += [(g.get("groupName", "workers"), int(g.get("replicas", 1)), g.get("template") or {})
+                       for g in cluster.get("workerGroupSpecs") or []]
+            for role, replicas, tmpl in groups:
+                found.append(Pod(_ref(obj, f"/{role}"), kind, replicas, tmpl.get("spec") or {},
+                                 (tmpl.get("metadata") or {}).get("labels") or {}, r["name"]))
     return found
 
 
