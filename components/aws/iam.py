@@ -26,9 +26,11 @@ def assume_role_policy(service: str, *, tag_session: bool = False) -> str:
 
 
 def role_with_policies(name: str, service: str, policy_arns: Sequence[str],
-                       parent: pulumi.Resource, *, tag_session: bool = False) -> aws.iam.Role:
+                       parent: pulumi.Resource, *, tag_session: bool = False,
+                       trust: Optional[pulumi.Input[str]] = None) -> aws.iam.Role:
+    """A role `service` may assume (or `trust`, a whole trust policy), with managed policies."""
     child = pulumi.ResourceOptions(parent=parent)
-    role = aws.iam.Role(name, assume_role_policy=assume_role_policy(service, tag_session=tag_session),
+    role = aws.iam.Role(name, assume_role_policy=trust or assume_role_policy(service, tag_session=tag_session),
                         opts=child)
     for arn in policy_arns:
         short = arn.rsplit("/", 1)[-1]
@@ -72,8 +74,4 @@ def pod_identity_role(name: str, policy_arns: Sequence[str], parent: pulumi.Reso
         return role_with_policies(name, "pods.eks.amazonaws.com", policy_arns, parent, tag_session=True)
     trust = pulumi.Output.all(cluster[0], cluster[1]).apply(
         lambda v: pod_identity_trust(v[0], v[1], namespace, service_account))
-    child = pulumi.ResourceOptions(parent=parent)
-    role = aws.iam.Role(name, assume_role_policy=trust, opts=child)
-    for arn in policy_arns:
-        aws.iam.RolePolicyAttachment(f"{name}-{arn.rsplit('/', 1)[-1]}", role=role.name, policy_arn=arn, opts=child)
-    return role
+    return role_with_policies(name, "pods.eks.amazonaws.com", policy_arns, parent, trust=trust)

@@ -20,7 +20,7 @@ from components.workloads.env import env_vars
 from components.workloads.placement import GPU_NODE_SELECTOR, gpu_tolerations
 from components.workloads.runs import CONTAINER, priority_class
 from components.workloads.script_files import Script
-from components.workloads.security import checkov_skips, container_security_context, pod_security_context
+from components.workloads.security import container_security_context, pod_security_context
 from components.workloads.sizing import PodSizing, pod_sizing
 from components.workloads.volumes import scripts_annotation, volume_mounts, volumes
 
@@ -61,8 +61,6 @@ def training_pod_template(
     sizing = sizing or pod_sizing(cfg)
     env = env_vars(cfg, num_nodes=num_nodes, secret_name=secret_name, efa=sizing.efa, extra=extra_env,
                    include_secrets=include_secrets, checkpoints=checkpoints, secret_refs=secret_refs)
-    skips = checkov_skips(cfg, image=w.image, cpu_limit=sizing.cpu_limit, read_only_root=read_only_root,
-                          secrets=include_secrets and bool(cfg.training.secret_env))
     container = k8s.core.v1.ContainerArgs(
         name=CONTAINER,
         image=w.image,
@@ -75,7 +73,7 @@ def training_pod_template(
         security_context=container_security_context(read_only_root=read_only_root),
     )
     return k8s.core.v1.PodTemplateSpecArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(pod_labels), annotations={**skips, **scripts_annotation(scripts),
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(pod_labels), annotations={**scripts_annotation(scripts),
                                                                                 **(annotations or {})}),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy=restart_policy,

@@ -28,7 +28,6 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import pulumi_kubernetes as k8s
 
-from components.stack.config import StackConfig
 
 SKIP_PREFIX = "checkov.io/skip"
 # Kinds whose pods checkov does not expect probes of (LivenessProbe.py, ReadinessProbe.py).
@@ -266,11 +265,3 @@ def pod_set_skips(annotations_: Optional[Mapping[str, str]], pod_set: str) -> di
             if name == pod_set:
                 out[check] = why
     return out
-
-
-def checkov_skips(cfg: StackConfig, *, image: str, cpu_limit: bool = False, read_only_root: bool = False,
-                  secrets: bool = False, extra: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
-    """Superseded by `annotate`, which derives the skips from the built pod: no skip annotations.
-
-    Kept only while pod.training_pod_template still calls it; pod templates carry no skips."""
-    return {}
