@@ -28,19 +28,22 @@ _SETTING = re.compile(r"^\s*(cpuManagerPolicy|topologyManagerPolicy):\s*(\S+)\s*
 
 
 def kubelet_policies(resources: list[dict[str, Any]]) -> Optional[dict[str, str]]:
-    """{setting: value} of the GPU launch template's NodeConfig; None without a launch template."""
+    """{setting: value} of the launch templates' NodeConfigs (the GPU group's is the one that sets
+    them); None when the record has no launch template (a bring-your-own cluster)."""
+    found: Optional[dict[str, str]] = None
     for r in resources:
         if r["type"] != "aws:ec2/launchTemplate:LaunchTemplate":
             continue
+        found = found if found is not None else {}
         data = r["inputs"].get("userData")
         if not isinstance(data, str):
-            return {}
+            continue
         try:
             text = base64.b64decode(data, validate=True).decode()
         except (ValueError, UnicodeDecodeError):
-            return {}
-        return dict(_SETTING.findall(text))
-    return None
+            continue
+        found.update(_SETTING.findall(text))
+    return found
 
 
 def _guaranteed_cpus(spec: dict[str, Any]) -> float:

@@ -482,6 +482,9 @@ def simulate(resources: list[Resource]) -> Optional[Schedule]:
     pending = []
     for w in order:
         bad = never_fits(w, ng, qs.get(w.queue) if w.queue else None)
+        if bad and serving and "nominal quota" in bad[1]:
+            bad = (bad[0], bad[1] + f" (it leaves out what the serving pods of {', '.join(sorted(x.ref for x in serving))} "
+                   "hold: training does not fit beside serving)")
         if bad:
             outcomes[w.ref] = Outcome(w, NEVER, resource=bad[0], reason=bad[1])
         else:

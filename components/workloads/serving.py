@@ -142,11 +142,12 @@ def replica_sizing(cfg: StackConfig) -> PodSizing:
 
 def reserved(cfg: StackConfig) -> dict[str, int]:
     """What serving holds of the node group, in the Kueue quota's units (millicores, MiB, GPUs):
-    the replicas, plus one more while a surge rollout may run. Empty when serving is off."""
+    the replicas, plus the surge pod where one fits (a forced surge without room is the render
+    rule rollout-fits' to refuse, not the quota's). Empty when serving is off."""
     if not cfg.workloads.serving.enabled:
         return {}
     s = replica_sizing(cfg)
-    n = cfg.workloads.serving.replicas + rollout_strategy(cfg).max_surge
+    n = cfg.workloads.serving.replicas + (rollout_strategy(cfg).max_surge if surge_fits(cfg) else 0)
     return {"cpu": s.cpu * 1000 * n, "memory": s.memory_mib * n, sizing.GPU: s.gpus * n}
 
 
