@@ -334,7 +334,7 @@ class NcclTest(_Model):
 # Flags of the vLLM OpenAI server the program sets itself (serving.py server_args): extraArgs may
 # not repeat them (argparse keeps the last value: a repeat would silently override the program's).
 SERVING_PROGRAM_FLAGS = ("--model", "--served-model-name", "--host", "--port", "--tensor-parallel-size", "-tp",
-                         "--max-model-len", "--uvicorn-log-level")
+                         "--max-model-len")
 # The checkpoint layout inside a run's checkpoint directory: veRL's trainer saves
 # `global_step_<N>/actor/huggingface` (an HF-format copy of the actor) beside its sharded state.
 DEFAULT_CHECKPOINT_LAYOUT = "global_step_{step}/actor/huggingface"
