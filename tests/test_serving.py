@@ -118,6 +118,8 @@ def test_the_render_shows_the_served_path_and_step(served):
     assert tmpl["metadata"]["labels"][serving.RUN_LABEL] == "multi-node"
     assert f"--model={path}" in tmpl["spec"]["containers"][0]["args"]
     assert any(path in line for line in render.summary(served).splitlines() if line.strip().startswith("serving:"))
+    out = served.result.stack_outputs["serving"]
+    assert out["modelPath"] == path and out["endpoint"] == "http://rltrain-serving.rltrain.svc:8000"
 
 
 def test_a_new_served_checkpoint_is_a_serving_restart_only():
@@ -392,18 +394,28 @@ def test_evaluate_unreachable_server_and_bad_input(tmp_path):
 # --- checkov --------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_checkov_finds_nothing_in_the_serving_objects(served, tmp_path):
+def test_checkov_finds_nothing_in_the_serving_objects_and_each_skip_is_a_real_failure(served, tmp_path):
     from components.offline import scan_report
+    from components.workloads import security
     exe = scan_report.checkov_executable()
     if exe is None:
         pytest.skip("checkov not installed (RLTRAIN_CHECKOV)")
     docs = [d for d in served.manifests if d["kind"] in ("Deployment", "Service", "PodDisruptionBudget",
                                                          "NetworkPolicy", "CronJob")]
+    bare = copy.deepcopy(docs)
+    for d in bare:  # the same objects without their skips, in a namespace of their own
+        d["metadata"]["namespace"] = "noskip"
+        d["metadata"]["annotations"] = {k: v for k, v in (d["metadata"].get("annotations") or {}).items()
+                                        if not k.startswith(security.SKIP_PREFIX)}
     (tmp_path / "serving.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    (tmp_path / "noskip.yaml").write_text(yaml.safe_dump_all(bare, sort_keys=False))
     out = subprocess.run([exe, "-d", str(tmp_path), "--framework", "kubernetes", "-o", "json", "--quiet"],
                          capture_output=True, text=True, timeout=900)
     report = json.loads(out.stdout)
     report = report[0] if isinstance(report, list) else report
-    assert report["summary"]["failed"] == 0, [c["check_id"] for c in report["results"]["failed_checks"]]
-    skipped = {(c["check_id"], c["resource"]) for c in report["results"]["skipped_checks"]}
-    assert skipped  # the root / writable root / tag skips, each with its generated reason
+    failed = report["results"].get("failed_checks") or []
+    assert [c for c in failed if c["file_path"].endswith("/serving.yaml")] == []
+    failing = {(c["resource"].split(".")[0], c["check_id"]) for c in failed}
+    skips = {(d["kind"], check) for d in docs
+             for check in security.parse(d["metadata"].get("annotations"))}
+    assert skips and failing == skips  # every skip hides a real failure, nothing else fails

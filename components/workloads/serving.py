@@ -419,4 +419,5 @@ class Serving(pulumi.ComponentResource):
         self.deployment = k8s.apps.v1.Deployment(f"{name}-deployment",
                                                  deployment_args(cfg, args.claim_name, namespace),
                                                  runs.child_opts(self, opts, netpol, pdb))
-        self.register_outputs({"deployment": NAME, "service": NAME, "modelPath": model_path(cfg)})
+        self.model_path = model_path(cfg)
+        self.register_outputs({"deployment": NAME, "service": NAME, "modelPath": self.model_path})
