@@ -100,7 +100,9 @@ RAY_METRICS = tuple("ray_" + m for m in (
 # line; read from the repository's stored copy, the v0.11.0 tag tree itself not read here). Counters
 # are declared without `_total` (vllm:generation_tokens) and exported with it by prometheus_client;
 # histograms as _bucket/_sum/_count. vllm:gpu_cache_usage_perc is the deprecated name of
-# vllm:kv_cache_usage_perc: the dashboard reads the current one.
+# vllm:kv_cache_usage_perc (introduced by vllm-project/vllm#18354; a vLLM 0.10.0 scrape already
+# carries it, vllm-project/production-stack#617; no longer emitted by default in later releases,
+# kubernetes-sigs/inference-perf#277): the dashboard reads the current one.
 VLLM_SOURCE = "vllm-project/vllm vllm/v1/metrics/loggers.py PrometheusStatLogger (image " + versions.VLLM_OPENAI_IMAGE + ")"
 VLLM_METRICS = (
     "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
