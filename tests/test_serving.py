@@ -45,7 +45,7 @@ def rules(r, name):
 
 def serving_cfg(**patch):
     s = {"enabled": True, "model": {"run": "single-node", "step": 10}, **patch}
-    return {"workloads": {"image": "repo/rl:1.0", "serving": s}}
+    return {"workloads": {"image": "repo/rl:1.0", "validation": {"enabled": False}, "serving": s}}
 
 
 def test_serving_is_off_by_default_and_adds_nothing_to_the_shipped_renders():
@@ -84,8 +84,22 @@ def test_extra_args_of_other_flags_pass_through():
                                         ({"run": "single-node", "step": 1, "path": "/fsx/m"},
                                          "rltrain:workloads.serving.model")])
 def test_model_source_must_be_a_run_with_a_step_or_a_path(model, key):
-    found = problems(overrides={"workloads": {"image": "repo/rl:1.0", "serving": {"enabled": True, "model": model}}})
+    found = problems(overrides={"workloads": {"image": "repo/rl:1.0", "validation": {"enabled": False},
+                                              "serving": {"enabled": True, "model": model}}})
     assert key in found, found
+
+
+def test_more_replicas_than_the_node_group_holds_are_refused():
+    found = problems(overrides=serving_cfg(gpusPerReplica=8, replicas=3))
+    assert "hold (1 per node)" in found["rltrain:workloads.serving.replicas"]
+    assert load(serving_cfg(gpusPerReplica=4, replicas=4, **{})).workloads.serving.replicas == 4
+
+
+def test_checks_spanning_every_node_are_refused_beside_serving():
+    found = problems(overrides={"workloads": {"image": "repo/rl:1.0", "ncclTest": {"enabled": True},
+                                              "serving": {"enabled": True, "model": {"path": "/fsx/m"}}}})
+    assert "never start" in found["rltrain:workloads.ncclTest.enabled"]
+    assert "never start" in found["rltrain:workloads.validation.enabled"]
 
 
 def test_evaluation_needs_serving():
@@ -99,7 +113,7 @@ def test_evaluation_needs_serving():
 def test_model_path_is_the_runs_checkpoint_directory_at_the_step():
     single = load(serving_cfg(model={"run": "single-node", "step": 40}))
     multi = load({**serving_cfg(model={"run": "multi-node", "step": 40}),
-                  "workloads": {"image": "repo/rl:1.0", "multiNode": {"enabled": True},
+                  "workloads": {"image": "repo/rl:1.0", "multiNode": {"enabled": True}, "validation": {"enabled": False},
                                 "serving": {"enabled": True, "model": {"run": "multi-node", "step": 40}}}})
     assert serving.model_path(single) == f"{env.checkpoint_dir(single, 1)}/global_step_40/actor/huggingface"
     assert serving.model_path(multi) == f"{env.checkpoint_dir(multi, 2)}/global_step_40/actor/huggingface"

@@ -784,6 +784,19 @@ def _serving_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         p.append((_path((*key, "gpusPerReplica")),
                   f"{sv.gpus_per_replica} does not divide the {it.gpu_count} GPUs of a {it.name} node; "
                   f"allowed: {', '.join(map(str, allowed))}"))
+    g = cfg.gpu_nodes
+    per_node = 1 if 2 * sv.gpus_per_replica > it.gpu_count else it.gpu_count // max(1, sv.gpus_per_replica)
+    if sv.replicas > per_node * g.count:
+        p.append((_path((*key, "replicas")),
+                  f"{sv.replicas} replicas of {sv.gpus_per_replica} GPU(s) need more than the {g.count} GPU node(s) "
+                  f"hold ({per_node} per node)"))
+    # The checks take a whole pod on every GPU node: with serving holding GPUs on one of them (and the
+    # queue's quota leaving those out) they are never admitted.
+    for check, on in (("validation", cfg.workloads.validation.enabled), ("ncclTest", cfg.workloads.nccl_test.enabled)):
+        if on:
+            p.append((_path(("workloads", check, "enabled")),
+                      "runs a whole-node pod on every GPU node, and serving (workloads.serving.enabled) holds GPUs "
+                      "on one for good: it would never start. Run it before enabling serving, or disable it"))
     m = sv.model
     if (m.path is None) == (m.run is None):
         p.append((_path((*key, "model")), "set either run (with step) or path"))
