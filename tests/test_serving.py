@@ -433,3 +433,14 @@ def test_checkov_finds_nothing_in_the_serving_objects_and_each_skip_is_a_real_fa
     skips = {(d["kind"], check) for d in docs
              for check in security.parse(d["metadata"].get("annotations"))}
     assert skips and failing == skips  # every skip hides a real failure, nothing else fails
+
+
+def test_nodeadm_node_config_carries_the_kubelet_policies():
+    from components.aws.gpu_nodes import GpuNodeGroupArgs, node_config_yaml
+    base = dict(cluster_name="c", instance_type="p5.48xlarge", count=2, efa=True, root_volume_gib=500,
+                root_volume_throughput=1000, root_volume_iops=16000, local_storage_raid0=False, fast_image_pull=False)
+    assert node_config_yaml(GpuNodeGroupArgs(**base)) is None
+    doc = yaml.safe_load(node_config_yaml(GpuNodeGroupArgs(**base, cpu_manager_policy="static",
+                                                           topology_manager_policy="best-effort")))
+    assert doc["kind"] == "NodeConfig"
+    assert doc["spec"]["kubelet"]["config"] == {"cpuManagerPolicy": "static", "topologyManagerPolicy": "best-effort"}
