@@ -15,8 +15,8 @@ the same name in front of it (port 8000, `http`), a PodDisruptionBudget and a Ne
   gives exclusive cores (components/stack/topology.py). No EFA: tensor parallelism stays on the
   node's NVLink.
 - **/dev/shm** (memory-backed, inside the memory limit): vLLM's Kubernetes guide mounts a 2 GiB
-  memory emptyDir at /dev/shm because "vLLM needs to access the host's shared memory for tensor
-  parallel inference" (vllm-project/vllm docs/deployment/k8s.md, the GPU Deployment example); one
+  memory emptyDir at /dev/shm, which the guide says tensor parallel inference needs
+  (vllm-project/vllm docs/deployment/k8s.md, the GPU Deployment example); one
   more GiB per further tensor parallel rank (an allowance, not measured here).
 - **Probes**: all on vLLM's `/health` (200 once the engine is up). The server starts listening only
   after the weights are loaded, so a *startup* probe carries the load: its budget (periodSeconds x
