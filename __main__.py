@@ -61,10 +61,11 @@ queue = build_kueue(cfg, namespace=training.namespace,
 
 # Workloads start after the plugins that advertise GPUs/EFA, after their volume exists and after
 # the queue they wait in.
-build_workloads(cfg, namespace=training.namespace, claim_name=claim.claim_name, secret_name=training.secret_name,
-                opts=pulumi.ResourceOptions(provider=provider,
-                                            depends_on=[training, addons] + ([volume] if volume else [])
-                                            + ([queue] if queue else [])))
+workloads = build_workloads(cfg, namespace=training.namespace, claim_name=claim.claim_name,
+                            secret_name=training.secret_name,
+                            opts=pulumi.ResourceOptions(provider=provider,
+                                                        depends_on=[training, addons] + ([volume] if volume else [])
+                                                        + ([queue] if queue else [])))
 
 # Prometheus, Grafana, exporters, rules, dashboards: on a created cluster by default, opt-in on byo.
 build_monitoring(cfg, secret=rl.require_secret, cluster=platform.cluster.cluster_name if platform else None,
@@ -77,3 +78,6 @@ pulumi.export("claimName", claim.claim_name)
 pulumi.export("gpuNodes", {"instanceType": cfg.gpu_nodes.instance_type, "count": cfg.gpu_nodes.count,
                            "gpus": cfg.gpu_nodes.total_gpus, "efaDevicesPerNode": cfg.gpu_nodes.efa_devices_per_node})
 pulumi.export("estimatedCostPerHour", cost_per_hour(cfg))
+if "serving" in workloads:  # workloads.serving: where to send requests, and what is served
+    pulumi.export("serving", {"endpoint": pulumi.Output.concat("http://rltrain-serving.", training.namespace, ".svc:8000"),
+                              "modelPath": workloads["serving"].model_path})

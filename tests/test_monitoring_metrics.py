@@ -18,7 +18,7 @@ from components.scripts import efa_metrics
 
 SPEC = monitoring_rules.rules_spec(monitoring_rules.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30))
 RECORDED = monitoring_rules.recorded_names(SPEC)
-BOARDS = dashboards.all_dashboards("rltrain")
+BOARDS = dashboards.all_dashboards("rltrain", serving=True)  # the Serving board too
 
 
 def _named() -> list[tuple[str, str, str]]:

@@ -39,6 +39,10 @@ class GpuNodeGroupArgs(BaseModel):
     root_volume_iops: int
     local_storage_raid0: bool
     fast_image_pull: bool
+    # Kubelet CPU Manager and Topology Manager policies (components/stack/topology.py derives them
+    # from the pods that run on the group); None: nodeadm's defaults (none / none).
+    cpu_manager_policy: Optional[Literal["none", "static"]] = None
+    topology_manager_policy: Optional[Literal["none", "best-effort", "restricted", "single-numa-node"]] = None
 
     @property
     def instance(self) -> catalog.InstanceType:
@@ -78,6 +82,13 @@ def node_config_yaml(a: GpuNodeGroupArgs) -> Optional[str]:
         spec += ["  instance:", "    localStorage:", "      strategy: RAID0"]
     if a.fast_image_pull:
         spec += ["  featureGates:", "    FastImagePull: true"]
+    # nodeadm merges spec.kubelet.config over the kubelet configuration it generates (NodeConfig
+    # API, awslabs/amazon-eks-ami nodeadm/api/v1alpha1 KubeletOptions.Config). A changed policy is a
+    # new launch template version: new nodes, so no stale cpu_manager_state on an old one.
+    kubelet = [f"      {k}: {v}" for k, v in (("cpuManagerPolicy", a.cpu_manager_policy),
+                                              ("topologyManagerPolicy", a.topology_manager_policy)) if v]
+    if kubelet:
+        spec += ["  kubelet:", "    config:", *kubelet]
     if not spec:
         return None
     return "\n".join(["---", "apiVersion: node.eks.aws/v1alpha1", "kind: NodeConfig", "spec:", *spec]) + "\n"

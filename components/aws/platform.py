@@ -9,6 +9,7 @@ import pulumi
 
 from components.aws.cluster import EksCluster, EksClusterArgs
 from components.stack.config import StackConfig
+from components.stack import topology
 from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
 from components.aws.network import ExistingNetwork, Network, NetworkArgs
@@ -55,12 +56,14 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
     ), vpc_id=network.vpc_id, private_subnet_ids=network.private_subnet_ids,
         public_subnet_ids=network.public_subnet_ids)
     g = cfg.gpu_nodes
+    kubelet = topology.derive(cfg)  # CPU / Topology Manager policies from the pod shapes
     gpu = GpuNodeGroup("gpu", GpuNodeGroupArgs(
         cluster_name=cluster_name, instance_type=g.instance_type, count=g.count, efa=g.efa_enabled,
         capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id,
         root_volume_gib=g.root_volume.size_gib, root_volume_throughput=g.root_volume.throughput_mibps,
         root_volume_iops=g.root_volume.iops, local_storage_raid0=g.local_storage == "raid0",
         fast_image_pull=g.fast_image_pull,
+        cpu_manager_policy=kubelet.cpu_manager, topology_manager_policy=kubelet.topology_manager,
     ), vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id, cluster=cluster.cluster_name,
         cluster_security_group_id=cluster.cluster_security_group_id,
         depends_on=[cluster.pod_identity_agent])

@@ -225,8 +225,42 @@ def cost_board() -> Board:
     )
 
 
-def all_dashboards(training_namespace: str) -> list[Board]:
-    return [gpu_board(training_namespace), efa_board(), runs_board(training_namespace), cost_board()]
+def serving_board(training_namespace: str) -> Board:
+    """The serving Deployment's vLLM metrics (monitoring_metrics.VLLM_METRICS): request latency,
+    tokens per second, KV-cache use. Only with workloads.serving on."""
+    sel = f'namespace="{training_namespace}"'
+    return Board(
+        "rltrain-serving", "rltrain / Serving",
+        f"The vLLM server of namespace {training_namespace} (Deployment rltrain-serving), per pod.",
+        (
+            ("Now", (
+                _s("Requests running", f"sum(vllm:num_requests_running{{{sel}}}) or vector(0)", w=6),
+                _s("Requests waiting", f"sum(vllm:num_requests_waiting{{{sel}}}) or vector(0)", w=6),
+                _s("Generated tokens/s", f"sum(rate(vllm:generation_tokens_total{{{sel}}}[{RATE}]))", w=6),
+                _s("KV cache used (max)", f"max(vllm:kv_cache_usage_perc{{{sel}}})", "percentunit", w=6),
+            )),
+            ("Latency and throughput", (
+                _ts("Request latency (end to end)",
+                    *(Query(f"histogram_quantile({q}, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket"
+                            f"{{{sel}}}[{RATE}])))", f"p{int(q * 100)}") for q in (0.5, 0.9, 0.99)),
+                    unit="s", w=8),
+                _ts("Time to first token",
+                    *(Query(f"histogram_quantile({q}, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket"
+                            f"{{{sel}}}[{RATE}])))", f"p{int(q * 100)}") for q in (0.5, 0.99)),
+                    unit="s", w=8),
+                _ts("Tokens per second",
+                    Query(f"sum by (pod) (rate(vllm:generation_tokens_total{{{sel}}}[{RATE}]))", "{{pod}} generated"),
+                    Query(f"sum by (pod) (rate(vllm:prompt_tokens_total{{{sel}}}[{RATE}]))", "{{pod}} prompt"),
+                    w=8),
+                _ts("KV cache used", Query(f"vllm:kv_cache_usage_perc{{{sel}}}", "{{pod}}"), unit="percentunit", w=24),
+            )),
+        ),
+    )
+
+
+def all_dashboards(training_namespace: str, serving: bool = False) -> list[Board]:
+    return [gpu_board(training_namespace), efa_board(), runs_board(training_namespace), cost_board(),
+            *([serving_board(training_namespace)] if serving else [])]
 
 
 # --- building ---------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from components.stack import catalog, versions
 from components.stack.config import StackConfig
 from components.stack.labels import GPU_TAINT_KEY, MANAGED_BY, ROLE_LABEL
-from components.workloads import runs
+from components.workloads import runs, serving
 from components.workloads.sizing import EFA, GPU, HUGEPAGES
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -143,10 +143,13 @@ def node_offer(cfg: StackConfig) -> dict[str, int]:
 
 
 def nominal_quota(cfg: StackConfig) -> dict[str, str]:
-    """The node group's offer x node count, as Kubernetes quantities."""
+    """The node group's offer x node count, as Kubernetes quantities, less what the serving
+    Deployment holds (its replicas and a surge: serving.reserved). Serving is not queued (Kueue
+    manages no Deployments here), so the queue must not admit training onto its GPUs."""
     n = cfg.gpu_nodes.count
     units = {"cpu": "m", "memory": "Mi", HUGEPAGES: "Mi"}
-    return {r: f"{v * n}{units.get(r, '')}" for r, v in node_offer(cfg).items()}
+    held = serving.reserved(cfg)
+    return {r: f"{max(0, v * n - held.get(r, 0))}{units.get(r, '')}" for r, v in node_offer(cfg).items()}
 
 
 class KueueArgs(BaseModel):

@@ -112,6 +112,8 @@ class MonitoringArgs(BaseModel):
     # on those nodes); the policy rules read it from the Namespace objects.
     gpu_instance_type: str = ""
     gpu_node_count: int = 0
+    # workloads.serving: a PodMonitor for the vLLM server's /metrics and the Serving dashboard.
+    serving: bool = False
 
     @property
     def effective_storage_class(self) -> Optional[str]:
@@ -127,7 +129,8 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
         storage_size_gib=m.storage_size_gib, storage_class=m.storage_class, created_cluster=not cfg.byo_cluster,
         efa=cfg.gpu_nodes.efa_enabled, queued_alert_minutes=m.queued_alert_minutes,
         alert_receiver=AlertReceiverArgs(type=r.type, channel=r.channel) if r else None,
-        gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count)
+        gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count,
+        serving=cfg.workloads.serving.enabled)
 
 
 def _labels(component: str) -> dict[str, str]:
@@ -407,6 +410,16 @@ def ray_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
     }
 
 
+def serving_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
+    """The vLLM server's /metrics on its API port (named `http` by components/workloads/serving.py,
+    whose NetworkPolicy admits Prometheus there); pods selected by the serving component label."""
+    return {
+        "namespaceSelector": {"matchNames": [a.training_namespace]},
+        "selector": {"matchLabels": {"app.kubernetes.io/component": "serving"}},
+        "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+    }
+
+
 def ray_network_policy_args(a: MonitoringArgs) -> k8s.networking.v1.NetworkPolicyInitArgs:
     """Added to the runs' own policies (NetworkPolicies are a union): Prometheus pods of the
     monitoring namespace may reach the Ray metrics port of a run pod, nothing else more."""
@@ -514,7 +527,13 @@ class Monitoring(pulumi.ComponentResource):
         # In the training namespace: the component's opts carry the dependency on it.
         k8s.networking.v1.NetworkPolicy(f"{name}-ray-scrape", ray_network_policy_args(args), child)
 
-        for board in dashboards.all_dashboards(args.training_namespace):
+        if args.serving:
+            k8s.apiextensions.CustomResource(
+                f"{name}-serving-podmonitor", api_version="monitoring.coreos.com/v1", kind="PodMonitor",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-serving", namespace=args.namespace,
+                                                    labels=_labels("serving")),
+                spec=serving_podmonitor_spec(args), opts=after_crds)
+        for board in dashboards.all_dashboards(args.training_namespace, serving=args.serving):
             k8s.core.v1.ConfigMap(f"{name}-dashboard-{board.uid}", dashboards.configmap_args(board, args.namespace),
                                   in_ns)
         self.namespace = ns.metadata.name

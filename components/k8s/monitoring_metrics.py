@@ -94,11 +94,29 @@ RAY_METRICS = tuple("ray_" + m for m in (
     "node_network_send_speed",
 ))
 
+# --- vLLM (the serving Deployment) ---------------------------------------------------------------
+# vLLM's V1 engine Prometheus logger, on the server's own port at /metrics: names of
+# PrometheusStatLogger in vllm-project/vllm vllm/v1/metrics/loggers.py (the versions.VLLM_OPENAI_IMAGE
+# line; read from the repository's stored copy, the v0.11.0 tag tree itself not read here). Counters
+# are declared without `_total` (vllm:generation_tokens) and exported with it by prometheus_client;
+# histograms as _bucket/_sum/_count. vllm:gpu_cache_usage_perc is the deprecated name of
+# vllm:kv_cache_usage_perc (introduced by vllm-project/vllm#18354; a vLLM 0.10.0 scrape already
+# carries it, vllm-project/production-stack#617; no longer emitted by default in later releases,
+# kubernetes-sigs/inference-perf#277): the dashboard reads the current one.
+VLLM_SOURCE = "vllm-project/vllm vllm/v1/metrics/loggers.py PrometheusStatLogger (image " + versions.VLLM_OPENAI_IMAGE + ")"
+VLLM_METRICS = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+    *(f"vllm:{h}_{part}" for h in ("e2e_request_latency_seconds", "time_to_first_token_seconds")
+      for part in ("bucket", "sum", "count")),
+)
+
 EMITTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "dcgm-exporter": (DCGM_SOURCE, DCGM_DEFAULT_COUNTERS),
     "efa-metrics": (EFA_SOURCE, EFA_METRICS),
     "kube-state-metrics": (KSM_SOURCE, KUBE_STATE_METRICS),
     "ray": (RAY_SOURCE, RAY_METRICS),
+    "vllm": (VLLM_SOURCE, VLLM_METRICS),
 }
 
 

@@ -6,6 +6,8 @@ or the base branch's in a pull request) and classifies every changed resource:
 - *replace* (the engine deletes and recreates it; *with data loss* for FSx and the cluster),
 - *node roll* (every node of a group is replaced: a new launch template version, fewer nodes),
 - *run restart* (the running run gets SIGTERM and its grace period, then starts over),
+- *serving restart* (the serving Deployment's pods are replaced by a rolling update; no training
+  run is touched: a new served checkpoint is this and only this),
 - *in place* (updated without touching what runs),
 - *refused by AWS* (the change cannot be applied at all),
 - *create* / *delete*.
@@ -30,8 +32,9 @@ Resource = dict[str, Any]
 CREATE, DELETE, IN_PLACE = "create", "delete", "in place"
 REPLACE, DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED = (
     "replace", "replace (data loss)", "node roll", "run restart", "refused by AWS")
+SERVING_RESTART = "serving restart"
 # Worst first, for the table and for the one verdict per resource.
-SEVERITY = [REFUSED, DATA_LOSS, NODE_ROLL, RUN_RESTART, REPLACE, DELETE, CREATE, IN_PLACE]
+SEVERITY = [REFUSED, DATA_LOSS, NODE_ROLL, RUN_RESTART, SERVING_RESTART, REPLACE, DELETE, CREATE, IN_PLACE]
 CHANGED = "[changes on deploy]"  # a value that changes because what it is read from is replaced
 _PLACEHOLDER = re.compile(r"\[known after deploy: ([^\]]+?)\.([A-Za-z0-9_.]+)\]")
 
@@ -275,6 +278,11 @@ def _kubernetes(before, after, changes, cfg):
             return (RUN_RESTART, f"{_paths(forced)}: the run is stopped and started anew{_fresh_dir(before, after)}",
                     *_run_opt_in(cfg))
         return IN_PLACE, _paths(changes), "", True
+    if kind == "Deployment" and any(_under(p, ("spec.template",)) for p in changes):
+        # A Deployment rolls its pods on a template change (Kubernetes API; the provider patches it
+        # in place): the serving replicas restart one rollout step at a time (serving.py).
+        return (SERVING_RESTART, f"{_paths([p for p in changes if _under(p, ('spec.template',))])}: the serving "
+                "replicas are replaced by a rolling update; no training run is touched", "", True)
     if after["type"].startswith("kubernetes:") and kind in ("MPIJob", "RayJob"):
         # A custom resource is replaced only on name/namespace, unless replace_on_changes says
         # otherwise (pulumi-kubernetes provider/pkg/provider/diff.go); a patched finished run never

@@ -187,13 +187,18 @@ def _device_requests(resources: list[Resource], device: str) -> Iterator[tuple[s
                 yield f"{p.owner}/{c.get('name')}", lim, req
 
 
-@rule("gpu-count", "GPU containers: nvidia.com/gpu limit = request = the instance's GPUs")
+@rule("gpu-count", "GPU containers: nvidia.com/gpu limit = request = the instance's GPUs (a Deployment's "
+                   "serving replica: a divisor of them)")
 def _gpu_count(resources, ctx):
     if ctx.instance is None:
         return
     want = ctx.instance.gpu_count
     for ref, lim, req in _device_requests(resources, GPU):
-        if lim is None or int(quantity(lim)) != want or (req is not None and quantity(req) != quantity(lim)):
+        # A serving replica takes a share of a node (components/workloads/serving.py): whole
+        # replicas per node, so no GPU is left over between them.
+        fraction = ref.startswith("Deployment/") and lim is not None and 0 < quantity(lim) <= want \
+            and want % int(quantity(lim)) == 0
+        if lim is None or (int(quantity(lim)) != want and not fraction) or (req is not None and quantity(req) != quantity(lim)):
             yield Violation("gpu-count", ref, f"nvidia.com/gpu limit {lim}, request {req}; {ctx.instance.name} has {want}",
                             f"request and limit {want} GPUs (derived from the catalog, never typed)")
 
@@ -318,7 +323,8 @@ def _required_hostname_anti_affinity(p: Pod) -> bool:
 @rule("one-pod-per-node", "multi-node runs place one pod per node")
 def _one_per_node(resources, ctx):
     for p in pods(resources):
-        if p.replicas < 2 or not p.requests_gpu():
+        # A Deployment's replicas are independent servers, not ranks of one run (serving.py).
+        if p.replicas < 2 or not p.requests_gpu() or p.kind == "Deployment":
             continue
         whole_node = ctx.instance is not None and pod_requests(p).get(GPU, 0) == ctx.instance.gpu_count
         if not (_required_hostname_anti_affinity(p) or whole_node):
@@ -456,3 +462,5 @@ def fit_report(resources: list[Resource]) -> list[str]:
 from components.offline import deploy_model  # noqa: E402,F401
 # Scheduling whole workloads (schedule-fits) and what Kueue needs of a queued one (kueue-queue).
 from components.offline import schedule  # noqa: E402
+# The GPU nodes' Topology Manager policy against the pods that run there (numa-policy-admits).
+from components.offline import numa  # noqa: E402,F401

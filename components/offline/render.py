@@ -32,6 +32,7 @@ import yaml
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy
 from components.offline import checkpoints, impact, unset_secrets
+from components.workloads import serving
 from components.stack import secrets_scan, stackfile
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 
@@ -210,6 +211,7 @@ def summary(rendered: Rendered) -> str:
     ckpt = checkpoints.estimate(cfg)
     if ckpt:
         lines.append("  " + ckpt[2])
+    lines += ["  " + line for line in serving.summary(cfg)]  # the served model, rollout, startup budget
     lines += ["  " + line for line in deploy_model.cluster_wide(rendered.resources)]
     lines += ["  " + line for line in deploy_model.isolation_summary(rendered.resources)]
     lines += ["  " + line for line in deploy_model.flow_table(rendered.resources)]

@@ -51,7 +51,10 @@ Resource = dict[str, Any]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
-WORKLOAD_KINDS = ("Job", "StatefulSet", "MPIJob", "RayJob")
+WORKLOAD_KINDS = ("Job", "StatefulSet", "MPIJob", "RayJob", "Deployment")
+# Long-running workloads (the serving Deployment, components/workloads/serving.py): never finish,
+# not queued by Kueue (the ClusterQueue's quota leaves their GPUs out), placed before every run.
+PERMANENT_KINDS = ("Deployment",)
 # The pod sets Kueue makes of a RayJob (kueue v0.19.2 pkg/controller/jobs/rayjob/rayjob_controller.go
 # PodSets:133-154): "head", one per worker group, and in K8sJobMode (the default) a "submitter" pod set
 # of the submitter Job's pod, KubeRay's default submitter container unless submitterPodTemplate is
@@ -111,6 +114,12 @@ class Workload:
     pulumi_name: str
     row: str  # deploy_model.ref of its resource
     sets_suspend: Optional[str] = None  # the path of a suspend field the program sets
+    # A Deployment's rolling update: extra pods it creates during a rollout (maxSurge, resolved).
+    max_surge: int = 0
+
+    @property
+    def permanent(self) -> bool:
+        return self.kind in PERMANENT_KINDS
 
     @property
     def ref(self) -> str:
@@ -156,7 +165,7 @@ def _templates(obj: dict[str, Any]) -> list[tuple[str, int, dict[str, Any], Opti
         if spec.get("completions") is not None:
             n = min(n, int(_quantity(spec["completions"])) or n)
         return [("", n, spec.get("template") or {}, "spec.suspend")]
-    if kind == "StatefulSet":
+    if kind in ("StatefulSet", "Deployment"):
         return [("", int(_quantity(spec.get("replicas", 1))), spec.get("template") or {}, None)]
     if kind == "MPIJob":
         return [(role, int(_quantity(rs.get("replicas", 1))), rs.get("template") or {}, "spec.runPolicy.suspend")
@@ -177,6 +186,20 @@ def _templates(obj: dict[str, Any]) -> list[tuple[str, int, dict[str, Any], Opti
                 RAY_SUBMITTER_CONTAINER]}}, "spec.suspend"))
         return out
     return []
+
+
+def _max_surge(obj: dict[str, Any]) -> int:
+    """A Deployment's maxSurge in pods: the API default is 25 %, rounded up (apps/v1 DeploymentStrategy)."""
+    if obj.get("kind") != "Deployment":
+        return 0
+    strategy = (obj.get("spec") or {}).get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return 0
+    value = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
+    replicas = int(_quantity((obj.get("spec") or {}).get("replicas", 1)))
+    if isinstance(value, str) and value.endswith("%"):
+        return -(-replicas * int(value[:-1]) // 100)
+    return int(_quantity(value))
 
 
 def _one_per_node(spec: dict[str, Any]) -> bool:
@@ -284,7 +307,7 @@ def workloads(resources: list[Resource], ctx: Optional[Context] = None) -> list[
             sets.append(PodSet(name, count, req, _one_per_node(spec), on_gpu, suspend))
             pclass = pclass or spec.get("priorityClassName")
         w = Workload(obj["kind"], _meta(obj).get("name", "?"), tuple(sets), classes.get(pclass, 0), pclass, queue,
-                     index, r["name"], deploy_model.ref(r), _suspend_set(obj))
+                     index, r["name"], deploy_model.ref(r), _suspend_set(obj), _max_surge(obj))
         if w.requests_gpu():
             out.append(w)
     return out
@@ -395,6 +418,7 @@ def _label(ps: PodSet) -> str:
 # --- the schedule --------------------------------------------------------------------------------
 
 RUNS_NOW = "runs now"
+SERVES = "serves"
 QUEUED = "queued behind"
 NEVER = "never fits"
 
@@ -413,6 +437,8 @@ class Outcome:
             return f"{QUEUED} {self.behind.ref}" if queued else f"waits for {self.behind.ref}, pod by pod"
         if self.status == NEVER:
             return f"{NEVER}: {self.reason}"
+        if self.status == SERVES:
+            return "serves: never finishes; its pods hold their GPUs while every run below is placed"
         return self.status
 
 
@@ -422,11 +448,14 @@ class Schedule:
     outcomes: tuple[Outcome, ...]
     queue: Optional[Queue]  # the queue every GPU workload names (None: not queued, or mixed)
     queued: bool  # every GPU workload is queued
+    # A serving Deployment's rollout: ref -> (maxSurge, whether that many more pods fit beside the
+    # serving pods and the runs that start first).
+    surge: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
     @property
     def partial_admission(self) -> bool:
         """Not queued, and the GPU workloads cannot all run at once."""
-        return not self.queued and any(o.status != RUNS_NOW for o in self.outcomes)
+        return not self.queued and any(o.status not in (RUNS_NOW, SERVES) for o in self.outcomes)
 
     def outcome(self, name: str) -> Outcome:
         return next(o for o in self.outcomes if o.workload.name == name)
@@ -437,7 +466,9 @@ def simulate(resources: list[Resource]) -> Optional[Schedule]:
     ng = node_group(resources, ctx)
     if ng is None:
         return None
-    found = workloads(resources, ctx)
+    everything = workloads(resources, ctx)
+    serving = [w for w in everything if w.permanent]
+    found = [w for w in everything if not w.permanent]
     qs = queues(resources)
     names = {w.queue for w in found}
     queued = bool(found) and all(w.queue for w in found)
@@ -451,6 +482,9 @@ def simulate(resources: list[Resource]) -> Optional[Schedule]:
     pending = []
     for w in order:
         bad = never_fits(w, ng, qs.get(w.queue) if w.queue else None)
+        if bad and serving and "nominal quota" in bad[1]:
+            bad = (bad[0], bad[1] + f" (it leaves out what the serving pods of {', '.join(sorted(x.ref for x in serving))} "
+                   "hold: training does not fit beside serving)")
         if bad:
             outcomes[w.ref] = Outcome(w, NEVER, resource=bad[0], reason=bad[1])
         else:
@@ -458,6 +492,19 @@ def simulate(resources: list[Resource]) -> Optional[Schedule]:
     state = State([dict(ng.capacity) for _ in range(ng.count)],
                   dict(queue.quota) if queue is not None and queue.own else None)
     running: list[tuple[Workload, list[tuple[int, dict[str, float]]]]] = []
+    # Serving first: it never finishes, so every run is placed beside it (not charged to the
+    # queue's quota, which already leaves it out).
+    held: dict[str, list[tuple[int, dict[str, float]]]] = {}
+    for w in sorted(serving, key=lambda w: w.ref):
+        bad = never_fits(w, ng, None)
+        placed = None if bad else place(w, State(state.free, None))
+        if placed is None:
+            bad = bad or ("nodes", "its replicas do not fit beside the serving pods placed before it")
+            outcomes[w.ref] = Outcome(w, NEVER, resource=bad[0], reason=bad[1])
+            continue
+        _apply(w, placed, State(state.free, None), +1)
+        held[w.ref] = placed
+        outcomes[w.ref] = Outcome(w, SERVES)
 
     def admit(behind: Optional[Workload]) -> None:
         for w in list(pending):
@@ -472,13 +519,39 @@ def simulate(resources: list[Resource]) -> Optional[Schedule]:
             outcomes[w.ref] = Outcome(w, RUNS_NOW if behind is None else QUEUED, behind)
 
     admit(None)
+    surge = {ref: (w.max_surge, _surge_fits(w, held[ref], state)) for ref, w in
+             ((w.ref, w) for w in serving) if ref in held and w.max_surge}
     while pending and running:
         done, placed = running.pop(0)
         _apply(done, placed, state, -1)
         admit(done)
-    for w in pending:  # nothing left to wait for (not expected: never_fits covers it)
-        outcomes[w.ref] = Outcome(w, NEVER, resource="nodes", reason="does not fit beside nothing")
-    return Schedule(ng, tuple(outcomes[w.ref] for w in order), queue, queued)
+    for w in pending:  # nothing left to wait for: only what never finishes (serving) is in its way
+        if held:
+            gpus = sum(r.get(GPU, 0.0) for placed in held.values() for _, r in placed)
+            reason = (f"does not fit beside the serving pods ({', '.join(sorted(held))} holds {gpus:g} GPUs for good): "
+                      "training never starts while serving runs")
+        else:
+            reason = "does not fit beside nothing"
+        outcomes[w.ref] = Outcome(w, NEVER, resource="nodes", reason=reason)
+    first = [outcomes[w.ref] for w in sorted(serving, key=lambda w: w.ref)]
+    return Schedule(ng, tuple(first + [outcomes[w.ref] for w in order]), queue, queued, surge)
+
+
+def _surge_fits(w: Workload, placed: list[tuple[int, dict[str, float]]], state: State) -> bool:
+    """`w.max_surge` more pods of the Deployment fit the free nodes (not beside its own pods where
+    it wants one per node), with the serving pods and the runs that start first in place."""
+    ps = w.pod_sets[0]
+    free = [dict(n) for n in state.free]
+    taken = {node for node, _ in placed}
+    for _ in range(w.max_surge):
+        node = next((i for i, n in enumerate(free) if not (ps.one_per_node and i in taken)
+                     and _fits(ps.requests, n)), None)
+        if node is None:
+            return False
+        taken.add(node)
+        for r, v in ps.requests.items():
+            free[node][r] = free[node].get(r, 0.0) - v
+    return True
 
 
 def report(resources: list[Resource]) -> list[str]:
@@ -502,11 +575,13 @@ def report(resources: list[Resource]) -> list[str]:
                          "quota and order are not known here; placed as if it were the node group's)")
     elif s.queued:
         lines.append("  queued: the GPU workloads name different queues; placed by priority")
+    elif all(o.workload.permanent for o in s.outcomes):
+        lines.append("  no run: only serving, which is not queued")
     else:
         lines.append("  not queued (no Kueue): the namespace quota and the scheduler admit pods one at a time, "
                      "the order below is not enforced")
         if s.partial_admission:
-            waiting = [o.workload.ref for o in s.outcomes if o.status != RUNS_NOW]
+            waiting = [o.workload.ref for o in s.outcomes if o.status not in (RUNS_NOW, SERVES)]
             lines.append(f"  PARTIAL ADMISSION POSSIBLE: the GPU workloads cannot all run at once ({', '.join(waiting)} "
                          "would wait): a workload of several pods can start with part of them and fail its deadline; "
                          "queue them (rltrain:kueue) or enable fewer")
@@ -515,6 +590,9 @@ def report(resources: list[Resource]) -> list[str]:
         w = o.workload
         lines.append(f"  {i}. {w.ref:<{width}}  priority {w.priority:>10}  {w.pods} pod{'s' if w.pods != 1 else ''}: "
                      f"{o.text(s.queued)}")
+    for ref, (n, fits) in sorted(s.surge.items()):
+        lines.append(f"  rollout of {ref}: maxSurge {n}: "
+                     + ("fits beside what runs" if fits else "NO ROOM for a surge pod (it would stay Pending)"))
     return lines
 
 
@@ -532,6 +610,21 @@ def _schedule_fits(resources, ctx):
             yield Violation("schedule-fits", o.workload.ref, f"never fits ({o.resource}): {o.reason}",
                             "size it to the node group (multiNode.nodes <= gpuNodes.count; requests from the "
                             "catalog) or request only resources the GPU nodes offer", o.workload.pulumi_name)
+
+
+@rule("rollout-fits", "a Deployment on the GPU nodes surges only when its surge pods fit beside the serving pods "
+                      "and the runs that start with them")
+def _rollout_fits(resources, ctx):
+    s = simulate(resources)
+    if s is None:
+        return
+    for ref, (n, fits) in s.surge.items():
+        if not fits:
+            w = next(o.workload for o in s.outcomes if o.workload.ref == ref)
+            yield Violation("rollout-fits", ref, f"maxSurge {n}: no node has room for a surge pod beside the serving "
+                            "pods and the runs; the new pod stays Pending and the rollout never finishes",
+                            "maxSurge 0 / maxUnavailable 1 (rltrain:workloads.serving.rollout: auto or replace)",
+                            w.pulumi_name)
 
 
 def _reaches(graph: "deploy_model.Graph", start: str, targets: Iterable[str]) -> bool:

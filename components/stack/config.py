@@ -143,6 +143,15 @@ class RootVolume(_Model):
     iops: int = Field(16000, ge=3000, le=16000)
 
 
+class KubeletTopology(_Model):
+    """Kubelet CPU and Topology Manager policies of the GPU nodes (nodeadm). None = derived from the
+    shapes of the pods that run there (components/stack/topology.py)."""
+
+    cpu_manager_policy: Optional[Literal["none", "static"]] = Field(None, description="kubelet cpuManagerPolicy")
+    topology_manager_policy: Optional[Literal["none", "best-effort", "restricted", "single-numa-node"]] = Field(
+        None, description="kubelet topologyManagerPolicy")
+
+
 class GpuNodesConfig(_Model):
     instance_type: str
     count: int = Field(ge=1, le=256)
@@ -157,6 +166,8 @@ class GpuNodesConfig(_Model):
     # Opt-in for a change that rolls every GPU node (a new launch template version, fewer nodes):
     # running runs are killed, or the roll fails on their PodDisruptionBudgets.
     allow_node_roll: bool = False
+    # Kubelet CPU / Topology Manager policies (nodeadm); unset = derived from the pod shapes.
+    topology: KubeletTopology = KubeletTopology()
 
     @field_validator("instance_type")
     @classmethod
@@ -318,6 +329,83 @@ class NcclTest(_Model):
     priority: int = Field(NCCL_TEST_PRIORITY, **_PRIORITY)
 
 
+# Serving the policy being trained (components/workloads/serving.py, docs/serving.md).
+
+# Flags of the vLLM OpenAI server the program sets itself (serving.py server_args): extraArgs may
+# not repeat them (argparse keeps the last value: a repeat would silently override the program's).
+SERVING_PROGRAM_FLAGS = ("--model", "--served-model-name", "--host", "--port", "--tensor-parallel-size", "-tp",
+                         "--max-model-len")
+# The checkpoint layout inside a run's checkpoint directory: veRL's trainer saves
+# `global_step_<N>/actor/huggingface` (an HF-format copy of the actor) beside its sharded state.
+DEFAULT_CHECKPOINT_LAYOUT = "global_step_{step}/actor/huggingface"
+
+
+class ServingModel(_Model):
+    """What the server loads: a run's checkpoint (by run and step) or a fixed path on the shared volume."""
+
+    # The training run whose checkpoint directory holds the model (the program knows each run's
+    # directory: components/workloads/env.py checkpoint_dir). None with `path`.
+    run: Optional[Literal["single-node", "multi-node"]] = Field(
+        None, description="training run whose checkpoint directory holds the served model")
+    # The checkpoint step served; a new step is a config change shown as a serving restart.
+    step: Optional[int] = Field(None, ge=0, description="checkpoint step served (with run)")
+    # Where a step's servable weights sit inside the run's checkpoint directory; {step} is replaced.
+    checkpoint_layout: str = Field(DEFAULT_CHECKPOINT_LAYOUT, pattern=r"^[^/].*\{step\}.*$",
+                                   description="path of a step's HF weights inside the checkpoint directory")
+    # A fixed model directory on the shared volume instead of a run's checkpoint.
+    path: Optional[str] = Field(None, pattern=r"^/fsx/[^\s]*$", description="fixed model directory under /fsx")
+    # Size of the weights: with the volume's read throughput it sets the startup probe's budget.
+    size_gib: int = Field(16, ge=1, le=4096, alias="sizeGiB", description="size of the model weights in GiB")
+
+
+class EvaluationConfig(_Model):
+    """A CronJob that runs components/scripts/evaluate.py against the serving endpoint."""
+
+    enabled: bool = Field(False, description="create the evaluation CronJob (needs serving.enabled)")
+    schedule: str = Field("0 */6 * * *", pattern=r"^(\S+\s+){4}\S+$", description="cron schedule (5 fields)")
+    # Image of the evaluation pod: a small Python image (the script uses the standard library only).
+    image: Optional[str] = Field(None, description="evaluation image; default the pinned Python image")
+    # A JSONL file of {"prompt": ..., "expected": ...} on the shared volume.
+    prompts_path: str = Field("/fsx/eval/prompts.jsonl", pattern=r"^/fsx/[^\s]+$",
+                              description="JSONL prompts file under /fsx")
+    max_tokens: int = Field(256, ge=1, le=32768, description="max_tokens per completion")
+    deadline_minutes: int = Field(60, ge=5, le=1440, description="activeDeadlineSeconds of each evaluation Job")
+
+
+class ServingConfig(_Model):
+    """A vLLM OpenAI-compatible server for the policy being trained (off by default)."""
+
+    enabled: bool = Field(False, description="create the serving Deployment, Service, PDB and NetworkPolicy")
+    image: Optional[str] = Field(None, description="vLLM OpenAI server image; default the pin in versions.py")
+    model: ServingModel = ServingModel()
+    gpus_per_replica: int = Field(1, ge=1, le=8, alias="gpusPerReplica", description="GPUs of one replica")
+    # vLLM shards the model over this many GPUs of one pod; it must equal gpusPerReplica (a GPU
+    # requested and unused is wasted, a shard without a GPU fails at start).
+    tensor_parallel_size: Optional[int] = Field(None, ge=1, le=8,
+                                                description="tensor parallel size; default gpusPerReplica")
+    replicas: int = Field(1, ge=1, le=64, description="server replicas")
+    max_model_len: Optional[int] = Field(None, ge=16, description="--max-model-len; default the model's")
+    extra_args: tuple[str, ...] = Field((), description="further vLLM server flags (not the ones the program sets)")
+    # The longest request the server is expected to finish: the grace period after SIGTERM is longer.
+    max_request_seconds: int = Field(600, ge=10, le=7200, description="longest request, in seconds")
+    # auto: surge one replica when a whole replica fits beside what runs, else replace one at a
+    # time; surge / replace: forced (a surge onto a full node group is refused by the render).
+    rollout: Literal["auto", "surge", "replace"] = Field("auto", description="rolling update strategy")
+    # Read throughput the weights load at on a bring-your-own volume (the stack's FSx knows its own).
+    load_throughput_mb_s: Optional[int] = Field(None, ge=10, alias="loadThroughputMBps",
+                                                description="volume read throughput in MB/s (byo clusters)")
+    evaluation: EvaluationConfig = EvaluationConfig()
+
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else check_pinned_image(v)
+
+    @property
+    def tp(self) -> int:
+        return self.tensor_parallel_size or self.gpus_per_replica
+
+
 class WorkloadsConfig(_Model):
     image: str
     command: tuple[str, ...] = ("bash", "/workspace/eks/scripts/run_training_eks.sh")
@@ -341,6 +429,7 @@ class WorkloadsConfig(_Model):
     multi_node: MultiNode = MultiNode()
     nccl_test: NcclTest = NcclTest()
     validation: Validation = Validation(enabled=True)
+    serving: ServingConfig = ServingConfig()
     # Opt-in gate: the training runs are created only after validation and the NCCL test (those
     # enabled) succeeded; `pulumi up` then waits for the checks to finish.
     training_after_checks: bool = False
@@ -646,6 +735,7 @@ def _cross_checks(cfg: StackConfig, region: Optional[str], config_keys: set[str]
                       f"no published bus bandwidth for {it.name} to check against; "
                       f"types with one: {', '.join(t for t, v in catalog.CATALOG.items() if v.nccl_reference)}"))
     p += _kueue_checks(cfg)
+    p += _serving_checks(cfg)
     try:
         check_pinned_image(w.nccl_test.image)
     except ValueError as e:
@@ -673,6 +763,54 @@ def _kueue_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     if w.training_after_checks and not (w.validation.enabled or w.nccl_test.enabled):
         p.append((_path(("workloads", "trainingAfterChecks")),
                   "waits for validation and the NCCL test, and neither is enabled"))
+    return p
+
+
+def _serving_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """workloads.serving: the shape of a replica against the node, the model source, the flags."""
+    p: list[tuple[str, str]] = []
+    sv, it = cfg.workloads.serving, cfg.gpu_nodes.instance
+    key = ("workloads", "serving")
+    if sv.evaluation.enabled and not sv.enabled:
+        p.append((_path((*key, "evaluation", "enabled")), "evaluates the serving endpoint, and serving.enabled is false"))
+    if not sv.enabled:
+        return p
+    if sv.tensor_parallel_size is not None and sv.tensor_parallel_size != sv.gpus_per_replica:
+        p.append((_path((*key, "tensorParallelSize")),
+                  f"{sv.tensor_parallel_size} != gpusPerReplica {sv.gpus_per_replica}: vLLM shards the model over "
+                  "exactly the GPUs of one replica (set both to the same value, or leave tensorParallelSize unset)"))
+    if sv.gpus_per_replica > it.gpu_count or it.gpu_count % sv.gpus_per_replica:
+        allowed = [n for n in range(1, it.gpu_count + 1) if it.gpu_count % n == 0]
+        p.append((_path((*key, "gpusPerReplica")),
+                  f"{sv.gpus_per_replica} does not divide the {it.gpu_count} GPUs of a {it.name} node; "
+                  f"allowed: {', '.join(map(str, allowed))}"))
+    g = cfg.gpu_nodes
+    per_node = 1 if 2 * sv.gpus_per_replica > it.gpu_count else it.gpu_count // max(1, sv.gpus_per_replica)
+    if sv.replicas > per_node * g.count:
+        p.append((_path((*key, "replicas")),
+                  f"{sv.replicas} replicas of {sv.gpus_per_replica} GPU(s) need more than the {g.count} GPU node(s) "
+                  f"hold ({per_node} per node)"))
+    # The checks take a whole pod on every GPU node: with serving holding GPUs on one of them (and the
+    # queue's quota leaving those out) they are never admitted.
+    for check, on in (("validation", cfg.workloads.validation.enabled), ("ncclTest", cfg.workloads.nccl_test.enabled)):
+        if on:
+            p.append((_path(("workloads", check, "enabled")),
+                      "runs a whole-node pod on every GPU node, and serving (workloads.serving.enabled) holds GPUs "
+                      "on one for good: it would never start. Run it before enabling serving, or disable it"))
+    m = sv.model
+    if (m.path is None) == (m.run is None):
+        p.append((_path((*key, "model")), "set either run (with step) or path"))
+    if m.run is not None and m.step is None:
+        p.append((_path((*key, "model", "step")), f"required with run {m.run!r}: the checkpoint step to serve"))
+    if m.path is not None and m.step is not None:
+        p.append((_path((*key, "model", "step")), "only with run; path names the model directory itself"))
+    for i, arg in enumerate(sv.extra_args):
+        flag = arg.split("=", 1)[0].replace("_", "-")
+        if flag in SERVING_PROGRAM_FLAGS:
+            p.append((_path((*key, "extraArgs", i)),
+                      f"{flag} is set by the program ({', '.join(SERVING_PROGRAM_FLAGS)}): use the serving key instead"))
+        elif not arg.startswith("-"):
+            p.append((_path((*key, "extraArgs", i)), "not a flag: write each flag as --name=value"))
     return p
 
 

@@ -95,3 +95,12 @@ EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
 def eks_addons(kubernetes_version: str) -> dict[str, str]:
     """The pinned add-on versions for a Kubernetes minor (config allows only the minors listed)."""
     return EKS_ADDON_VERSIONS[kubernetes_version]
+
+# vLLM OpenAI-compatible server (components/workloads/serving.py): the project's image on Docker Hub,
+# tag v0.11.0 (vllm-project/vllm release v0.11.0). Its entry point runs the server module
+# `vllm.entrypoints.openai.api_server`; the program names the module itself so the pod does not
+# depend on the image's ENTRYPOINT. Metric names read by the dashboard: monitoring_metrics.py.
+VLLM_OPENAI_IMAGE = "docker.io/vllm/vllm-openai:v0.11.0"
+# The evaluation CronJob's script uses the standard library only: the same pinned Python image as
+# the EFA exporter.
+EVALUATION_IMAGE = EFA_EXPORTER_IMAGE

@@ -29,6 +29,8 @@ from components.workloads.script_files import read_scripts
 from components.workloads.scripts_configmap import ScriptConfigMaps
 from components.workloads.validation import ClusterValidation, ClusterValidationArgs
 from components.workloads import runs
+from components.workloads.evaluation import EvaluationCronJob
+from components.workloads.serving import Serving, ServingArgs
 
 
 def priority_class_args(cfg: StackConfig) -> k8s.scheduling.v1.PriorityClassInitArgs:
@@ -79,7 +81,8 @@ def scripts_used(cfg: StackConfig) -> list[str]:
     w = cfg.workloads
     return sorted({f for on, f in ((w.validation.enabled, "validate_node.py"),
                                    (w.multi_node.enabled and w.multi_node.form != "rayjob", "ray_launcher.py"),
-                                   (w.nccl_test.enabled, "nccl_check.py")) if on})
+                                   (w.nccl_test.enabled, "nccl_check.py"),
+                                   (w.serving.enabled and w.serving.evaluation.enabled, "evaluate.py")) if on})
 
 
 class Workloads(pulumi.ComponentResource):
@@ -133,5 +136,12 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     elif w.multi_node.enabled:
         out["multi_node"] = MultiNodeTraining(f"{name}-multi-node", MultiNodeTrainingArgs(**base), namespace,
                                               secret_name, opts=train_opts)
+    if w.serving.enabled:
+        # Long-running, beside training: not gated on the checks (it trains nothing).
+        out["serving"] = Serving(f"{name}-serving", ServingArgs(**base), namespace, opts=wl_opts)
+        if w.serving.evaluation.enabled:
+            out["evaluation"] = EvaluationCronJob(f"{name}-evaluation", ServingArgs(**base), namespace,
+                                                  opts=runs.child_opts(parent, opts, *classes, scripts,
+                                                                       out["serving"]))
     parent.register_outputs({k: v.urn for k, v in out.items() if k != "workloads"})
     return out

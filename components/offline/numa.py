@@ -1,0 +1,100 @@
+"""The GPU nodes' kubelet Topology Manager policy against the pods that run on them (rule `numa-policy-admits`).
+
+The policy is read from the GPU launch template's nodeadm NodeConfig (`spec.kubelet.config`,
+components/aws/gpu_nodes.py); the pods from the record (every pod template that requests GPUs or
+selects the GPU nodes). `single-numa-node` admits a pod only when one NUMA node holds all its
+aligned resources, and rejects it otherwise (TopologyAffinityError; Kubernetes documentation,
+"Control Topology Management Policies on a node", section "single-numa-node policy"):
+- device hints apply to every pod: more GPUs than one NUMA node has (a whole-node p5/p4de pod: 8
+  GPUs, 4 per NUMA node) is never admitted;
+- CPU hints apply to Guaranteed pods with integer CPUs under the `static` CPU manager ("Control CPU
+  Management Policies on the Node", "Static policy"): more CPUs than one NUMA node has is never
+  admitted.
+`none`, `best-effort` and `restricted` admit a whole-node pod: best-effort always, restricted when
+the preferred (smallest) NUMA set is possible, and for 8 GPUs that set is both NUMA nodes.
+A bring-your-own cluster records no launch template: its nodes' policies are not known here.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any, Optional
+
+from components.offline.policy import GPU, Violation, pod_requests, pods, rule
+from components.stack import topology
+
+_SETTING = re.compile(r"^\s*(cpuManagerPolicy|topologyManagerPolicy):\s*(\S+)\s*$", re.M)
+
+
+def kubelet_policies(resources: list[dict[str, Any]]) -> Optional[dict[str, str]]:
+    """{setting: value} of the launch templates' NodeConfigs (the GPU group's is the one that sets
+    them); None when the record has no launch template (a bring-your-own cluster)."""
+    found: Optional[dict[str, str]] = None
+    for r in resources:
+        if r["type"] != "aws:ec2/launchTemplate:LaunchTemplate":
+            continue
+        found = found if found is not None else {}
+        data = r["inputs"].get("userData")
+        if not isinstance(data, str):
+            continue
+        try:
+            text = base64.b64decode(data, validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+        found.update(_SETTING.findall(text))
+    return found
+
+
+def _guaranteed_cpus(spec: dict[str, Any]) -> float:
+    """Integer CPUs of a pod whose every container has CPU limit == request (0 otherwise)."""
+    total = 0.0
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        req, lim = (res.get("requests") or {}).get("cpu"), (res.get("limits") or {}).get("cpu")
+        if lim is None or (req is not None and str(req) != str(lim)):
+            return 0.0
+        try:
+            cpus = float(str(lim))
+        except ValueError:
+            return 0.0
+        if cpus != int(cpus):
+            return 0.0
+        total += cpus
+    return total
+
+
+@rule("numa-policy-admits", "the GPU nodes' Topology Manager policy admits every pod that runs there "
+                            "(single-numa-node rejects a pod wider than one NUMA node)")
+def _numa_policy(resources, ctx):
+    settings = kubelet_policies(resources)
+    if not settings or ctx.instance is None:
+        return
+    policy = settings.get("topologyManagerPolicy", "none")
+    if policy != "single-numa-node":
+        return
+    it = ctx.instance
+    per_numa = topology.gpus_per_numa_node(it)
+    cpus_per_numa = it.vcpu / topology.numa_nodes(it)
+    static = settings.get("cpuManagerPolicy") == "static"
+    for p in pods(resources):
+        selector = p.spec.get("nodeSelector") or {}
+        on_gpu = p.requests_gpu() or (selector and all(ctx.node_labels.get(k) == v for k, v in selector.items()))
+        if not on_gpu:
+            continue
+        gpus = pod_requests(p).get(GPU, 0)
+        if gpus > per_numa:
+            yield Violation("numa-policy-admits", p.owner,
+                            f"topologyManagerPolicy single-numa-node on {it.name} ({topology.numa_nodes(it)} NUMA "
+                            f"nodes, {per_numa} GPUs each) rejects this pod's {gpus:g} GPUs at admission "
+                            f"(TopologyAffinityError; {topology.DOCS})",
+                            "leave rltrain:gpuNodes.topology.topologyManagerPolicy unset (derived: best-effort) or "
+                            "use best-effort / restricted")
+            continue
+        cpus = _guaranteed_cpus(p.spec) if static else 0.0
+        if cpus > cpus_per_numa:
+            yield Violation("numa-policy-admits", p.owner,
+                            f"topologyManagerPolicy single-numa-node with cpuManagerPolicy static rejects this "
+                            f"Guaranteed pod's {cpus:g} exclusive CPUs: one NUMA node of {it.name} has "
+                            f"{cpus_per_numa:g} ({topology.DOCS})",
+                            "leave rltrain:gpuNodes.topology unset, or use best-effort")

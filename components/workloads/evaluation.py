@@ -1,0 +1,151 @@
+"""EvaluationCronJob: components/scripts/evaluate.py against the serving endpoint, on a schedule (off by default).
+
+`workloads.serving.evaluation`: a batch/v1 CronJob `rltrain-evaluation` whose Job runs the mounted
+script (a file of the scripts ConfigMaps, like the other programs) in a small pinned Python image.
+It asks the serving Service for each prompt of `promptsPath` and writes
+`eval-<label>-<time>.json` into `<the run's checkpoint directory>/eval` (a fixed model path: its
+parent's `eval`), so the results sit beside the checkpoints they judge; the label names the served
+step. concurrencyPolicy Forbid (a slow evaluation is never doubled), history limits, a start
+deadline (a missed slot is skipped, not caught up in a burst) and an activeDeadlineSeconds per Job.
+No GPU: Kueue and the schedule leave it alone. Its pod may reach the serving port and DNS only.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.stack import versions
+from components.stack.config import StackConfig
+from components.stack.labels import CHECKS_SERVICE_ACCOUNT
+from components.workloads import env, runs, security, serving, volumes
+
+NAME = "rltrain-evaluation"
+COMPONENT = "evaluation"
+CONTAINER = "evaluate"
+SCRIPT = "evaluate.py"
+HISTORY = 3
+# A run missed by more than this (the controller was down, the previous one still running under
+# Forbid) is skipped rather than started late.
+STARTING_DEADLINE_SECONDS = 600
+
+SKIP_REASONS = security.Reasons(
+    root="the Python image runs as root, which writes result files into the run's root-owned checkpoint directory",
+)
+
+
+def out_dir(cfg: StackConfig) -> str:
+    m = cfg.workloads.serving.model
+    if m.run:
+        return f"{env.checkpoint_dir(cfg, serving.run_nodes(cfg, m.run))}/eval"
+    return posixpath.join(posixpath.dirname(m.path.rstrip("/")), "eval")
+
+
+def label(cfg: StackConfig) -> str:
+    m = cfg.workloads.serving.model
+    return f"step-{m.step}" if m.run else "path"
+
+
+def endpoint(namespace: pulumi.Input[str]) -> pulumi.Output[str]:
+    return pulumi.Output.concat("http://", serving.NAME, ".", namespace, f".svc:{serving.PORT}")
+
+
+def pod_template(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str],
+                 scripts: list) -> k8s.core.v1.PodTemplateSpecArgs:
+    ev = cfg.workloads.serving.evaluation
+    args = {"endpoint": endpoint(namespace), "model": serving.served_model_name(cfg), "prompts": ev.prompts_path,
+            "out-dir": out_dir(cfg), "label": label(cfg), "max-tokens": str(ev.max_tokens)}
+    command = ["python3", f"{volumes.SCRIPTS_PATH}/{SCRIPT}"]
+    container = k8s.core.v1.ContainerArgs(
+        name=CONTAINER,
+        image=ev.image or versions.EVALUATION_IMAGE,
+        image_pull_policy="IfNotPresent",
+        command=command,
+        args=[pulumi.Output.concat(f"--{k}=", v) for k, v in args.items()],
+        resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "500m", "memory": "512Mi"},
+                                                       limits={"cpu": "500m", "memory": "512Mi"}),
+        volume_mounts=[k8s.core.v1.VolumeMountArgs(name="fsx", mount_path=volumes.FSX_PATH),
+                       volumes.scripts_mount(),
+                       k8s.core.v1.VolumeMountArgs(name="tmp", mount_path=volumes.TMP_PATH)],
+        security_context=security.container_security_context(read_only_root=True),
+    )
+    return k8s.core.v1.PodTemplateSpecArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(COMPONENT, NAME),
+                                            annotations=volumes.scripts_annotation(scripts)),
+        spec=k8s.core.v1.PodSpecArgs(
+            restart_policy="Never",
+            service_account_name=CHECKS_SERVICE_ACCOUNT,
+            automount_service_account_token=False,
+            security_context=security.pod_security_context(),
+            containers=[container],
+            volumes=[k8s.core.v1.VolumeArgs(name="fsx", persistent_volume_claim=(
+                         k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(claim_name=claim_name))),
+                     volumes.scripts_volume(scripts),
+                     k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
+                         size_limit=volumes.TMP_SIZE))],
+        ),
+    )
+
+
+def cronjob_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str],
+                 scripts: list) -> k8s.batch.v1.CronJobInitArgs:
+    ev = cfg.workloads.serving.evaluation
+    template = pod_template(cfg, claim_name, namespace, scripts)
+    return k8s.batch.v1.CronJobInitArgs(
+        metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME),
+                                      security.annotate(template, SKIP_REASONS, kind="CronJob")),
+        spec=k8s.batch.v1.CronJobSpecArgs(
+            schedule=ev.schedule,
+            concurrency_policy="Forbid",
+            starting_deadline_seconds=STARTING_DEADLINE_SECONDS,
+            successful_jobs_history_limit=HISTORY,
+            failed_jobs_history_limit=HISTORY,
+            job_template=k8s.batch.v1.JobTemplateSpecArgs(
+                metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(COMPONENT, NAME)),
+                spec=k8s.batch.v1.JobSpecArgs(
+                    backoff_limit=1,
+                    active_deadline_seconds=ev.deadline_minutes * 60,
+                    template=template,
+                ),
+            ),
+        ),
+    )
+
+
+def network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
+    """Out: the serving pods' port and DNS; in: nothing."""
+    dns = k8s.networking.v1.NetworkPolicyPeerArgs(
+        namespace_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"kubernetes.io/metadata.name": "kube-system"}),
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-dns"}))
+    server = k8s.networking.v1.NetworkPolicyPeerArgs(
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(serving.NAME)))
+    return k8s.networking.v1.NetworkPolicyInitArgs(
+        metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME)),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(NAME)),
+            policy_types=["Ingress", "Egress"],
+            egress=[k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[server], ports=[
+                        k8s.networking.v1.NetworkPolicyPortArgs(port=serving.PORT, protocol="TCP")]),
+                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[dns], ports=[
+                        k8s.networking.v1.NetworkPolicyPortArgs(port=53, protocol="UDP"),
+                        k8s.networking.v1.NetworkPolicyPortArgs(port=53, protocol="TCP")])],
+        ),
+    )
+
+
+class EvaluationCronJob(pulumi.ComponentResource):
+    """The evaluation CronJob and its NetworkPolicy."""
+
+    def __init__(self, name: str, args: runs.WorkloadArgs, namespace: pulumi.Input[str],
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("rltrain:workloads:EvaluationCronJob", name, None, opts)
+        cfg = args.cfg
+        netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(cfg, namespace),
+                                                 runs.child_opts(self, opts))
+        self.cronjob = k8s.batch.v1.CronJob(
+            f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT]]),
+            runs.child_opts(self, opts, netpol))
+        self.register_outputs({"cronjob": NAME})
