@@ -318,13 +318,18 @@ def test_gate_creates_training_after_the_checks_passed():
     val = rows["workloads-validation-job"]["inputs"]["metadata"]["annotations"]
     # The provider's own Job await: done when Complete, an error at once when Failed.
     assert "pulumi.com/waitFor" not in val and "pulumi.com/skipAwait" not in val
-    assert val["pulumi.com/timeoutSeconds"] == str(validation.DEADLINE_SECONDS)
+    # Its deadline counts from admission; Pulumi's timer from the create: plus the queue allowance.
+    queued = r.cfg.monitoring.queued_alert_minutes * 60
+    assert val["pulumi.com/timeoutSeconds"] == str(queued + validation.DEADLINE_SECONDS)
+    # The MPIJob is not awaited (a waitFor cannot fail); its gate Job is, with the provider's Job await.
     mpi = rows["workloads-nccl-test-mpijob"]["inputs"]["metadata"]["annotations"]
-    assert mpi["pulumi.com/waitFor"] == "condition=Succeeded" and "pulumi.com/skipAwait" not in mpi
-    # Queued behind validation: its own deadline plus validation's.
-    assert mpi["pulumi.com/timeoutSeconds"] == str(nccl_mod.DEADLINE_SECONDS + validation.DEADLINE_SECONDS)
+    assert mpi["pulumi.com/skipAwait"] == "true"
+    gate = rows["workloads-nccl-test-gate-job"]["inputs"]
+    assert "pulumi.com/waitFor" not in gate["metadata"]["annotations"]
+    # Queued behind validation: its own deadline plus validation's, plus the queue allowance.
+    assert gate["spec"]["activeDeadlineSeconds"] == queued + nccl_mod.DEADLINE_SECONDS + validation.DEADLINE_SECONDS
     graph = deploy_model.Graph(r.resources)
-    checks = {deploy_model.ref(rows["workloads-validation-job"]), deploy_model.ref(rows["workloads-nccl-test-mpijob"])}
+    checks = {deploy_model.ref(rows["workloads-validation-job"]), deploy_model.ref(rows["workloads-nccl-test-gate-job"])}
     for train in ("workloads-single-node-job", "workloads-multi-node-job"):
         for check in checks:
             assert graph.reaches(deploy_model.ref(rows[train]), {check}), (train, check)
