@@ -118,6 +118,10 @@ def test_kueue_controller_is_scraped():
     sm = obj(r, "ServiceMonitor", "rltrain-kueue")
     assert sm["metadata"]["namespace"] == r.cfg.monitoring.namespace
     spec = sm["spec"]
+    # ServiceMonitor fields of prometheus-operator v0.93.1 (monitoring.coreos.com/v1 CRD), the endpoint
+    # as Kueue's own chart writes it (charts/kueue/templates/prometheus/monitor.yaml at v0.19.2).
+    assert set(spec) == {"namespaceSelector", "selector", "endpoints"}
+    assert set(spec["endpoints"][0]) == {"port", "path", "scheme", "interval", "bearerTokenFile", "tlsConfig"}
     assert spec["namespaceSelector"] == {"matchNames": [versions.KUEUE_NAMESPACE]}
     assert spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == "metrics-service"
     [ep] = spec["endpoints"]
