@@ -229,3 +229,18 @@ def test_impact_refuses_an_in_place_change_of_an_immutable_field():
     topo["inputs"]["spec"]["levels"] = topo["inputs"]["spec"]["levels"][1:]
     [v] = [i for i in impact.classify(before, after, r.cfg) if i.name == "kueue-topology"]
     assert v.kind == impact.REFUSED and not v.allowed and "immutable" in v.why
+
+
+def test_queue_operations_page_explains_every_queue_alert():
+    from components.k8s import monitoring_rules as mr
+    from components.offline.mock_engine import ROOT
+    page = ROOT / mr.QUEUE_RUNBOOK.split("#")[0]
+    text = page.read_text()
+    assert "\n## Alerts\n" in text  # the runbook anchor
+    spec = mr.rules_spec(mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30, cluster_queue="rltrain"))
+    linked = [r["alert"] for g in spec["groups"] for r in g["rules"]
+              if r.get("annotations", {}).get("runbook_url") == mr.QUEUE_RUNBOOK]
+    assert len(linked) == 6
+    for alert in linked:
+        assert f"`{alert}`" in text, alert
+    assert "managedJobsNamespaceSelector" in text and "resource-in-use" in text

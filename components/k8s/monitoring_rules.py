@@ -231,8 +231,8 @@ def queue_alerts(a: RulesArgs) -> list[dict[str, Any]]:
                "Kueue set the workload inactive (RequeuingLimitExceeded: evicted backoffLimitCount times "
                "for not getting Ready). Its Job stays suspended with no pod and no failure: nothing else "
                "alerts, nothing retries. Find it with `kubectl get workloads -n "
-               f"{a.training_namespace}` (ACTIVE false), fix the cause, then re-activate it (set the "
-               "Workload's spec.active to true) or replace the run.",
+               f"{a.training_namespace} -o custom-columns=NAME:.metadata.name,ACTIVE:.spec.active`, fix the "
+               "cause, then re-activate it (set the Workload's spec.active to true) or replace the run.",
                severity="critical", runbook=QUEUE_RUNBOOK),
         _alert("RltrainQueueStuckGpusIdle",
                f"{pending}\n"
