@@ -112,8 +112,9 @@ def test_no_object_sets_suspend(stack):
 def test_queue_objects_are_named_after_the_namespace_and_ordered_after_kueue():
     r = variant("p5", {"rltrain:training": {"namespace": "team-a"}})
     owned = deploy_model.owned_cluster_wide(r.resources)
-    for obj in ("ClusterQueue team-a", "ResourceFlavor team-a-gpu", "Topology team-a-network"):
-        assert obj in owned
+    assert "ClusterQueue team-a" in owned
+    for obj in ("ResourceFlavor team-a-gpu-", "Topology team-a-network-"):  # + the hash of their spec
+        assert [o for o in owned if o.startswith(obj) and len(o) == len(obj) + 8], obj
     assert "Helm release kueue-system/kueue (oci://registry.k8s.io/kueue/charts/kueue 0.19.2)" in owned
     graph = deploy_model.Graph(r.resources)
     rel = deploy_model.ref(release(r))
@@ -121,12 +122,12 @@ def test_queue_objects_are_named_after_the_namespace_and_ordered_after_kueue():
     assert len(crs) == 4
     for x in crs:
         assert graph.reaches(deploy_model.ref(x), {rel}), x["name"]
-    # Objects with immutable fields are replaced (fixed names: deleted first).
+    # Flavor and topology are content-named, never replaced under their name; the ClusterQueue is
+    # updated in place; the LocalQueue (no finalizer) is replaced when its clusterQueue changes.
     opts = {x["inputs"]["kind"]: x["options"] for x in crs}
     assert opts["LocalQueue"]["replaceOnChanges"] == ["spec.clusterQueue"]
-    assert opts["Topology"]["replaceOnChanges"] == ["spec"] and opts["Topology"]["deleteBeforeReplace"]
-    assert opts["ResourceFlavor"]["replaceOnChanges"] == ["spec"]
-    assert "replaceOnChanges" not in opts["ClusterQueue"]
+    for kind in ("Topology", "ResourceFlavor", "ClusterQueue"):
+        assert "replaceOnChanges" not in opts[kind] and not opts[kind].get("deleteBeforeReplace"), kind
 
 
 def test_every_stack_passes_the_kueue_rules():
@@ -258,7 +259,7 @@ def test_topology_where_the_instance_type_has_the_labels():
     [flavor] = kueue_objects(r, "ResourceFlavor")
     assert flavor["spec"] == {"nodeLabels": {"role": "gpu-training", "node.kubernetes.io/instance-type": "p5.48xlarge"},
                               "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                              "topologyName": "rltrain-network"}
+                              "topologyName": kueue.topology_name(r.cfg)}
     # The nearest layer is the one the pod affinity prefers too.
     assert kueue.NEAREST_LAYER == placement.TOPOLOGY_WEIGHTS[0][0]
 
@@ -317,13 +318,18 @@ def test_gate_creates_training_after_the_checks_passed():
     val = rows["workloads-validation-job"]["inputs"]["metadata"]["annotations"]
     # The provider's own Job await: done when Complete, an error at once when Failed.
     assert "pulumi.com/waitFor" not in val and "pulumi.com/skipAwait" not in val
-    assert val["pulumi.com/timeoutSeconds"] == str(validation.DEADLINE_SECONDS)
+    # Its deadline counts from admission; Pulumi's timer from the create: plus the queue allowance.
+    queued = r.cfg.monitoring.queued_alert_minutes * 60
+    assert val["pulumi.com/timeoutSeconds"] == str(queued + validation.DEADLINE_SECONDS)
+    # The MPIJob is not awaited (a waitFor cannot fail); its gate Job is, with the provider's Job await.
     mpi = rows["workloads-nccl-test-mpijob"]["inputs"]["metadata"]["annotations"]
-    assert mpi["pulumi.com/waitFor"] == "condition=Succeeded" and "pulumi.com/skipAwait" not in mpi
-    # Queued behind validation: its own deadline plus validation's.
-    assert mpi["pulumi.com/timeoutSeconds"] == str(nccl_mod.DEADLINE_SECONDS + validation.DEADLINE_SECONDS)
+    assert mpi["pulumi.com/skipAwait"] == "true"
+    gate = rows["workloads-nccl-test-gate-job"]["inputs"]
+    assert "pulumi.com/waitFor" not in gate["metadata"]["annotations"]
+    # Queued behind validation: its own deadline plus validation's, plus the queue allowance.
+    assert gate["spec"]["activeDeadlineSeconds"] == queued + nccl_mod.DEADLINE_SECONDS + validation.DEADLINE_SECONDS
     graph = deploy_model.Graph(r.resources)
-    checks = {deploy_model.ref(rows["workloads-validation-job"]), deploy_model.ref(rows["workloads-nccl-test-mpijob"])}
+    checks = {deploy_model.ref(rows["workloads-validation-job"]), deploy_model.ref(rows["workloads-nccl-test-gate-job"])}
     for train in ("workloads-single-node-job", "workloads-multi-node-job"):
         for check in checks:
             assert graph.reaches(deploy_model.ref(rows[train]), {check}), (train, check)

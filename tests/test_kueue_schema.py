@@ -212,10 +212,22 @@ def manager_config():
 
 def test_manager_configuration_decodes_strictly():
     jsonschema.validate(manager_config(), CONFIGURATION)
-    # Only key of the chart's values the stack sets (charts/kueue/values.yaml at v0.19.2).
+    # The keys of the chart's values the stack sets, each one in charts/kueue/values.yaml at v0.19.2
+    # (controllerManager.replicas / .topologySpreadConstraints / .podDisruptionBudget.enabled,
+    # .minAvailable; enablePrometheus; managerConfig.controllerManagerConfigYaml).
     values = next(x for x in rendered("p5").resources if x["type"] == "kubernetes:helm.sh/v3:Release"
                   and x["inputs"]["chart"] == kueue.chart_ref())["inputs"]["values"]
-    assert list(values) == ["managerConfig"] and list(values["managerConfig"]) == ["controllerManagerConfigYaml"]
+
+    def paths(d, prefix=""):
+        for k, v in d.items():
+            if isinstance(v, dict) and v and k != "labelSelector":
+                yield from paths(v, f"{prefix}{k}.")
+            else:
+                yield prefix + k
+    assert sorted(paths(values)) == [
+        "controllerManager.podDisruptionBudget.enabled", "controllerManager.podDisruptionBudget.minAvailable",
+        "controllerManager.replicas", "controllerManager.topologySpreadConstraints", "enablePrometheus",
+        "managerConfig.controllerManagerConfigYaml"]
 
 
 @pytest.mark.parametrize("mutate", [

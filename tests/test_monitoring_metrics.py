@@ -16,7 +16,8 @@ from components.k8s import dashboards, monitoring, monitoring_rules
 from components.k8s import monitoring_metrics as mm
 from components.scripts import efa_metrics
 
-SPEC = monitoring_rules.rules_spec(monitoring_rules.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30))
+SPEC = monitoring_rules.rules_spec(monitoring_rules.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30,
+                                                             cluster_queue="rltrain"))
 RECORDED = monitoring_rules.recorded_names(SPEC)
 BOARDS = dashboards.all_dashboards("rltrain", serving=True)  # the Serving board too
 

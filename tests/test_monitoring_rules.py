@@ -21,7 +21,7 @@ from support import obj, rendered
 from components.k8s import monitoring_rules as mr
 from components.stack import catalog
 
-ARGS = mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30)
+ARGS = mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30, cluster_queue="rltrain")
 SPEC = mr.rules_spec(ARGS)
 RULES = {r.get("alert") or r["record"]: r for g in SPEC["groups"] for r in g["rules"]}
 
@@ -59,8 +59,16 @@ def test_rendered_prometheus_rule_is_the_tested_one(stack):
     rule = obj(r, "PrometheusRule", "rltrain")
     m = r.cfg.monitoring
     assert rule["spec"] == mr.rules_spec(mr.RulesArgs(training_namespace=r.cfg.training.namespace,
-                                                      queued_alert_minutes=m.queued_alert_minutes))
+                                                      queued_alert_minutes=m.queued_alert_minutes,
+                                                      cluster_queue=r.cfg.training.namespace))
     assert rule["metadata"]["namespace"] == m.namespace
+    # The stack installs Kueue on these stacks: its queue alerts are in, for the stack's ClusterQueue.
+    assert "rltrain.queue" in [g["name"] for g in rule["spec"]["groups"]]
+
+
+def test_no_queue_alerts_without_the_stacks_kueue():
+    spec = mr.rules_spec(mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30))
+    assert "rltrain.queue" not in [g["name"] for g in spec["groups"]]
 
 
 def test_cost_rules_follow_the_catalog():
@@ -98,7 +106,7 @@ def _series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
 
 
 def unit_tests() -> dict[str, Any]:
-    xid = {"node": "busy", "gpu": "3", "UUID": "GPU-3"}
+    xid = {"node": "busy", "gpu": "3", "UUID": "GPU-3", "xid": "79"}
     gpu_series = [
         _series("DCGM_FI_DEV_GPU_UTIL", {"node": "busy", "gpu": "0"}, "0x40"),  # idle, a run on the node
         _series("DCGM_FI_DEV_GPU_UTIL", {"node": "busy", "gpu": "1"}, "95x40"),  # busy
@@ -107,8 +115,14 @@ def unit_tests() -> dict[str, Any]:
         _series("kube_pod_status_phase", {"namespace": "rltrain", "pod": "run-0", "phase": "Running"}, "1x40"),
         _series("kube_pod_info", {"namespace": "other", "pod": "web", "node": "empty"}, "1x40"),
         _series("kube_pod_status_phase", {"namespace": "other", "pod": "web", "phase": "Running"}, "1x40"),
-        _series("DCGM_FI_DEV_XID_ERRORS", xid, "0 0 0 79x37"),
-        _series("DCGM_FI_DEV_XID_ERRORS", {"node": "busy", "gpu": "0", "UUID": "GPU-0"}, "0x40"),
+        # The exporter's windowed XID count (dcgm-exporter expcollector.go): one series per XID class
+        # while the class is in the window, a 0 series without `xid` otherwise. A burst of XID 79 on
+        # GPU 3 from minute 3 to minute 8 (in the window until ~minute 13), then nothing.
+        _series("DCGM_EXP_XID_ERRORS_COUNT", xid, "_ _ _ 1 2 2 2 2 2 2 2 2 2 1 _x26"),
+        _series("DCGM_EXP_XID_ERRORS_COUNT", {"node": "busy", "gpu": "3", "UUID": "GPU-3"}, "0 0 0 _x10 0x27"),
+        _series("DCGM_EXP_XID_ERRORS_COUNT", {"node": "busy", "gpu": "0", "UUID": "GPU-0"}, "0x40"),
+        # The sticky last-XID gauge stays at 79 for ever: the alert must not read it.
+        _series("DCGM_FI_DEV_XID_ERRORS", {"node": "busy", "gpu": "3", "UUID": "GPU-3"}, "0 0 0 79x37"),
     ]
     node_series = [
         _series("kube_node_labels", {"node": "gpu-a", **GPU_NODE}, "1x40"),
@@ -127,12 +141,32 @@ def unit_tests() -> dict[str, Any]:
     ]
     run_series = [
         _series("kube_job_failed", {"namespace": "rltrain", "job_name": "rltrain-training", "condition": "true"},
-                "0 0 1x38"),
+                "0 0 1x98"),
         _series("kube_job_failed", {"namespace": "rltrain", "job_name": "rltrain-validation", "condition": "true"},
                 "0x40"),
         _series("kube_pod_status_phase", {"namespace": "rltrain", "pod": "queued-0", "phase": "Pending"}, "1x40"),
         _series("kube_pod_status_phase", {"namespace": "rltrain", "pod": "pulled-0", "phase": "Pending"},
                 "1x10 0x30"),
+    ]
+    cq = {"cluster_queue": "rltrain"}
+    other = {"cluster_queue": "team-b"}
+    gpu = {"cohort": "", "flavor": "rltrain-gpu-0123abcd", "resource": "nvidia.com/gpu"}
+    queue_series = [
+        # rltrain: one workload pending from minute 0, a second from 10, a third from 20; no GPU
+        # reserved until minute 40, when the head is admitted.
+        _series("kueue_pending_workloads", {**cq, "status": "active"}, "1x9 2x10 3x20 2x20"),
+        _series("kueue_pending_workloads", {**cq, "status": "inadmissible"}, "0x60"),
+        _series("kueue_cluster_queue_resource_reservation", {**cq, **gpu}, "0x39 16x21"),
+        # team-b (another stack's queue on the cluster): piling up too, never alerted on here.
+        _series("kueue_pending_workloads", {**other, "status": "active"}, "1+1x60"),
+        # Evictions: a PodsReady timeout at minute 5, then the requeue limit deactivates it at 20.
+        _series("kueue_evicted_workloads_total", {**cq, "reason": "PodsReadyTimeout", "underlying_cause": "",
+                                                  "priority_class": "rltrain-training", "replica_role": "standalone"},
+                "0x5 1x55"),
+        _series("kueue_evicted_workloads_total", {**cq, "reason": "Deactivated",
+                                                  "underlying_cause": "RequeuingLimitExceeded",
+                                                  "priority_class": "rltrain-training", "replica_role": "standalone"},
+                "_x20 1x40"),
     ]
     p5 = catalog.get("p5.48xlarge").price.usd_per_hour
     return {
@@ -140,10 +174,15 @@ def unit_tests() -> dict[str, Any]:
         "evaluation_interval": "1m",
         "tests": [
             {"interval": "1m", "input_series": gpu_series, "alert_rule_test": [
-                # XID: quiet before the error, firing at once after it, for that GPU only.
+                # XID: quiet before the burst, firing at once in it, for that GPU and class only...
                 {"eval_time": "2m", "alertname": "RltrainGpuXidError", "exp_alerts": []},
                 {"eval_time": "5m", "alertname": "RltrainGpuXidError", "exp_alerts": [
-                    fires("RltrainGpuXidError", xid, "79")]},
+                    fires("RltrainGpuXidError", xid, "2")]},
+                {"eval_time": "20m", "alertname": "RltrainGpuXidError", "exp_alerts": [
+                    fires("RltrainGpuXidError", xid, "2")]},
+                # ...and resolved once the burst left the window, although the last-XID gauge still says 79.
+                {"eval_time": "25m", "alertname": "RltrainGpuXidError", "exp_alerts": []},
+                {"eval_time": "39m", "alertname": "RltrainGpuXidError", "exp_alerts": []},
                 # Idle GPU: only on the node that runs a run pod, only the idle GPU, only after 15 min.
                 {"eval_time": "10m", "alertname": "RltrainGpuIdleOnBusyNode", "exp_alerts": []},
                 {"eval_time": "20m", "alertname": "RltrainGpuIdleOnBusyNode", "exp_alerts": [
@@ -168,10 +207,39 @@ def unit_tests() -> dict[str, Any]:
                 {"eval_time": "1m", "alertname": "RltrainRunFailed", "exp_alerts": []},
                 {"eval_time": "3m", "alertname": "RltrainRunFailed", "exp_alerts": [
                     fires("RltrainRunFailed", {"namespace": "rltrain", "job_name": "rltrain-training"}, "1")]},
+                {"eval_time": "60m", "alertname": "RltrainRunFailed", "exp_alerts": [
+                    fires("RltrainRunFailed", {"namespace": "rltrain", "job_name": "rltrain-training"}, "1")]},
+                # The transition, not the state: resolved an hour after the failure, the Job still Failed.
+                {"eval_time": "63m", "alertname": "RltrainRunFailed", "exp_alerts": []},
+                {"eval_time": "95m", "alertname": "RltrainRunFailed", "exp_alerts": []},
                 {"eval_time": "20m", "alertname": "RltrainRunQueuedTooLong", "exp_alerts": []},
                 # Pending for 30 minutes: the queued pod; the one that started after 10 stays quiet.
                 {"eval_time": "35m", "alertname": "RltrainRunQueuedTooLong", "exp_alerts": [
                     fires("RltrainRunQueuedTooLong", {"namespace": "rltrain", "pod": "queued-0"}, "1")]},
+            ]},
+            {"interval": "1m", "input_series": queue_series, "alert_rule_test": [
+                # Pending for 30 minutes (queuedAlertMinutes) without a break: fires; resolved when
+                # nothing is pending is covered by the `for` (a gap restarts it).
+                {"eval_time": "25m", "alertname": "RltrainWorkloadPendingTooLong", "exp_alerts": []},
+                {"eval_time": "35m", "alertname": "RltrainWorkloadPendingTooLong", "exp_alerts": [
+                    fires("RltrainWorkloadPendingTooLong", cq, "3")]},
+                # Evicted at minute 5: alerts for the window, then resolves.
+                {"eval_time": "4m", "alertname": "RltrainWorkloadEvicted", "exp_alerts": []},
+                {"eval_time": "10m", "alertname": "RltrainWorkloadEvicted", "exp_alerts": [
+                    fires("RltrainWorkloadEvicted", {**cq, "reason": "PodsReadyTimeout"}, "1")]},
+                {"eval_time": "40m", "alertname": "RltrainWorkloadEvicted", "exp_alerts": []},
+                # Deactivated at minute 20 (the requeue limit): no pod, no failed Job, but this fires.
+                {"eval_time": "19m", "alertname": "RltrainWorkloadDeactivated", "exp_alerts": []},
+                {"eval_time": "25m", "alertname": "RltrainWorkloadDeactivated", "exp_alerts": [
+                    fires("RltrainWorkloadDeactivated", {**cq, "underlying_cause": "RequeuingLimitExceeded"}, "1")]},
+                # Pending grew 1 -> 2 -> 3 while no GPU was reserved: stuck (the count is higher than 15
+                # minutes before from minute 15, for 5 minutes by 20). Quiet before, and once a GPU is
+                # reserved (minute 40).
+                {"eval_time": "5m", "alertname": "RltrainQueueStuckGpusIdle", "exp_alerts": []},
+                {"eval_time": "18m", "alertname": "RltrainQueueStuckGpusIdle", "exp_alerts": []},
+                {"eval_time": "22m", "alertname": "RltrainQueueStuckGpusIdle", "exp_alerts": [
+                    fires("RltrainQueueStuckGpusIdle", cq, "3")]},
+                {"eval_time": "45m", "alertname": "RltrainQueueStuckGpusIdle", "exp_alerts": []},
             ]},
         ],
     }
@@ -190,7 +258,8 @@ def test_promtool_unit_tests_would_catch_a_quiet_alert(promtool, rules_file, tmp
     doc = unit_tests()
     doc["rule_files"] = [str(rules_file)]
     doc["tests"][0]["alert_rule_test"][0]["exp_alerts"] = [fires("RltrainGpuXidError",
-                                                                 {"node": "busy", "gpu": "3", "UUID": "GPU-3"}, "79")]
+                                                                 {"node": "busy", "gpu": "3", "UUID": "GPU-3",
+                                                                  "xid": "79"}, "2")]
     path = tmp_path / "wrong.test.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     proc = _run(promtool, "test", "rules", str(path))

@@ -11,6 +11,8 @@ from components.offline.mock_engine import ROOT
 CRD_KINDS = {("kubeflow.org/v2beta1", "MPIJob")}  # not a built-in: no schema in kubernetes-validate
 # The Prometheus operator's objects (monitoring): checked by tests/test_monitoring.py.
 CRD_KINDS |= {("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+# The Kueue controller's ServiceMonitor: checked by tests/test_kueue_operations.py.
+CRD_KINDS |= {("monitoring.coreos.com/v1", "ServiceMonitor")}
 # Kueue's objects: checked against their CRDs' fields in tests/test_kueue_schema.py.
 CRD_KINDS |= {("kueue.x-k8s.io/v1beta2", kind) for kind in ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Topology")}
 # KubeRay's objects (multiNode.form rayjob): checked against the CRD's fields in tests/test_rayjob_schema.py.

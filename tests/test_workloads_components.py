@@ -245,7 +245,9 @@ def test_mpijob(p5):
     assert launcher["replicas"] == 1
     lc = launcher["template"]["spec"]["containers"][0]
     script = lc["command"][2]
-    assert lc["command"][:2] == ["bash", "-c"] and script.startswith("set -o pipefail; mpirun ")
+    # mpirun starts once every worker's sshd answers (nccl.ssh_wait_script; tests/test_gate.py).
+    assert lc["command"][:2] == ["bash", "-c"] and script.startswith("set -o pipefail; for h in ")
+    assert "; mpirun --allow-run-as-root " in script
     assert "-np 16 -N 8" in script and "/opt/nccl-tests/build/all_reduce_perf" in script
     # Compared at the size the p5 figure was published at on EKS: 2 GiB, 0.9 x 437.8 GB/s.
     assert "| python3 /scripts/nccl_check.py --size 2147483648 --min-busbw 394.02" in script

@@ -28,13 +28,32 @@ without its workers times out, an MPIJob's launcher never starts. Kueue admits w
 Order in the queue: StrictFIFO by priority (the PriorityClasses of build.py: validation, then the
 NCCL test, then training), then creation time; no preemption inside the queue.
 
-Immutable fields (CRD validation rules): a LocalQueue's clusterQueue, a Topology's levels, and a
-ResourceFlavor's nodeLabels/tolerations/topologyName once it has a topology. A change to them
-replaces the object (fixed name: deleted first).
+Changing a flavor or a topology (docs/queue-operations.md): their fields are immutable (CRD
+validation rules at v0.19.2: a Topology's levels; a ResourceFlavor's nodeLabels, tolerations and
+topologyName once it has a topology), and Kueue keeps its `kueue.x-k8s.io/resource-in-use` finalizer
+on a ResourceFlavor while a ClusterQueue names it and on a Topology while a flavor names it
+(pkg/controller/core/resourceflavor_controller.go, pkg/controller/tas/topology_controller.go). A
+delete-before-replace under a fixed name would wait on that finalizer forever (the ClusterQueue,
+linked by a name and dependsOn only, is not replaced with it: pulumi pkg/resource/deploy/
+step_generator.go calculateDependentReplacements). So both are *content-named*: the name ends in a
+hash of the spec (`<ns>-gpu-<hash>`, `<ns>-network-<hash>`). A change creates a new object under a new
+name, the ClusterQueue is updated in place to name it, and the old one is deleted last, once nothing
+names it (Kueue then drops the finalizer). The ClusterQueue keeps its fixed name and is only ever
+updated in place (quota, coverage, flavor: none of its fields is immutable). A LocalQueue's
+clusterQueue is immutable: changing it replaces the LocalQueue (fixed name: deleted first; Kueue puts
+no finalizer on LocalQueues).
+
+The controller (chart values, `release_values`): two replicas (leader election: one active, the other
+serves the webhooks and takes over) spread over the system nodes, a PodDisruptionBudget keeping one,
+and `managedJobsNamespaceSelector` limited to the namespaces this stack manages: the chart copies it
+into the namespaceSelector of every job webhook (charts/kueue/templates/webhook/manifests.yaml), which
+fail closed. Without it the webhooks see every namespace but kube-system and kueue-system (other
+teams' Jobs, the monitoring chart's hook Jobs) and a Kueue outage blocks them all.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 import pulumi
@@ -56,6 +75,17 @@ RELEASE = "kueue"
 LOCAL_QUEUE = "training"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+# The controller Deployment's selector labels (charts/kueue/templates/_helpers.tpl
+# kueue.selectorLabels at v0.19.2, release name RELEASE).
+CONTROLLER_SELECTOR = {"app.kubernetes.io/name": "kueue", "app.kubernetes.io/instance": "kueue",
+                       "control-plane": "controller-manager"}
+CONTROLLER_REPLICAS = 2
+# The controller's metrics Service (templates/manager/auth_proxy_service.yaml: port `https` 8443,
+# labels kueue.metricsService.labels incl. app.kubernetes.io/component: metrics-service).
+METRICS_SERVICE_LABELS = {"app.kubernetes.io/name": "kueue", "app.kubernetes.io/instance": "kueue",
+                          "app.kubernetes.io/component": "metrics-service"}
+METRICS_PORT_NAME = "https"
 # EKS network topology labels, layer 1 farthest from the instance, layer 3 the switch closest to it
 # (FACTS "Deploy semantics"; placement.TOPOLOGY_WEIGHTS prefers the same layers).
 NETWORK_LAYERS = tuple(f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3))
@@ -96,15 +126,34 @@ def cluster_queue_name(cfg: StackConfig) -> str:
     return cfg.kueue.cluster_queue or cfg.training.namespace
 
 
-def flavor_name(cfg: StackConfig) -> str:
-    return f"{cfg.training.namespace}-gpu"
+def content_name(prefix: str, spec: dict) -> str:
+    """`<prefix>-<hash of the spec>`: a changed spec is a new object under a new name (module docstring)."""
+    return f"{prefix}-{runs.short_hash(json.dumps(spec, sort_keys=True, separators=(',', ':')))}"
+
+
+def topology_levels() -> list[dict[str, str]]:
+    return [{"nodeLabel": label} for label in (*NETWORK_LAYERS, HOSTNAME_LABEL)]
+
+
+def flavor_node_labels(cfg: StackConfig) -> dict[str, str]:
+    return {**ROLE_LABEL, INSTANCE_TYPE_LABEL: cfg.gpu_nodes.instance_type}
 
 
 def topology_name(cfg: StackConfig) -> Optional[str]:
     """The stack's Topology, where it creates its own queue on a type with the topology labels."""
     if cfg.kueue.cluster_queue is None and has_network_topology(cfg.gpu_nodes.instance):
-        return f"{cfg.training.namespace}-network"
+        return content_name(f"{cfg.training.namespace}-network", {"levels": topology_levels()})
     return None
+
+
+def flavor_name(cfg: StackConfig) -> str:
+    return content_name(f"{cfg.training.namespace}-gpu",
+                        flavor_spec(flavor_node_labels(cfg), topology_name(cfg)))
+
+
+def managed_namespaces(cfg: StackConfig) -> list[str]:
+    """The namespaces whose Jobs Kueue's webhooks see: the ones this stack queues workloads in."""
+    return [cfg.training.namespace]
 
 
 def queue_labels(cfg: StackConfig) -> dict[str, str]:
@@ -169,6 +218,8 @@ class KueueArgs(BaseModel):
     pods_ready_timeout_seconds: int = Field(ge=60)
     # Requeues after a PodsReady timeout before the workload is deactivated.
     requeue_limit: int = Field(ge=0)
+    # The namespaces Kueue's job webhooks see (managedJobsNamespaceSelector).
+    managed_namespaces: list[str] = Field(min_length=1)
 
 
 def kueue_args(cfg: StackConfig) -> KueueArgs:
@@ -176,9 +227,9 @@ def kueue_args(cfg: StackConfig) -> KueueArgs:
         namespace=cfg.training.namespace, install=cfg.kueue_install, enabled=cfg.kueue_enabled,
         own_queue=cfg.kueue_enabled and cfg.kueue.cluster_queue is None,
         cluster_queue=cluster_queue_name(cfg), flavor=flavor_name(cfg), topology=topology_name(cfg),
-        node_labels={**ROLE_LABEL, INSTANCE_TYPE_LABEL: cfg.gpu_nodes.instance_type},
+        node_labels=flavor_node_labels(cfg),
         quota=nominal_quota(cfg), pods_ready_timeout_seconds=pods_ready_timeout_seconds(cfg),
-        requeue_limit=cfg.workloads.retries)
+        requeue_limit=cfg.workloads.retries, managed_namespaces=managed_namespaces(cfg))
 
 
 # --- the controller ------------------------------------------------------------------------------
@@ -192,8 +243,16 @@ def manager_config(a: KueueArgs) -> dict:
         "apiVersion": CONFIG_API_VERSION,
         "kind": "Configuration",
         **CHART_CONFIG,
+        # Per-ClusterQueue resource metrics (kueue_cluster_queue_resource_reservation, _nominal_quota):
+        # off unless enableClusterQueueResources (apis/config/v1beta2/configuration_types.go
+        # ControllerMetrics; cmd/kueue/main.go). The "queue stuck while its GPUs sit idle" alert reads them.
+        "metrics": {**CHART_CONFIG["metrics"], "enableClusterQueueResources": True},
         # Jobs without the queue label (other teams' on a shared cluster) are left alone.
         "manageJobsWithoutQueueName": False,
+        # Only the stack's namespaces reach Kueue's job webhooks (module docstring): the chart renders
+        # this selector into every job webhook's namespaceSelector. In Kueue itself it scopes the
+        # pod-based integrations and manageJobsWithoutQueueName (configuration_types.go).
+        "managedJobsNamespaceSelector": managed_jobs_selector(a),
         "waitForPodsReady": {
             "timeout": timeout,
             # Admission is not blocked while a workload's pods start: the quota is what the nodes
@@ -208,8 +267,33 @@ def manager_config(a: KueueArgs) -> dict:
     }
 
 
+def managed_jobs_selector(a: KueueArgs) -> dict:
+    return {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In",
+                                  "values": sorted(a.managed_namespaces)}]}
+
+
 def release_values(a: KueueArgs) -> dict:
-    return {"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(a), sort_keys=False)}}
+    """Chart values (charts/kueue/values.yaml at v0.19.2)."""
+    return {
+        "controllerManager": {
+            # The webhooks fail closed: with one replica (the chart's default) a node drain or a crash
+            # refuses every queued run until it is back. Two replicas (leader election picks the
+            # active controller; both serve webhooks), on different system nodes where possible.
+            "replicas": CONTROLLER_REPLICAS,
+            "topologySpreadConstraints": [{
+                "maxSkew": 1, "topologyKey": HOSTNAME_LABEL, "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": dict(CONTROLLER_SELECTOR)}}],
+            # templates/manager/manager-pdb.yaml: minAvailable over the controller's selector labels.
+            "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+        },
+        # The metrics endpoint is always served (metrics.bindAddress :8443, HTTPS with authn/authz,
+        # cmd/kueue/main.go). enablePrometheus adds only a ServiceMonitor and a RoleBinding for the
+        # kube-prometheus service account names (templates/prometheus/), which needs the Prometheus
+        # CRDs before Kueue is installed; the monitoring part scrapes Kueue with its own
+        # ServiceMonitor instead (monitoring.kueue_servicemonitor_spec).
+        "enablePrometheus": False,
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(a), sort_keys=False)},
+    }
 
 
 def chart_ref() -> str:
@@ -219,15 +303,19 @@ def chart_ref() -> str:
 # --- the queue objects ---------------------------------------------------------------------------
 
 
-def resource_flavor_spec(a: KueueArgs) -> dict:
-    spec = {"nodeLabels": dict(a.node_labels), "tolerations": [dict(GPU_TOLERATION)]}
-    if a.topology:
-        spec["topologyName"] = a.topology
+def flavor_spec(node_labels: dict[str, str], topology: Optional[str]) -> dict:
+    spec = {"nodeLabels": dict(node_labels), "tolerations": [dict(GPU_TOLERATION)]}
+    if topology:
+        spec["topologyName"] = topology
     return spec
 
 
+def resource_flavor_spec(a: KueueArgs) -> dict:
+    return flavor_spec(a.node_labels, a.topology)
+
+
 def topology_spec(a: KueueArgs) -> dict:
-    return {"levels": [{"nodeLabel": label} for label in (*NETWORK_LAYERS, HOSTNAME_LABEL)]}
+    return {"levels": topology_levels()}
 
 
 def cluster_queue_spec(a: KueueArgs) -> dict:
@@ -287,12 +375,12 @@ class Kueue(pulumi.ComponentResource):
 
         queue_deps = list(after)
         if args.own_queue:
+            # Content-named (module docstring): a changed spec is a new name, created before the
+            # ClusterQueue is updated to it; the old object is deleted last. Never replaceOnChanges.
             flavor_deps = list(after)
             if args.topology:
-                flavor_deps.append(cr("topology", "Topology", _meta(args.topology), topology_spec(args), after,
-                                      ["spec"]))
-            flavor = cr("flavor", "ResourceFlavor", _meta(args.flavor), resource_flavor_spec(args), flavor_deps,
-                        ["spec"] if args.topology else [])
+                flavor_deps.append(cr("topology", "Topology", _meta(args.topology), topology_spec(args), after, []))
+            flavor = cr("flavor", "ResourceFlavor", _meta(args.flavor), resource_flavor_spec(args), flavor_deps, [])
             queue_deps = [cr("cluster-queue", "ClusterQueue", _meta(args.cluster_queue), cluster_queue_spec(args),
                              [*after, flavor], [])]
         self.queue = cr("local-queue", "LocalQueue", _meta(LOCAL_QUEUE, namespace), local_queue_spec(args),

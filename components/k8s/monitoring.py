@@ -40,7 +40,7 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.aws import iam
-from components.k8s import dashboards, monitoring_rules
+from components.k8s import dashboards, kueue, monitoring_metrics, monitoring_rules
 from components.stack import versions
 from components.stack.config import GRAFANA_PASSWORD_KEY, StackConfig
 from components.stack.labels import (GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, MANAGED_BY,
@@ -114,6 +114,8 @@ class MonitoringArgs(BaseModel):
     gpu_node_count: int = 0
     # workloads.serving: a PodMonitor for the vLLM server's /metrics and the Serving dashboard.
     serving: bool = False
+    # The stack installs Kueue: its controller is scraped and the queue alerts name this ClusterQueue.
+    kueue_cluster_queue: Optional[str] = None
 
     @property
     def effective_storage_class(self) -> Optional[str]:
@@ -130,7 +132,14 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
         efa=cfg.gpu_nodes.efa_enabled, queued_alert_minutes=m.queued_alert_minutes,
         alert_receiver=AlertReceiverArgs(type=r.type, channel=r.channel) if r else None,
         gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count,
-        serving=cfg.workloads.serving.enabled)
+        serving=cfg.workloads.serving.enabled,
+        kueue_cluster_queue=kueue.cluster_queue_name(cfg) if cfg.kueue_install and cfg.kueue_enabled else None)
+
+
+def rules_args(a: MonitoringArgs) -> monitoring_rules.RulesArgs:
+    return monitoring_rules.RulesArgs(training_namespace=a.training_namespace,
+                                      queued_alert_minutes=a.queued_alert_minutes,
+                                      cluster_queue=a.kueue_cluster_queue)
 
 
 def _labels(component: str) -> dict[str, str]:
@@ -282,6 +291,9 @@ def kps_values(a: MonitoringArgs) -> dict[str, Any]:
 def dcgm_values(a: MonitoringArgs) -> dict[str, Any]:
     """dcgm-exporter chart 4.8.2 values (keys checked against its values.yaml in the tests)."""
     return {
+        # The chart's counter list plus the per-XID-class count the XID alert reads
+        # (monitoring_metrics.DCGM_ADDED_COUNTERS; customMetrics is the complete list, not added to it).
+        "customMetrics": monitoring_metrics.dcgm_counters_csv(),
         # GPU nodes only: its default tolerations cover the control-plane taint only (FACTS).
         "nodeSelector": dict(ROLE_LABEL),
         "tolerations": [GPU_TOLERATION],
@@ -392,6 +404,24 @@ def efa_daemonset_args(a: MonitoringArgs) -> k8s.apps.v1.DaemonSetInitArgs:
 
 
 # --- Ray --------------------------------------------------------------------------------------------
+
+
+def kueue_servicemonitor_spec() -> dict[str, Any]:
+    """Kueue's controller metrics (kueue_pending_workloads, kueue_evicted_workloads_total, ...): the
+    chart's metrics Service in kueue-system, endpoint as the chart's own ServiceMonitor has it
+    (charts/kueue/templates/prometheus/monitor.yaml at v0.19.2: HTTPS on port `https`, the scraper's
+    service-account token, the controller's self-signed certificate not verified). The endpoint
+    authorizes the token (controller-runtime WithAuthenticationAndAuthorization, cmd/kueue/main.go):
+    kube-prometheus-stack's Prometheus ClusterRole allows GET on the /metrics non-resource URL."""
+    return {
+        "namespaceSelector": {"matchNames": [versions.KUEUE_NAMESPACE]},
+        "selector": {"matchLabels": dict(kueue.METRICS_SERVICE_LABELS)},
+        "endpoints": [{
+            "port": kueue.METRICS_PORT_NAME, "path": "/metrics", "scheme": "https", "interval": "30s",
+            "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            "tlsConfig": {"insecureSkipVerify": True},
+        }],
+    }
 
 
 def ray_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
@@ -517,9 +547,13 @@ class Monitoring(pulumi.ComponentResource):
         k8s.apiextensions.CustomResource(
             f"{name}-rules", api_version="monitoring.coreos.com/v1", kind="PrometheusRule",
             metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain", namespace=args.namespace, labels=_labels("rules")),
-            spec=monitoring_rules.rules_spec(monitoring_rules.RulesArgs(
-                training_namespace=args.training_namespace, queued_alert_minutes=args.queued_alert_minutes)),
-            opts=after_crds)
+            spec=monitoring_rules.rules_spec(rules_args(args)), opts=after_crds)
+        if args.kueue_cluster_queue:
+            k8s.apiextensions.CustomResource(
+                f"{name}-kueue-servicemonitor", api_version="monitoring.coreos.com/v1", kind="ServiceMonitor",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-kueue", namespace=args.namespace,
+                                                    labels=_labels("kueue")),
+                spec=kueue_servicemonitor_spec(), opts=after_crds)
         k8s.apiextensions.CustomResource(
             f"{name}-ray-podmonitor", api_version="monitoring.coreos.com/v1", kind="PodMonitor",
             metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-ray", namespace=args.namespace, labels=_labels("ray")),

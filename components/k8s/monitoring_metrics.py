@@ -35,6 +35,22 @@ DCGM_DEFAULT_COUNTERS = (
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
     "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES",
 )
+# What the stack adds to that list (monitoring.dcgm_values sets the chart's customMetrics, which
+# replaces the list: the defaults above plus these). DCGM_EXP_XID_ERRORS_COUNT, the per-XID-class
+# count, is commented out of the default list (etc/default-counters.csv at the same tag) and only
+# exported when listed (internal/pkg/collector/xid_collector.go IsDCGMExpXIDErrorsCountEnabled).
+DCGM_ADDED_COUNTERS = ("DCGM_EXP_XID_ERRORS_COUNT",)
+# The Prometheus type of each, as the chart's list declares it (the rest are gauges).
+DCGM_COUNTER_TYPE = {n: "counter" for n in (
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_EXP_XID_ERRORS_COUNT")}
+
+
+def dcgm_counters_csv() -> str:
+    """The exporter's counter list (field, type, help) for the chart's customMetrics: the chart's
+    defaults plus DCGM_ADDED_COUNTERS. customMetrics replaces the whole list (values.yaml)."""
+    return "".join(f"{n}, {DCGM_COUNTER_TYPE.get(n, 'gauge')}, {n} (rltrain list)\n"
+                   for n in DCGM_DEFAULT_COUNTERS + DCGM_ADDED_COUNTERS)
 # Labels on every GPU series (internal/pkg/rendermetrics/render_metrics.go at the same tag):
 # gpu, UUID, pci_bus_id, device, modelName, Hostname (= NODE_NAME, the node); with Kubernetes
 # mapping on, the GPU's pod, namespace and container (internal/pkg/transformation/const.go).
@@ -81,6 +97,18 @@ KUBE_STATE_METRICS = (
     "kube_pod_tolerations",
 )
 
+# --- Kueue -------------------------------------------------------------------------------------
+# kubernetes-sigs/kueue pkg/metrics/metrics.go at v0.19.2 (versions.KUEUE), Subsystem "kueue": the
+# ClusterQueue families the rules read. The cluster_queue_resource_* and _nominal_quota families are
+# reported only with metrics.enableClusterQueueResources (kueue.manager_config sets it).
+KUEUE_SOURCE = f"kubernetes-sigs/kueue pkg/metrics/metrics.go @ v{versions.KUEUE.version}"
+KUEUE_METRICS = tuple("kueue_" + m for m in (
+    "pending_workloads", "admitted_active_workloads", "reserving_active_workloads",
+    "evicted_workloads_total", "evicted_workloads_once_total", "admitted_workloads_total",
+    "cluster_queue_status",
+    "cluster_queue_resource_reservation", "cluster_queue_resource_usage", "cluster_queue_nominal_quota",
+))
+
 # --- Ray ----------------------------------------------------------------------------------------
 # Ray 2.60.0 (requirements-dev.txt pins the same release), the node metrics of the per-node
 # reporter agent: keys of METRICS_GAUGES in ray/dashboard/modules/reporter/reporter_agent.py,
@@ -112,9 +140,10 @@ VLLM_METRICS = (
 )
 
 EMITTED: dict[str, tuple[str, tuple[str, ...]]] = {
-    "dcgm-exporter": (DCGM_SOURCE, DCGM_DEFAULT_COUNTERS),
+    "dcgm-exporter": (DCGM_SOURCE, DCGM_DEFAULT_COUNTERS + DCGM_ADDED_COUNTERS),
     "efa-metrics": (EFA_SOURCE, EFA_METRICS),
     "kube-state-metrics": (KSM_SOURCE, KUBE_STATE_METRICS),
+    "kueue": (KUEUE_SOURCE, KUEUE_METRICS),
     "ray": (RAY_SOURCE, RAY_METRICS),
     "vllm": (VLLM_SOURCE, VLLM_METRICS),
 }

@@ -11,11 +11,16 @@ Labels the expressions rely on:
 - `node` on EFA series: written by efa_metrics.py itself (NODE_NAME).
 - `label_role`, `label_node_kubernetes_io_instance_type` on kube_node_labels: allowed by
   kube-state-metrics' --metric-labels-allowlist (monitoring.KSM_LABELS_ALLOWLIST).
+- `xid` on DCGM_EXP_XID_ERRORS_COUNT: the XID class (dcgm-exporter internal/pkg/collector/
+  xid_collector.go at 4.5.3-4.8.2); `cluster_queue`, `reason`, `underlying_cause`, `resource` on the
+  Kueue series (kueue pkg/metrics/metrics.go at v0.19.2).
+
+What each alert means and what to do: docs/queue-operations.md.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,6 +40,24 @@ EFA_RETRANSMIT_MIN_PKTS_PER_SECOND = 1000  # below this, ratios of a few packets
 NODE_NOT_READY_MINUTES = 5
 CRASHLOOP_MINUTES = 5
 RUNBOOK = "README.md#monitoring"
+QUEUE_RUNBOOK = "docs/queue-operations.md#alerts"
+# DCGM_EXP_XID_ERRORS_COUNT is not a running total: each scrape reports, per GPU and XID class, how
+# many XIDs DCGM logged in the last window (--xid-count-window-size, default 5 min; dcgm-exporter
+# pkg/cmd/app.go and internal/pkg/collector/expcollector.go at 4.5.3-4.8.2), and the class's series
+# disappears once the window holds none. So increase() would miscount (a window that slides past one
+# XID reads as a counter reset); the alert takes the window's highest count over XID_ALERT_MINUTES
+# (longer than the exporter's window, so a missed scrape does not resolve it) and resolves once the
+# burst has left both windows.
+XID_ALERT_MINUTES = 10
+# A failed run alerts on the transition: for this long after its Job turned Failed, then resolves
+# (a failed Job stays Failed until deleted; an alert on the state would fire until then).
+RUN_FAILED_ALERT_MINUTES = 60
+# Kueue: the window over which a ClusterQueue's pending count must have grown, with none of its GPUs
+# reserved, for RltrainQueueStuckGpusIdle; and over which an eviction or deactivation alerts.
+QUEUE_STUCK_MINUTES = 15
+QUEUE_STUCK_FOR_MINUTES = 5
+EVICTION_ALERT_MINUTES = 30
+GPU_RESOURCE = "nvidia.com/gpu"
 
 _GPU_ROLE_SELECTOR = ",".join(f'label_{k.replace(".", "_").replace("/", "_").replace("-", "_")}="{v}"'
                               for k, v in ROLE_LABEL.items())
@@ -45,15 +68,17 @@ class RulesArgs(BaseModel):
 
     training_namespace: str
     queued_alert_minutes: int = Field(ge=1)
+    # The stack's ClusterQueue when its Kueue is scraped (the stack installs Kueue): the Kueue alerts.
+    cluster_queue: Optional[str] = None
 
 
 def _alert(name: str, expr: str, summary: str, description: str, *, severity: str,
-           for_minutes: int = 0) -> dict[str, Any]:
+           for_minutes: int = 0, runbook: str = RUNBOOK) -> dict[str, Any]:
     rule: dict[str, Any] = {"alert": name, "expr": expr}
     if for_minutes:
         rule["for"] = f"{for_minutes}m"
     rule["labels"] = {"severity": severity, "team": "rltrain"}
-    rule["annotations"] = {"summary": summary, "description": description, "runbook_url": RUNBOOK}
+    rule["annotations"] = {"summary": summary, "description": description, "runbook_url": runbook}
     return rule
 
 
@@ -87,13 +112,14 @@ def gpu_alerts(a: RulesArgs) -> list[dict[str, Any]]:
     ns = a.training_namespace
     return [
         _alert("RltrainGpuXidError",
-               "max by (node, gpu, UUID) (DCGM_FI_DEV_XID_ERRORS) > 0",
-               "GPU {{ $labels.gpu }} on {{ $labels.node }} reported XID {{ $value }}",
-               "DCGM_FI_DEV_XID_ERRORS holds the last XID the driver logged. 48/63/64/94/95 are ECC "
-               "errors, 79 means the GPU fell off the bus, 13/31/43 are usually the application's "
-               "fault. Check `kubectl describe node {{ $labels.node }}` and the run's logs; a "
-               "hardware XID needs the node drained and replaced.",
-               severity="critical"),
+               f'max by (node, gpu, UUID, xid) (max_over_time(DCGM_EXP_XID_ERRORS_COUNT{{xid!=""}}[{XID_ALERT_MINUTES}m])) > 0',
+               "GPU {{ $labels.gpu }} on {{ $labels.node }} reported XID {{ $labels.xid }}",
+               "DCGM logged XID {{ $labels.xid }} on this GPU ({{ $value }} in the exporter's window). "
+               "48/63/64/94/95 are ECC errors, 79 means the GPU fell off the bus, 13/31/43 are usually the "
+               "application's fault. Check `kubectl describe node {{ $labels.node }}` and the run's logs; a "
+               "hardware XID needs the node drained and replaced. Resolves once no new XID of this class "
+               f"has been seen for {XID_ALERT_MINUTES} minutes.",
+               severity="critical", runbook=QUEUE_RUNBOOK),
         _alert("RltrainGpuIdleOnBusyNode",
                f"max by (node, gpu) (DCGM_FI_DEV_GPU_UTIL) < {GPU_IDLE_PERCENT}\n"
                "and on (node)\n"
@@ -140,11 +166,15 @@ def run_alerts(a: RulesArgs) -> list[dict[str, Any]]:
     ns = a.training_namespace
     return [
         _alert("RltrainRunFailed",
-               f'max by (namespace, job_name) (kube_job_failed{{namespace="{ns}", condition="true"}}) == 1',
+               f'max by (namespace, job_name) (kube_job_failed{{namespace="{ns}", condition="true"}}) == 1\n'
+               f'unless max by (namespace, job_name) (kube_job_failed{{namespace="{ns}", condition="true"}} '
+               f"offset {RUN_FAILED_ALERT_MINUTES}m) == 1",
                "Run {{ $labels.job_name }} has failed",
                "The Job reached its failure condition (retries exhausted, a fail-fast exit code or "
-               "its deadline). `kubectl describe job {{ $labels.job_name }} -n {{ $labels.namespace }}`.",
-               severity="critical"),
+               "its deadline). `kubectl describe job {{ $labels.job_name }} -n {{ $labels.namespace }}`. "
+               f"Alerts for {RUN_FAILED_ALERT_MINUTES} minutes after the failure, then resolves: the Job "
+               "stays Failed until it is deleted or replaced.",
+               severity="critical", runbook=QUEUE_RUNBOOK),
         _alert("RltrainRunCrashLooping",
                f'max by (namespace, pod, container) (kube_pod_container_status_waiting_reason{{namespace="{ns}", '
                'reason="CrashLoopBackOff"}) == 1',
@@ -162,14 +192,76 @@ def run_alerts(a: RulesArgs) -> list[dict[str, Any]]:
     ]
 
 
+def _counted(selector: str, by: str, minutes: int) -> str:
+    """Events of a counter in the last `minutes`: its increase, or its series appearing. Kueue creates
+    a labelled counter series at its first event, already at 1, and increase() never counts a
+    series' first sample: the first deactivation of a queue would go unseen."""
+    return (f"sum by ({by}) (increase({selector}[{minutes}m])) > 0\n"
+            f"or (sum by ({by}) ({selector}) > 0 unless sum by ({by}) ({selector} offset {minutes}m))")
+
+
+def queue_alerts(a: RulesArgs) -> list[dict[str, Any]]:
+    """Kueue's own view of the queue (kueue pkg/metrics/metrics.go at v0.19.2): a queued workload
+    has no pod until it is admitted, so the pod alerts above never see it."""
+    cq = f'cluster_queue="{a.cluster_queue}"'
+    pending = f"sum by (cluster_queue) (kueue_pending_workloads{{{cq}}})"
+    return [
+        _alert("RltrainWorkloadPendingTooLong",
+               f"{pending} > 0",
+               "ClusterQueue {{ $labels.cluster_queue }} has had workloads waiting for "
+               + str(a.queued_alert_minutes) + " minutes",
+               "kueue_pending_workloads (status active or inadmissible) stayed above zero: a run is not "
+               f"admitted. `kubectl get workloads -n {a.training_namespace}` shows which and why "
+               "(QuotaReserved=False names the missing resource; inadmissible means it can never fit as "
+               "configured).",
+               severity="warning", for_minutes=a.queued_alert_minutes, runbook=QUEUE_RUNBOOK),
+        _alert("RltrainWorkloadEvicted",
+               _counted(f'kueue_evicted_workloads_total{{{cq}, reason!="Deactivated"}}',
+                        "cluster_queue, reason, underlying_cause", EVICTION_ALERT_MINUTES),
+               "A workload of {{ $labels.cluster_queue }} was evicted ({{ $labels.reason }})",
+               "Kueue evicted an admitted workload and requeued it (PodsReadyTimeout: its pods were not "
+               "all Ready within waitForPodsReady.timeout - slow image pull, a pod that cannot start; "
+               "NodeFailures: a node of the run went away). After backoffLimitCount requeues it is "
+               f"deactivated (RltrainWorkloadDeactivated). `kubectl get workloads -n {a.training_namespace}`.",
+               severity="warning", runbook=QUEUE_RUNBOOK),
+        _alert("RltrainWorkloadDeactivated",
+               _counted(f'kueue_evicted_workloads_total{{{cq}, reason="Deactivated"}}',
+                        "cluster_queue, underlying_cause", EVICTION_ALERT_MINUTES),
+               "A workload of {{ $labels.cluster_queue }} was deactivated ({{ $labels.underlying_cause }})",
+               "Kueue set the workload inactive (RequeuingLimitExceeded: evicted backoffLimitCount times "
+               "for not getting Ready). Its Job stays suspended with no pod and no failure: nothing else "
+               "alerts, nothing retries. Find it with `kubectl get workloads -n "
+               f"{a.training_namespace} -o custom-columns=NAME:.metadata.name,ACTIVE:.spec.active`, fix the "
+               "cause, then re-activate it (set the Workload's spec.active to true) or replace the run.",
+               severity="critical", runbook=QUEUE_RUNBOOK),
+        _alert("RltrainQueueStuckGpusIdle",
+               f"{pending}\n"
+               f"> sum by (cluster_queue) (kueue_pending_workloads{{{cq}}} offset {QUEUE_STUCK_MINUTES}m)\n"
+               "unless on (cluster_queue)\n"
+               f"max_over_time(sum by (cluster_queue) (kueue_cluster_queue_resource_reservation{{{cq}, "
+               f'resource="{GPU_RESOURCE}"}})[{QUEUE_STUCK_MINUTES}m:1m]) > 0',
+               "ClusterQueue {{ $labels.cluster_queue }}: work piles up while its GPUs sit idle",
+               f"More workloads pending than {QUEUE_STUCK_MINUTES} minutes ago and none of the queue's GPUs "
+               "reserved in that time: nothing is admitted although the quota is free. Usually the head "
+               "of the queue can never fit (StrictFIFO blocks everything behind it: a resource the queue "
+               "does not cover, more nodes than the quota) or the ClusterQueue is inactive. `kubectl "
+               "describe clusterqueue {{ $labels.cluster_queue }}` and `kubectl get workloads -n "
+               f"{a.training_namespace}`.",
+               severity="critical", for_minutes=QUEUE_STUCK_FOR_MINUTES, runbook=QUEUE_RUNBOOK),
+    ]
+
+
 def rules_spec(a: RulesArgs) -> dict[str, Any]:
     """The PrometheusRule spec; the same document is a Prometheus rules file for promtool."""
-    return {"groups": [
+    groups = [
         {"name": "rltrain.cost", "interval": "1m", "rules": cost_rules()},
         {"name": "rltrain.gpu", "rules": gpu_alerts(a)},
         {"name": "rltrain.efa", "rules": efa_alerts()},
         {"name": "rltrain.runs", "rules": run_alerts(a)},
-    ]}
+    ]
+    if a.cluster_queue:
+        groups.append({"name": "rltrain.queue", "rules": queue_alerts(a)})
+    return {"groups": groups}
 
 
 def expressions(spec: dict[str, Any]) -> list[tuple[str, str]]:

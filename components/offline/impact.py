@@ -10,6 +10,8 @@ or the base branch's in a pull request) and classifies every changed resource:
   run is touched: a new served checkpoint is this and only this),
 - *in place* (updated without touching what runs),
 - *refused by AWS* (the change cannot be applied at all),
+- *never finishes* (the deploy would hang: e.g. a Kueue flavor deleted under its fixed name while a
+  ClusterQueue names it waits on Kueue's finalizer for ever),
 - *create* / *delete*.
 
 A replaced resource changes every output that others read: the placeholders
@@ -33,8 +35,10 @@ CREATE, DELETE, IN_PLACE = "create", "delete", "in place"
 REPLACE, DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED = (
     "replace", "replace (data loss)", "node roll", "run restart", "refused by AWS")
 SERVING_RESTART = "serving restart"
+NEVER_FINISHES = "never finishes"
 # Worst first, for the table and for the one verdict per resource.
-SEVERITY = [REFUSED, DATA_LOSS, NODE_ROLL, RUN_RESTART, SERVING_RESTART, REPLACE, DELETE, CREATE, IN_PLACE]
+SEVERITY = [REFUSED, NEVER_FINISHES, DATA_LOSS, NODE_ROLL, RUN_RESTART, SERVING_RESTART, REPLACE, DELETE, CREATE,
+            IN_PLACE]
 CHANGED = "[changes on deploy]"  # a value that changes because what it is read from is replaced
 _PLACEHOLDER = re.compile(r"\[known after deploy: ([^\]]+?)\.([A-Za-z0-9_.]+)\]")
 
@@ -262,8 +266,38 @@ _POD_TEMPLATE_KINDS = {"Job": ("spec.template", "spec.completions", "spec.parall
                                        "spec.volumeClaimTemplates")}
 
 
+# Kueue objects with the `kueue.x-k8s.io/resource-in-use` finalizer while something names them (a
+# ResourceFlavor named by a ClusterQueue, a Topology named by a flavor: kueue v0.19.2
+# pkg/controller/core/resourceflavor_controller.go, pkg/controller/tas/topology_controller.go), and
+# their immutable fields (CRD validation rules at v0.19.2; a flavor's only once it has a topologyName).
+_KUEUE_IN_USE = {"ResourceFlavor": ("spec.nodeLabels", "spec.tolerations", "spec.topologyName"),
+                 "Topology": ("spec.levels",)}
+
+
+def _kueue_object(before, after, changes):
+    kind = after["inputs"].get("kind")
+    if any(_under(p, ("metadata.name",)) for p in changes):
+        return (REPLACE, f"a new {kind} under a new name (content-named): created first, what names it is "
+                "updated to it, the old one deleted once nothing names it", "", True)
+    if any(_under(p, after["options"].get("replaceOnChanges") or ()) for p in changes):
+        # Pulumi does not replace the ClusterQueue with it (linked by name and dependsOn only:
+        # pkg/resource/deploy/step_generator.go calculateDependentReplacements).
+        return (NEVER_FINISHES, f"{_paths(changes)}: replaced under its fixed name while in use: the delete "
+                "waits on Kueue's resource-in-use finalizer for ever", "", False)
+    immutable = _KUEUE_IN_USE[kind]
+    if kind == "ResourceFlavor" and not (before["inputs"].get("spec") or {}).get("topologyName"):
+        immutable = ()
+    forced = [p for p in changes if _under(p, immutable)]
+    if forced:
+        return (REFUSED, f"{_paths(forced)}: immutable (Kueue's CRD validation): the API server refuses the "
+                "update", "", False)
+    return IN_PLACE, _paths(changes), "", True
+
+
 def _kubernetes(before, after, changes, cfg):
     kind = after["inputs"].get("kind")
+    if kind in _KUEUE_IN_USE and after["type"].startswith("kubernetes:kueue.x-k8s.io/"):
+        return _kueue_object(before, after, changes)
     if any(_under(p, ("metadata.name", "metadata.namespace")) for p in changes):
         what = RUN_RESTART if kind in ("Job", "StatefulSet", "MPIJob", "RayJob") else REPLACE
         return (what, "name or namespace changed: a new object", *(_run_opt_in(cfg) if what == RUN_RESTART
@@ -386,7 +420,7 @@ def table(impacts: list[Impact], markdown: bool = False) -> list[str]:
     if markdown:
         rows = ["| impact | resource | why | verdict |", "|---|---|---|---|"]
         for i in impacts:
-            kind = f"**{i.kind}**" if i.kind in (DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED) else i.kind
+            kind = f"**{i.kind}**" if i.kind in (DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED, NEVER_FINISHES) else i.kind
             verdict = "ok" if i.allowed else (f"refused: set `{i.opt_in}: true`" if i.opt_in else "refused")
             rows.append(f"| {kind} | `{i.type.split(':')[-1]} {i.name}` | {i.why.replace('|', '/')} | {verdict} |")
         return rows
@@ -401,7 +435,7 @@ class Check:
 
 def check(before: Optional[list[Resource]], after: list[Resource], cfg: StackConfig) -> Check:
     impacts = classify(before, after, cfg)
-    notable = [i for i in impacts if i.kind in (DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED)]
+    notable = [i for i in impacts if i.kind in (DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED, NEVER_FINISHES)]
     return Check(refused=[i for i in notable if not i.allowed], allowed=[i for i in notable if i.allowed])
 
 

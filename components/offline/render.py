@@ -280,7 +280,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         rendered.base_cost = json.loads(base_cost.read_text()) if base_cost.exists() else None
         verdict = impact.check(rendered.base, rendered.resources, rendered.cfg)
         for r in verdict.refused:
-            if args.accept_impact and r.kind != impact.REFUSED:
+            if args.accept_impact and r.kind not in (impact.REFUSED, impact.NEVER_FINISHES):
                 print(f"Pulumi.{rendered.stack}.yaml: accepted (--accept-impact): {r.message()}", file=sys.stderr)
                 continue
             print(f"Pulumi.{rendered.stack}.yaml: REFUSED: {r.message()}", file=sys.stderr)

@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from components.stack import daemonsets
+
 GIB_IN_MIB = 1024
 
 # AL2023 nodeadm kubelet defaults (FACTS.md "Node allocatable").
@@ -40,10 +42,10 @@ HUGEPAGE_MIB = 2
 # provider (libfabric) uses huge pages for its bounce buffers; one such pod runs per node.
 EFA_POD_HUGEPAGES_MIB = 5120
 
-# DaemonSets on every GPU node (aws-node, kube-proxy, EFA plugin, FSx CSI node, NVIDIA plugin,
-# dcgm-exporter), chart-default requests summed (FACTS.md).
-DAEMONSET_CPU_MILLI = 165
-DAEMONSET_MEMORY_MIB = 124
+# DaemonSets on every GPU node (aws-node, kube-proxy, Pod Identity agent, FSx CSI node, NVIDIA and
+# EFA plugins, dcgm-exporter, node-exporter): the pinned charts' requests summed, each cited in
+# daemonsets.py (worst case: every one present).
+DAEMONSET_CPU_MILLI, DAEMONSET_MEMORY_MIB = daemonsets.reserve()
 
 
 @dataclass(frozen=True)

@@ -66,14 +66,25 @@ def checks(cfg: StackConfig) -> dict[str, tuple[int, int]]:
     return out
 
 
+def queue_allowance_seconds(cfg: StackConfig) -> int:
+    """How long a gated check may wait in the queue besides the checks ahead of it (the nodes'
+    DaemonSets starting, a finishing run): the bound after which a queued run is stuck for the alerts
+    too (monitoring.queuedAlertMinutes, RltrainWorkloadPendingTooLong)."""
+    return cfg.monitoring.queued_alert_minutes * 60
+
+
 def gate_seconds(cfg: StackConfig) -> dict[str, int]:
-    """workloads.trainingAfterChecks: how long `pulumi up` waits for each check to succeed: its own
-    deadline plus those of the checks queued at or ahead of it (same or higher priority), which it
-    may wait behind. Empty without the gate."""
+    """workloads.trainingAfterChecks: how long `pulumi up` waits for each check to succeed. A run's
+    deadline counts from its admission (a suspended Job's activeDeadlineSeconds timer is reset when
+    Kueue resumes it: Kubernetes docs, Jobs, "Suspending a Job"), but Pulumi's timer runs from the
+    create, time queued included: its own deadline, plus those of the checks queued at or ahead of it
+    (same or higher priority) which it may wait behind, plus the queue allowance. A failed check ends
+    the wait at once (validation.py, gate.py). Empty without the gate."""
     if not cfg.workloads.training_after_checks:
         return {}
     found = checks(cfg)
-    return {name: sum(d for p, d in found.values() if p >= prio) for name, (prio, _) in found.items()}
+    queued = queue_allowance_seconds(cfg)
+    return {name: queued + sum(d for p, d in found.values() if p >= prio) for name, (prio, _) in found.items()}
 
 
 def scripts_used(cfg: StackConfig) -> list[str]:
@@ -82,7 +93,8 @@ def scripts_used(cfg: StackConfig) -> list[str]:
     return sorted({f for on, f in ((w.validation.enabled, "validate_node.py"),
                                    (w.multi_node.enabled and w.multi_node.form != "rayjob", "ray_launcher.py"),
                                    (w.nccl_test.enabled, "nccl_check.py"),
-                                   (w.serving.enabled and w.serving.evaluation.enabled, "evaluate.py")) if on})
+                                   (w.serving.enabled and w.serving.evaluation.enabled, "evaluate.py"),
+                                   (w.nccl_test.enabled and w.training_after_checks, "check_gate.py")) if on})
 
 
 class Workloads(pulumi.ComponentResource):
@@ -124,7 +136,7 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
                                     NcclTestArgs(**base, await_seconds=gate.get(nccl.COMPONENT)), namespace,
                                     opts=wl_opts)
         if gate:
-            passed.append(out["nccl_test"].mpijob)
+            passed.append(out["nccl_test"].passed)
     train_opts = runs.child_opts(parent, opts, *classes, scripts, *passed)
     if w.single_node.enabled:
         out["single_node"] = TrainingJob(f"{name}-single-node", TrainingJobArgs(**base), namespace,

@@ -15,7 +15,15 @@ reaches them over ssh with the keys the operator mounts. sshd as root needs a fe
 in the Pod Security `baseline` allow-list, everything else is dropped.
 
 `launcherCreationPolicy: WaitForWorkersReady` keeps the launcher from starting before the workers'
-DNS exists (mpi-operator #386, #481).
+DNS exists (mpi-operator #386, #481). A worker is Ready when its container runs, not when its sshd
+listens, so the launcher first waits for ssh to every worker (the hosts of the operator's hostfile,
+/etc/mpi/hostfile: mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go), retrying for up to
+SSH_WAIT_SECONDS, before mpirun starts; only then is a failure the measurement's. The reference job
+lets its launcher be retried for that start-up race; here the retry is the start-up's only, and the
+MPIJob keeps backoffLimit 0, so a bandwidth failure (nccl_check.py exit 1) fails the check at once.
+
+Fail fast under workloads.trainingAfterChecks: the training runs wait for a gate Job (gate.py), not
+for the MPIJob, whose `pulumi.com/waitFor` await cannot report a failure.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ from components.k8s import kueue
 from components.stack import catalog
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
-from components.workloads import placement, runs, security, sizing, volumes
+from components.workloads import gate, placement, runs, security, sizing, volumes
+from components.workloads.gate import CheckGate, CheckGateArgs
 # Kubeflow MPI operator release manifest (no official Helm chart; FACTS.md). Pinned: bump the tag
 # here and nowhere else. Applied with server-side apply (the provider default), which the CRD's
 # size needs. Path checked in kubeflow/mpi-operator: deploy/v2beta1/mpi-operator.yaml.
@@ -58,6 +67,18 @@ REFERENCE_NCCL_ENV = {
 # never over loopback or container bridges (same reference job).
 MPI_TRANSPORT = ("--mca", "pml", "^ucx", "--mca", "btl", "tcp,self",
                  "--mca", "btl_tcp_if_exclude", "lo,docker0,veth_def_agent")
+# The launcher's wait for the workers' sshd (a few seconds after the container starts): attempts x
+# (the ConnectTimeout + the pause between attempts) bounds it.
+SSH_ATTEMPTS = 30
+SSH_PAUSE_SECONDS = 5
+SSH_CONNECT_TIMEOUT_SECONDS = 5
+SSH_WAIT_SECONDS = SSH_ATTEMPTS * (SSH_PAUSE_SECONDS + SSH_CONNECT_TIMEOUT_SECONDS)
+HOSTFILE = "/etc/mpi/hostfile"
+# nccl_check.py's "cannot judge" code: ssh never came up is not a bandwidth verdict.
+EXIT_SSH = 2
+# The launcher pod (mpi-operator v0.8.0 defaultLabels: training.kubeflow.org/job-name, -job-role).
+LAUNCHER_SELECTOR = f"training.kubeflow.org/job-name={NAME},training.kubeflow.org/job-role=launcher"
+GATE_NAME = f"{NAME}-gate"
 RUN_SECONDS = 30 * 60
 DEADLINE_SECONDS = RUN_SECONDS + runs.IMAGE_PULL_MARGIN_SECONDS
 # Launcher: mpirun and ssh only (limits = requests).
@@ -146,7 +167,17 @@ def launcher_script(cfg: StackConfig) -> str:
     ]
     check = ["python3", CHECK, "--size", str(check_size(cfg)), "--min-busbw", str(min_busbw(cfg)),
              "--label", check_label(cfg)]
-    return f"set -o pipefail; {shlex.join(mpirun)} | {shlex.join(check)}"
+    return f"set -o pipefail; {ssh_wait_script()}; {shlex.join(mpirun)} | {shlex.join(check)}"
+
+
+def ssh_wait_script() -> str:
+    """Wait for every worker's sshd (module docstring); exit EXIT_SSH with the host if one never answers."""
+    ssh = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+           "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_SECONDS}"]
+    return (f"for h in $(awk '{{print $1}}' {HOSTFILE}); do n=0; "
+            f'until {shlex.join(ssh)} "$h" true; do n=$((n+1)); '
+            f'if [ "$n" -ge {SSH_ATTEMPTS} ]; then echo "NCCL CHECK ERROR: ssh to $h failed {SSH_ATTEMPTS} times: '
+            f'its sshd never answered"; exit {EXIT_SSH}; fi; sleep {SSH_PAUSE_SECONDS}; done; done')
 
 
 def _env(values: dict[str, str]) -> list[k8s.core.v1.EnvVarArgs]:
@@ -248,6 +279,23 @@ def mpijob_spec(a: NcclTestArgs) -> dict[str, Any]:
     }
 
 
+def fingerprint(a: NcclTestArgs) -> str:
+    """What the MPIJob runs (image, launcher command, workers and their devices, deadline): a new MPIJob
+    gets a new gate Job."""
+    cfg, g = a.cfg, a.cfg.gpu_nodes
+    return runs.short_hash(cfg.workloads.nccl_test.image, launcher_script(cfg), str(g.count), str(g.instance.gpu_count),
+                           str(g.efa_devices_per_node), str(DEADLINE_SECONDS), a.scripts["nccl_check.py"].digest,
+                           *sorted(f"{k}={v}" for k, v in nccl_env(cfg).items()), length=16)
+
+
+def gate_args(a: NcclTestArgs) -> CheckGateArgs:
+    """The gate Job of the MPIJob; its deadline is the whole wait (a.await_seconds: the check's
+    deadline, those queued ahead and the queue allowance, build.gate_seconds)."""
+    return CheckGateArgs(name=GATE_NAME, run_name=NAME, api_group="kubeflow.org", api_version="v2beta1",
+                         plural="mpijobs", launcher_selector=LAUNCHER_SELECTOR, fingerprint=fingerprint(a),
+                         deadline_seconds=a.await_seconds, script=a.scripts[gate.SCRIPT])
+
+
 def skip_annotations(spec: dict[str, Any]) -> dict[str, str]:
     """The checkov skips of the MPIJob's pods, derived from its replica templates, on the MPIJob
     (checkov does not look inside it; components/offline/scan_report.py scans each template as a Pod
@@ -298,10 +346,9 @@ class NcclTest(pulumi.ComponentResource):
         deps.append(netpol)
         spec = mpijob_spec(args)
         skips = skip_annotations(spec)
-        # With workloads.trainingAfterChecks `pulumi up` waits for the MPIJob's Succeeded condition
-        # (the training runs depend on it); otherwise it does not wait at all.
-        awaits = (runs.await_success(args.await_seconds, custom_resource=True) if args.await_seconds
-                  else runs.SKIP_AWAIT)
+        # `pulumi up` never waits on the MPIJob itself: with workloads.trainingAfterChecks the gate Job
+        # below is what the training runs wait for (a waitFor on the MPIJob cannot fail fast).
+        awaits = runs.SKIP_AWAIT
         self.mpijob = k8s.apiextensions.CustomResource(
             f"{name}-mpijob",
             api_version="kubeflow.org/v2beta1",
@@ -319,4 +366,10 @@ class NcclTest(pulumi.ComponentResource):
                                  replace_on_changes=["spec", *runs.REPLACE_ON_LABELS]),
         )
         self.mpijob_name = NAME
+        # What the training runs wait for (workloads.trainingAfterChecks): the gate, else the MPIJob.
+        self.passed: pulumi.Resource = self.mpijob
+        if args.await_seconds:
+            self.gate = CheckGate(f"{name}-gate", gate_args(args), namespace, opts=runs.child_opts(self, opts),
+                                  after=(self.mpijob,))
+            self.passed = self.gate.job
         self.register_outputs({"mpijob": NAME})

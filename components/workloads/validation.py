@@ -11,6 +11,16 @@ is capped by the pod's memory limit, and the check must see the size training ge
 (= request): unlike training, nothing here suffers from CFS throttling.
 backoffLimit 0: a failed check is the answer, not something to retry. Secrets are not mounted.
 
+Fail fast (workloads.trainingAfterChecks, `pulumi up` waits for it): pulumi-kubernetes's Job await
+ends at once on a Failed condition with reason BackoffLimitExceeded or DeadlineExceeded only
+(provider/pkg/await/checker/job/check.go); a pod failure policy's FailJob (reason PodFailurePolicy)
+would hold `up` for the whole timeout. So the validation Job has no FailJob rule (with backoffLimit 0
+the first failed pod already fails it with BackoffLimitExceeded; disruptions stay free retries), and
+its container's termination message falls back to the log tail, which ends with validate_node.py's
+summary line: the await's error carries it (checker/pod/check.go reports a terminated container's
+message). The deadline counts from admission: Kueue resumes the suspended Job and Kubernetes resets
+its activeDeadlineSeconds timer then; Pulumi's timeout adds the time queued (build.gate_seconds).
+
 Hardening beyond the training pod: the script writes only to /fsx (the check) and needs no network,
 so the root filesystem is read-only (a small /tmp emptyDir for tools in the image) and a
 NetworkPolicy denies all ingress and egress of the validation pods. The Lustre client mounts /fsx
@@ -87,6 +97,9 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
         # Ahead of the NCCL test and training in the queue (workloads.validation.priority).
         priority_class_name=runs.check_priority_class(cfg, COMPONENT),
     )
+    # The failure's reason in the pod's status (module docstring): validate_node.py's last lines.
+    for c in template.spec.containers:
+        c.termination_message_policy = "FallbackToLogsOnError"
     # With workloads.trainingAfterChecks `pulumi up` waits for the check to pass (the training runs
     # depend on it); otherwise only for the Job to exist.
     awaits = runs.await_success(a.await_seconds) if a.await_seconds else runs.AWAIT_CREATED
@@ -100,11 +113,21 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
             completions=n,
             parallelism=n,
             backoff_limit=0,
-            pod_failure_policy=runs.pod_failure_policy(cfg),
+            pod_failure_policy=pod_failure_policy(),
             active_deadline_seconds=DEADLINE_SECONDS,
             template=template,
         ),
     )
+
+
+def pod_failure_policy() -> k8s.batch.v1.PodFailurePolicyArgs:
+    """A pod killed by a drain or preemption is retried for free; any other failure counts against
+    backoffLimit 0 and fails the Job with BackoffLimitExceeded, which `pulumi up` reports at once (no
+    FailJob rule: module docstring)."""
+    return k8s.batch.v1.PodFailurePolicyArgs(rules=[k8s.batch.v1.PodFailurePolicyRuleArgs(
+        action="Ignore",
+        on_pod_conditions=[k8s.batch.v1.PodFailurePolicyOnPodConditionsPatternArgs(
+            type="DisruptionTarget", status="True")])])
 
 
 def network_policy_args(namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
