@@ -22,7 +22,8 @@
 # needs the stack's own opt-in); a changed stack file must opt in with its allow* keys.
 #
 # Writes $RLTRAIN_CI_OUT (default ci-out/): summary.md (appended to $GITHUB_STEP_SUMMARY when set),
-# review.json (the commits it describes, the stale stacks, the exit code: for the PR comment),
+# review.json (the commits it describes, the stale stacks, the exit code, PR_NUMBER when set: for the
+# PR comment, ci/review-comment.sh),
 # render-diff.patch, render.log, base/STACK/ (the base's committed records), base-render/STACK/ (the
 # base program's render and cost), render/STACK/ (this change's render). Nothing under rendered/.
 # Exit: 0; 1 when a stack's render refuses (impact, policy) or fails; 2 on an invalid stack config or
@@ -208,12 +209,13 @@ join() { local IFS=,; printf '%s' "$*" | sed 's/,/, /g'; }
 } > "$out/summary.md"
 
 python3 - "$out/review.json" "$head_sha" "$base" "$merge" "$label" "$worst" \
-  "$(join "${stale_base[@]}")" "$(join "${stale_pr[@]}")" <<'PY'
+  "$(join "${stale_base[@]}")" "$(join "${stale_pr[@]}")" "${PR_NUMBER:-}" <<'PY'
 import json, sys
-path, head, base, merge, label, worst, stale_base, stale_pr = sys.argv[1:]
+path, head, base, merge, label, worst, stale_base, stale_pr, pr = sys.argv[1:]
 split = lambda s: [x for x in s.split(", ") if x]
 json.dump({"head_sha": head, "base_sha": base, "merge_sha": merge or None, "base": label, "exit": int(worst),
-           "stale_base": split(stale_base), "stale_record": split(stale_pr)}, open(path, "w"), indent=2)
+           "stale_base": split(stale_base), "stale_record": split(stale_pr), "pr_number": pr or None},
+          open(path, "w"), indent=2)
 PY
 
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then

@@ -34,7 +34,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-from pathlib import Path
 from typing import Any
 
 from components.offline.mock_engine import ROOT
