@@ -1,6 +1,9 @@
 """The offline job's scripts, in the workflow's order, on a fresh repository whose base branch differs
 by an FSx capacity decrease on p5: what the pull-request summary says, and that the whole sequence
-passes under CI=true.
+passes under CI=true. Then the review as GitHub runs it, on a merge commit like the one
+actions/checkout checks out for `pull_request`: the base is its first parent even after the base
+branch moves on, a stale base record is shown apart and not blamed on the pull request, and a
+pull request that did not re-render gets told so instead of "no change to rendered/".
 
 The repository is a snapshot of this working tree (tracked and untracked, not ignored) committed as
 `main`, with every stack rendered into its own rendered/ (never this checkout's). Its scripts run
