@@ -191,7 +191,11 @@ join() { local IFS=,; printf '%s' "$*" | sed 's/,/, /g'; }
     printf '**The committed `rendered/` of this change is stale** for %s: it is not what this commit'"'"'s code renders, ' "$(join "${stale_pr[@]}")"
     printf 'so the files below (and the "Files changed" tab) do not show the impact above. Re-render and commit:\n\n'
     for s in "${stale_pr[@]}"; do
-      printf -- '- `python -m components.offline.render --stack %s --accept-impact` (a change of the program; a changed `Pulumi.%s.yaml` opts in with its allow* keys instead)\n' "$s" "$s"
+      inherited=""
+      if cmp -s "rendered/$s/resources.json" "$out/base/$s/resources.json" && [[ " ${stale_base[*]} " == *" $s "* ]]; then
+        inherited=" (this change left the record as \`$label\` has it: the staleness is the base's, shown above)"
+      fi
+      printf -- '- `python -m components.offline.render --stack %s --accept-impact` (a change of the program; a changed `Pulumi.%s.yaml` opts in with its allow* keys instead)%s\n' "$s" "$s" "$inherited"
     done
     printf '\nthen `git add rendered/ && git commit`.\n\n'
   fi

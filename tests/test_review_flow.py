@@ -242,6 +242,7 @@ def test_a_stale_base_record_is_shown_apart_and_not_blamed_on_the_pull_request(r
     # The pull request's own impact: none (before: the FSx change, blamed on it).
     assert "impact: no change against the base record" in stack_section(summary, "p5")
     assert json.loads((repo / "ci-out" / "review.json").read_text())["stale_base"] == ["p5"]
+    assert "(this change left the record as `main-like` has it: the staleness is the base's, shown above)" in summary
 
 
 def test_the_summary_never_says_no_change_under_a_table_of_restarts(repo):
