@@ -364,3 +364,15 @@ def test_network_policy_enforcement_is_read_from_the_vpc_cni_addon(analyzer):
     cni["inputs"]["configurationValues"] = json.dumps({**values, "enableNetworkPolicy": "false"})
     assert [(d.policyName, "no enforcement" in d.message) for d in analyze(analyzer, "p5", rows).diagnostics] == [
         ("network-policy", True)]
+
+
+def test_a_recorded_preview_replaces_the_synthesis(tmp_path, monkeypatch):
+    """tests/fixtures/preview/STACK.json (rows recorded from a real preview's AnalyzeStack request, e.g.
+    on the simulated cluster) is what records() returns when it exists; no test changes."""
+    recorded = [{"type": "aws:eks/cluster:Cluster", "name": "c-eksCluster", "parent": None, "custom": True,
+                 "dependsOn": [], "provider": None, "inputs": {"vpcConfig": {"endpointPublicAccess": False}},
+                 "options": {"protect": False, "deleteBeforeReplace": False}}]
+    (tmp_path / "p5.json").write_text(json.dumps(recorded))
+    monkeypatch.setattr(preview_records, "RECORDINGS", tmp_path)
+    assert preview_records.records("p5") == recorded
+    assert preview_records.records("dev") == preview_records.synthesize(committed("dev"))
