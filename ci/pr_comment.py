@@ -1,10 +1,12 @@
 """The pull-request comment of one stack's real preview, whatever became of it.
 
-    python3 ci/pr_comment.py STACK OUT_DIR [RUN_URL]    # prints {"body": ...} (the GitHub API's payload)
+    python3 ci/pr_comment.py STACK OUT_DIR [RUN_URL [COMMIT]]    # prints the comment (Markdown)
 
-Reads what ci/preview-install.sh and ci/preview.sh left in OUT_DIR: preview-STACK.skipped (secrets
-not set: KEY<TAB>COMMAND lines), preview-STACK.txt (the captured output of login, stack select and
-`pulumi preview`) and preview-STACK.rc (its exit code). The comment says whether the preview
+Reads what the preview job's scripts left in OUT_DIR: preview.unavailable (ci/preview-gate.sh: no
+preview here, and why: a fork, credentials not set), preview-STACK.skipped (ci/preview-install.sh:
+secrets not set, KEY<TAB>COMMAND lines), preflight-STACK.txt and .rc (ci/preflight.sh),
+preview-STACK.txt (the captured output of login, stack select and `pulumi preview`) and
+preview-STACK.rc (its exit code). The heading names the commit the comment describes. The comment says whether the preview
 succeeded, failed or was skipped, shows the summary first (Pulumi's `Resources:` block, the policy
 violations, the errors) and then the output, trimmed from the front so that its end (where Pulumi
 prints the summary) always stays. GitHub refuses a comment over 65,536 characters; pulumi/actions
@@ -15,13 +17,12 @@ Standard library only: it runs with any python3.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 
-MAX_COMMENT = 64_000
-# Begins every comment of this workflow for a stack: the next run edits it instead of adding one.
+MAX_COMMENT = 64_000 - 200  # room for ci/upsert_comment.py's two marker lines
+# Begins every comment of this workflow for a stack (ci/upsert_comment.py's marker of "preview:STACK").
 MARKER = "<!-- rltrain-preview:{stack} -->"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _FENCE = "```"
@@ -58,14 +59,21 @@ def summary_lines(output: str) -> list[str]:
     return picked[:-1] if picked and picked[-1] == "" else picked
 
 
-def body(stack: str, out_dir: Path, run_url: str = "") -> str:
+def body(stack: str, out_dir: Path, run_url: str = "", commit: str = "") -> str:
     skipped = out_dir / f"preview-{stack}.skipped"
+    unavailable = out_dir / "preview.unavailable"
     output_file = out_dir / f"preview-{stack}.txt"
     rc_file = out_dir / f"preview-{stack}.rc"
-    head = [marker(stack)]
+    preflight_rc = out_dir / f"preflight-{stack}.rc"
+    head: list[str] = []
     log = f" ([job log]({run_url}))" if run_url else ""
+    at = f" at `{commit[:12]}`" if commit else ""
+    title = f"### `pulumi preview` of `{stack}`{at}"
+    if unavailable.exists():
+        head += [f"{title}: not run here{log}", "", unavailable.read_text().strip(), ""]
+        return "\n".join(head)
     if skipped.exists():
-        head += [f"### `pulumi preview` of `{stack}`: skipped, secrets not set{log}", "",
+        head += [f"{title}: skipped, secrets not set{log}", "",
                  f"`Pulumi.{stack}.yaml` does not hold these secrets yet, and a real preview refuses without them. "
                  "Set each (it encrypts the value into the stack file) and commit the stack file:", ""]
         for line in skipped.read_text().splitlines():
@@ -73,14 +81,21 @@ def body(stack: str, out_dir: Path, run_url: str = "") -> str:
             head.append(f"- `{key}`: `{cmd}`")
         head += ["", "The offline job's summary still shows this stack's impact, cost and checks."]
         return "\n".join(head) + "\n"
+    if preflight_rc.exists() and preflight_rc.read_text().strip() != "0":
+        text = clean((out_dir / f"preflight-{stack}.txt").read_text(errors="replace")) \
+            if (out_dir / f"preflight-{stack}.txt").exists() else ""
+        head += [f"{title}: **preflight failed** (exit {preflight_rc.read_text().strip()}){log}", "",
+                 f"`python -m components.preflight --stack {stack}` refused before the preview:", "",
+                 _FENCE + "text", *text.splitlines()[-60:], _FENCE, ""]
+        return "\n".join(head)[:MAX_COMMENT]
     if not rc_file.exists():
-        head += [f"### `pulumi preview` of `{stack}`: did not run{log}", "",
+        head += [f"{title}: did not run{log}", "",
                  "A step before it failed (installing the CLI or the program, the AWS credentials): see the job log."]
         return "\n".join(head) + "\n"
     rc = rc_file.read_text().strip()
     output = clean(output_file.read_text(errors="replace")) if output_file.exists() else ""
     status = "succeeded" if rc == "0" else f"**failed** (exit {rc})"
-    head += [f"### `pulumi preview` of `{stack}`: {status}{log}", ""]
+    head += [f"{title}: {status}{log}", ""]
     summary = summary_lines(output)
     if summary:
         head += ["Summary:", "", _FENCE + "text", *summary, _FENCE, ""]
@@ -99,13 +114,12 @@ def body(stack: str, out_dir: Path, run_url: str = "") -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
-        print("usage: python3 ci/pr_comment.py STACK OUT_DIR [RUN_URL]", file=sys.stderr)
+    if not 2 <= len(argv) <= 4:
+        print("usage: python3 ci/pr_comment.py STACK OUT_DIR [RUN_URL [COMMIT]]", file=sys.stderr)
         return 2
-    text = body(argv[0], Path(argv[1]), argv[2] if len(argv) == 3 else "")
+    text = body(argv[0], Path(argv[1]), *argv[2:])
     assert len(text) <= MAX_COMMENT, len(text)
-    json.dump({"body": text}, sys.stdout)
-    sys.stdout.write("\n")
+    sys.stdout.write(text)
     return 0
 
 

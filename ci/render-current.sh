@@ -10,9 +10,12 @@ cd "$ROOT"
 mkdir -p "$RLTRAIN_CI_OUT"
 fresh="$RLTRAIN_CI_OUT/render-current"
 rm -rf "$fresh"
-# Against its own committed records the render of a current tree changes nothing; --accept-impact
-# so that a stale one is still written and compared (its impact is the review's business).
-if ! python -m components.offline.render --all --out "$fresh" --accept-impact > "$RLTRAIN_CI_OUT/render-current.log" 2>&1; then
+# Judged against no base at all (an empty --base): this step asks only whether rendered/ is what the
+# code renders; the impact of the change is ci/render-review.sh's business, against the base branch.
+nobase="$RLTRAIN_CI_OUT/render-current-nobase"
+rm -rf "$nobase"
+mkdir -p "$nobase"
+if ! python -m components.offline.render --all --out "$fresh" --base "$nobase" > "$RLTRAIN_CI_OUT/render-current.log" 2>&1; then
   tail -n 40 "$RLTRAIN_CI_OUT/render-current.log"
   echo "::error title=Render failed::python -m components.offline.render --all failed (log: ci-out/render-current.log)"
   exit 1
@@ -40,7 +43,7 @@ if [ "${#stale[@]}" -gt 0 ]; then
   for f in "${stale[@]}"; do
     case "$f" in rendered/*/*.*) diff -u "$f" "$fresh/${f#rendered/}" | head -n 40 || true ;; esac
   done
-  echo "::error title=Stale render::rendered/ is not what the code renders. Run 'python -m components.offline.render --all' (--accept-impact for a change of the program itself) and commit rendered/."
+  echo "::error title=Stale render::rendered/ is not what the code renders. Run 'python -m components.offline.render --all' (--accept-impact for a change of the program itself: it accepts run restarts and node rolls, never data loss) and commit rendered/."
   exit 1
 fi
 echo "rendered/ is current: every stack's manifests.yaml and resources.json"

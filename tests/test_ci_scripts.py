@@ -73,14 +73,27 @@ def outputs(path: Path) -> dict[str, str]:
 ])
 def test_gate(tmp_path, env, ready, backend, named):
     out, summary = tmp_path / "out", tmp_path / "summary"
-    res = run("preview-gate.sh", env={**env, "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)})
+    res = run("preview-gate.sh", env={**env, "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
+                                      "RLTRAIN_CI_OUT": str(tmp_path / "ci-out")})
     assert res.returncode == 0, res.stderr
     assert outputs(out) == {"has-credentials": ready, "backend": backend}
+    unavailable = tmp_path / "ci-out" / "preview.unavailable"
     if named:
         assert "::notice title=Pulumi preview skipped::" in res.stdout and named in res.stdout
-        assert named in summary.read_text()
+        assert named in summary.read_text() and named in unavailable.read_text()
     else:
-        assert "::notice" not in res.stdout
+        assert "::notice" not in res.stdout and not unavailable.exists()
+
+
+def test_gate_on_a_fork_says_previews_run_after_a_maintainer_approves(tmp_path):
+    out = tmp_path / "out"
+    res = run("preview-gate.sh", env={"FORK": "true", "AWS_ROLE_ARN": "arn", "PULUMI_ACCESS_TOKEN": "x",
+                                      "GITHUB_OUTPUT": str(out), "RLTRAIN_CI_OUT": str(tmp_path / "ci-out")})
+    assert res.returncode == 0, res.stderr
+    assert outputs(out) == {"backend": "none", "has-credentials": "false"}
+    body = pr_comment.body("p5", tmp_path / "ci-out", commit="0123456789abcdef")
+    assert body.startswith("### `pulumi preview` of `p5` at `0123456789ab`: not run here")
+    assert "comes from a fork" in body and "Previews run after a maintainer approves" in body
 
 
 # --- secrets not set: the stack is skipped ---------------------------------------------------------
@@ -180,8 +193,8 @@ def write(out: Path, stack: str, text: str | None, rc: int | None) -> None:
 
 def test_comment_on_success_shows_the_summary_first(tmp_path):
     write(tmp_path, "p5", PREVIEW_OUTPUT, 0)
-    body = pr_comment.body("p5", tmp_path, "https://github.example/run/1")
-    assert body.startswith("<!-- rltrain-preview:p5 -->\n### `pulumi preview` of `p5`: succeeded")
+    body = pr_comment.body("p5", tmp_path, "https://github.example/run/1", "0123456789abcdef0123")
+    assert body.startswith("### `pulumi preview` of `p5` at `0123456789ab`: succeeded")
     assert body.index("+ 180 to create") < body.index("<details>")
     assert "rltrain@v0.0.1" in body
 
@@ -205,6 +218,13 @@ def test_a_huge_output_is_trimmed_from_the_front_keeping_the_summary(tmp_path):
     assert "\x1b" not in body and body.count("```") % 2 == 0
 
 
+def test_comment_when_preflight_failed(tmp_path):
+    (tmp_path / "preflight-p5.rc").write_text("1\n")
+    (tmp_path / "preflight-p5.txt").write_text("p5.48xlarge: On-Demand P instances quota 0 vCPU < 192\n")
+    body = pr_comment.body("p5", tmp_path)
+    assert "**preflight failed** (exit 1)" in body and "quota 0 vCPU < 192" in body
+
+
 def test_comment_when_skipped_or_not_run(tmp_path):
     (tmp_path / "preview-p5.skipped").write_text(
         "rltrain:hfToken\tpulumi config set --secret rltrain:hfToken VALUE --stack p5\n")
@@ -214,28 +234,155 @@ def test_comment_when_skipped_or_not_run(tmp_path):
     assert "did not run" in pr_comment.body("dev", tmp_path)
 
 
-@pytest.mark.parametrize("existing", [None, "4242"])
-def test_comment_posted_or_edited(tmp_path, existing):
+# --- the upsert: this workflow's comment only, never an older run's result ------------------------
+
+BOT = "github-actions[bot]"
+HEAD = "c0ffee" + "0" * 34
+OLD_HEAD = "bad" + "0" * 37
+_up = importlib.util.spec_from_file_location("upsert_comment", CI / "upsert_comment.py")
+upsert_comment = importlib.util.module_from_spec(_up)
+_up.loader.exec_module(upsert_comment)
+
+
+def fake_github(bin_dir: Path, comments: list[dict], head: str = HEAD) -> None:
+    """`gh api` serving a pull request whose head is `head` and its comments; PATCH/POST payloads kept."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "comments.jsonl").write_text("".join(json.dumps(c) + "\n" for c in comments))
+    (bin_dir / "pull.json").write_text(json.dumps({"number": 7, "head": {"sha": head}}))
+    fake(bin_dir, "gh", f"""case "$*" in
+  *--paginate*) cat "{bin_dir}/comments.jsonl" ;;
+  "api repos/o/r/pulls/"*) cat "{bin_dir}/pull.json" ;;
+  *--method*) for a in "$@"; do [ -f "$a" ] && cp "$a" "{bin_dir}/payload.json"; done ;;
+esac
+exit 0""")
+
+
+def gh_calls(bin_dir: Path) -> list[str]:
+    return (bin_dir / "gh.log").read_text().splitlines()[0::2]
+
+
+def comment_env(out: Path, **extra: str) -> dict[str, str]:
+    return {"RLTRAIN_CI_OUT": str(out), "GH_TOKEN": "t", "GITHUB_REPOSITORY": "o/r", "PR_NUMBER": "7",
+            "HEAD_SHA": HEAD, "RUN_ID": "500", "RUN_ATTEMPT": "1", "RUN_URL": "https://github.example/run/500",
+            **extra}
+
+
+def ours(run_id: int, attempt: int = 1, kind: str = "preview:p5", author: str = BOT, id_: int = 4242) -> dict:
+    return {"id": id_, "author": author,
+            "body": f"{upsert_comment.marker(kind)}\n{upsert_comment.meta(OLD_HEAD, run_id, attempt)}\nold text"}
+
+
+@pytest.mark.parametrize("existing,method", [
+    ([], "POST"),
+    ([ours(400)], "PATCH"),                        # an older run's comment: replaced
+    ([ours(500, attempt=1)], "PATCH"),             # this run, re-run (attempt 2 below) or same attempt
+    ([ours(400, id_=1), ours(450, id_=9)], "PATCH"),  # the latest of ours is edited
+])
+def test_comment_posted_or_edited(tmp_path, existing, method):
     bin_dir = tmp_path / "bin"
-    listing = f'echo {existing}' if existing else "true"
-    fake(bin_dir, "gh", f"""case "$*" in *--paginate*) {listing} ;; esac
-for a in "$@"; do [ -f "$a" ] && cp "$a" "{bin_dir}/payload.json"; done; exit 0""")
+    fake_github(bin_dir, existing)
     out = tmp_path / "ci-out"
     write(out, "p5", "error: boom\n", 1)
     summary = tmp_path / "summary.md"
-    env = {"RLTRAIN_CI_OUT": str(out), "GH_TOKEN": "t", "GITHUB_REPOSITORY": "o/r", "PR_NUMBER": "7",
-           "RUN_URL": "https://github.example/run/1", "GITHUB_STEP_SUMMARY": str(summary)}
-    res = run("pr-comment.sh", "p5", env=env, bin_dir=bin_dir)
+    res = run("pr-comment.sh", "p5", env={**comment_env(out), "GITHUB_STEP_SUMMARY": str(summary)}, bin_dir=bin_dir)
     assert res.returncode == 0, res.stderr
-    calls = (bin_dir / "gh.log").read_text().splitlines()[0::2]
-    assert calls[0].startswith("api --paginate repos/o/r/issues/7/comments --jq ")
-    if existing:
-        assert calls[1].startswith("api --method PATCH repos/o/r/issues/comments/4242 --input ")
+    calls = gh_calls(bin_dir)
+    assert calls[0] == "api repos/o/r/pulls/7"
+    assert calls[1].startswith("api --paginate repos/o/r/issues/7/comments --jq ")
+    if method == "PATCH":
+        assert calls[2].startswith(f"api --method PATCH repos/o/r/issues/comments/{max(c['id'] for c in existing)} ")
     else:
-        assert calls[1].startswith("api --method POST repos/o/r/issues/7/comments --input ")
-    payload = json.loads((bin_dir / "payload.json").read_text())
-    assert payload["body"].startswith("<!-- rltrain-preview:p5 -->") and "**failed** (exit 1)" in payload["body"]
+        assert calls[2].startswith("api --method POST repos/o/r/issues/7/comments --input ")
+    body = json.loads((bin_dir / "payload.json").read_text())["body"]
+    assert body.startswith(f"<!-- rltrain-preview:p5 -->\n<!-- rltrain-meta commit={HEAD} run=500 attempt=1 -->\n")
+    assert f"### `pulumi preview` of `p5` at `{HEAD[:12]}`: **failed** (exit 1)" in body  # names the commit
     assert "**failed** (exit 1)" in summary.read_text()
+
+
+def test_someone_elses_comment_with_the_marker_is_never_edited(tmp_path):
+    """Before: the first comment starting with the marker was edited, whoever wrote it."""
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [ours(400, author="mallory", id_=13)])
+    out = tmp_path / "ci-out"
+    write(out, "p5", PREVIEW_OUTPUT, 0)
+    res = run("pr-comment.sh", "p5", env=comment_env(out), bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr
+    assert gh_calls(bin_dir)[2].startswith("api --method POST repos/o/r/issues/7/comments ")
+    assert "13" not in gh_calls(bin_dir)[2]
+    assert "left alone: mallory" in res.stdout
+
+
+def test_an_older_run_never_overwrites_a_newer_comment(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [ours(600)])
+    out = tmp_path / "ci-out"
+    write(out, "p5", PREVIEW_OUTPUT, 0)
+    res = run("pr-comment.sh", "p5", env=comment_env(out), bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr
+    assert len(gh_calls(bin_dir)) == 2 and not (bin_dir / "payload.json").exists()
+    assert "written by run 600 attempt 1, newer than this run 500" in res.stdout
+    # A re-run (attempt 2) of the newest run does replace its own first attempt's comment.
+    fake_github(bin_dir, [ours(500, attempt=1)])
+    res = run("pr-comment.sh", "p5", env=comment_env(out, RUN_ATTEMPT="2"), bin_dir=bin_dir)
+    assert "updated comment 4242" in res.stdout
+
+
+def test_a_result_for_a_commit_that_is_no_longer_the_head_is_not_written(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [], head="f" * 40)  # a newer push
+    out = tmp_path / "ci-out"
+    write(out, "p5", PREVIEW_OUTPUT, 0)
+    res = run("pr-comment.sh", "p5", env=comment_env(out), bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr
+    assert gh_calls(bin_dir) == ["api repos/o/r/pulls/7"] and "the run of the newer commit comments" in res.stdout
+
+
+# --- the review comment: same repository and fork (workflow_run) paths -----------------------------
+
+
+def review_artifact(d: Path, pr: str | None = "7") -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "summary.md").write_text("## What this change does to each stack\n\nCommit `c0ffee000000`, judged ...\n")
+    (d / "review.json").write_text(json.dumps({"head_sha": HEAD, "exit": 0, "pr_number": pr}))
+    return d
+
+
+def test_review_comment_of_a_fork_comes_from_the_artifact_with_the_approval_note(tmp_path):
+    """The fork path: PR number from the artifact, commit from workflow_run.head_sha, the note on previews.
+    Before: no comment reached a fork's pull request at all (its token is read-only)."""
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [])
+    art = review_artifact(tmp_path / "review")
+    env = {k: v for k, v in comment_env(tmp_path / "ci-out", FORK="true").items() if k != "PR_NUMBER"}
+    res = subprocess.run([str(CI / "review-comment.sh"), str(art)], cwd=tmp_path,  # no checkout of the PR
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env},
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert gh_calls(bin_dir)[2].startswith("api --method POST repos/o/r/issues/7/comments ")
+    body = json.loads((bin_dir / "payload.json").read_text())["body"]
+    assert body.startswith("<!-- rltrain-review -->\n<!-- rltrain-meta commit=" + HEAD)
+    assert "## What this change does to each stack" in body and "Previews run after a maintainer approves" in body
+
+
+def test_a_forged_pr_number_in_a_forks_artifact_writes_nothing(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [], head="e" * 40)  # PR 7's head is not the commit the run reviewed
+    art = review_artifact(tmp_path / "review")
+    env = {k: v for k, v in comment_env(tmp_path / "ci-out", FORK="true").items() if k != "PR_NUMBER"}
+    res = subprocess.run([str(CI / "review-comment.sh"), str(art)], cwd=tmp_path,
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env},
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and not (bin_dir / "payload.json").exists()
+
+
+def test_review_comment_when_the_offline_job_stopped_early(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [])
+    res = run("review-comment.sh", str(tmp_path / "missing"), env=comment_env(tmp_path / "ci-out", FORK="false"),
+              bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr
+    body = json.loads((bin_dir / "payload.json").read_text())["body"]
+    assert "no review" in body and "stopped before its review" in body and "maintainer approves" not in body
 
 
 def test_no_comment_outside_a_pull_request(tmp_path):
@@ -246,3 +393,15 @@ def test_no_comment_outside_a_pull_request(tmp_path):
     res = run("pr-comment.sh", "dev", env={"RLTRAIN_CI_OUT": str(out)}, bin_dir=bin_dir)
     assert res.returncode == 0, res.stderr
     assert not (bin_dir / "gh.log").exists()
+
+
+def test_preflight_runs_the_aws_preflight_and_keeps_its_result_for_the_comment(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake(bin_dir, "python", 'echo "p5.48xlarge: On-Demand P instances quota 0 vCPU < 192" >&2; exit 3')
+    out = tmp_path / "ci-out"
+    res = run("preflight.sh", "p5", env={"RLTRAIN_CI_OUT": str(out), "RLTRAIN_PREVIEW_PYTHON": str(bin_dir / "python")})
+    assert res.returncode == 3
+    assert (bin_dir / "python.log").read_text().splitlines()[0] == "-m components.preflight --stack p5"
+    assert (out / "preflight-p5.rc").read_text().strip() == "3"
+    assert "quota 0 vCPU < 192" in (out / "preflight-p5.txt").read_text()
+    assert "**preflight failed** (exit 3)" in pr_comment.body("p5", out)

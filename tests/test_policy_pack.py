@@ -26,6 +26,7 @@ from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy  # the engine's unknown; the wrapper
 
+import preview_records
 from components.offline import policy
 from components.offline.mock_engine import ROOT, UNKNOWN
 from components.stack.stackfile import SECRET
@@ -280,3 +281,98 @@ def test_deploy_order_sees_the_engine_edges(analyzer, first_preview):
     response = analyze(analyzer, "p5", rows, first_preview)
     assert [(d.policyName, d.urn) for d in response.diagnostics] == [
         ("deploy-order", urn_of("p5", rows, addon["type"], "addons-fsx-csi"))]
+
+
+# --- what a real preview sends: outputs, pulumi-eks's children, any order -------------------------
+# tests/preview_records.py: a recording of a real preview's request when there is one, otherwise
+# output-shaped records synthesized from the render (see its docstring for the sources).
+
+SHUFFLES = (0, 1, 2)
+
+
+def test_output_shaped_records_are_what_the_engine_sends():
+    """Guards the fixture: the component has no endpoint inputs, its children carry them; the system
+    node group's NodeGroup (role: system, no taint) stands beside the GPU one."""
+    rows = preview_records.records("p5")
+    component = next(r for r in rows if r["type"] == "eks:index:Cluster")
+    assert not {"endpointPublicAccess", "publicAccessCidrs", "vpcCniOptions"} & set(component["inputs"])
+    assert set(component["inputs"]) <= set(preview_records.CLUSTER_OUTPUTS)
+    child = next(r for r in rows if r["type"] == "aws:eks/cluster:Cluster")
+    assert child["parent"] == component["name"] and child["inputs"]["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
+    groups = {r["inputs"]["labels"]["role"]: r for r in rows if r["type"] == "aws:eks/nodeGroup:NodeGroup"}
+    assert set(groups) == {"system", "gpu-training"} and "taints" not in groups["system"]["inputs"]
+    assert [r["name"] for r in preview_records.shuffled(rows, 1)] != [r["name"] for r in rows]
+
+
+@pytest.mark.parametrize("seed", SHUFFLES)
+@pytest.mark.parametrize("stack", STACKS)
+def test_output_shaped_records_pass_in_any_order(analyzer, stack, seed):
+    """The committed stacks pass on what a real preview sends, whatever the order (before: the endpoint
+    rule fired on every EKS stack, and "the GPU node group" was whichever NodeGroup came last)."""
+    rows = preview_records.shuffled(preview_records.records(stack), seed)
+    response = analyze(analyzer, stack, rows)
+    assert [(d.policyName, d.message) for d in response.diagnostics] == []
+
+
+def _output_rows(stack: str = "p5", seed: int = 0) -> list[dict[str, Any]]:
+    return copy.deepcopy(preview_records.shuffled(preview_records.records(stack), seed))
+
+
+@pytest.mark.parametrize("seed", SHUFFLES)
+def test_the_gpu_node_group_is_the_tainted_one(analyzer, seed):
+    rows = _output_rows(seed=seed)
+    gpu = next(r for r in rows if r["type"] == "aws:eks/nodeGroup:NodeGroup" and r["inputs"].get("taints"))
+    gpu["inputs"]["labels"]["role"] = "gpu-train"  # the pods select role: gpu-training
+    messages = [d.message for d in analyze(analyzer, "p5", rows).diagnostics
+                if d.policyName == "schedules-on-gpu-nodes"]
+    assert messages and all("matches no GPU node group (labels {" in m and "'role': 'gpu-train'" in m
+                            for m in messages)  # the GPU group's labels, never the system group's
+
+
+def test_no_tainted_node_group_is_an_error_not_a_pass(analyzer):
+    rows = _output_rows()
+    gpu = next(r for r in rows if r["type"] == "aws:eks/nodeGroup:NodeGroup" and r["inputs"].get("taints"))
+    del gpu["inputs"]["taints"]
+    messages = [d.message for d in analyze(analyzer, "p5", rows).diagnostics
+                if d.policyName == "schedules-on-gpu-nodes"]
+    assert messages and all("no node group of the stack carries the GPU taint nvidia.com/gpu" in m for m in messages)
+
+
+@pytest.mark.parametrize("cidrs", [["0.0.0.0/0"], []])
+def test_open_endpoint_is_read_from_the_aws_cluster(analyzer, cidrs):
+    rows = _output_rows()
+    child = next(r for r in rows if r["type"] == "aws:eks/cluster:Cluster")
+    child["inputs"]["vpcConfig"]["publicAccessCidrs"] = cidrs
+    (d,) = analyze(analyzer, "p5", rows).diagnostics
+    assert d.policyName == "endpoint-not-open" and d.urn == urn_of("p5", rows, child["type"], child["name"])
+    assert f"aws:eks/cluster:Cluster {child['name']}: public endpoint open to" in d.message
+    child["inputs"]["vpcConfig"]["endpointPublicAccess"] = False
+    assert list(analyze(analyzer, "p5", rows).diagnostics) == []
+
+
+def test_endpoint_with_nothing_to_read_is_an_error_not_a_pass(analyzer):
+    rows = [r for r in _output_rows() if r["type"] != "aws:eks/cluster:Cluster"]
+    (d,) = analyze(analyzer, "p5", rows).diagnostics
+    assert d.policyName == "endpoint-not-open" and "cannot read the endpoint settings" in d.message
+
+
+def test_network_policy_enforcement_is_read_from_the_vpc_cni_addon(analyzer):
+    rows = _output_rows()
+    cni = next(r for r in rows if r["type"] == "aws:eks/addon:Addon" and r["inputs"].get("addonName") == "vpc-cni")
+    values = json.loads(cni["inputs"]["configurationValues"])
+    assert values["enableNetworkPolicy"] == "true"
+    cni["inputs"]["configurationValues"] = json.dumps({**values, "enableNetworkPolicy": "false"})
+    assert [(d.policyName, "no enforcement" in d.message) for d in analyze(analyzer, "p5", rows).diagnostics] == [
+        ("network-policy", True)]
+
+
+def test_a_recorded_preview_replaces_the_synthesis(tmp_path, monkeypatch):
+    """tests/fixtures/preview/STACK.json (rows recorded from a real preview's AnalyzeStack request, e.g.
+    on the simulated cluster) is what records() returns when it exists; no test changes."""
+    recorded = [{"type": "aws:eks/cluster:Cluster", "name": "c-eksCluster", "parent": None, "custom": True,
+                 "dependsOn": [], "provider": None, "inputs": {"vpcConfig": {"endpointPublicAccess": False}},
+                 "options": {"protect": False, "deleteBeforeReplace": False}}]
+    (tmp_path / "p5.json").write_text(json.dumps(recorded))
+    monkeypatch.setattr(preview_records, "RECORDINGS", tmp_path)
+    assert preview_records.records("p5") == recorded
+    assert preview_records.records("dev") == preview_records.synthesize(committed("dev"))

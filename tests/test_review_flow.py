@@ -1,6 +1,9 @@
 """The offline job's scripts, in the workflow's order, on a fresh repository whose base branch differs
 by an FSx capacity decrease on p5: what the pull-request summary says, and that the whole sequence
-passes under CI=true.
+passes under CI=true. Then the review as GitHub runs it, on a merge commit like the one
+actions/checkout checks out for `pull_request`: the base is its first parent even after the base
+branch moves on, a stale base record is shown apart and not blamed on the pull request, and a
+pull request that did not re-render gets told so instead of "no change to rendered/".
 
 The repository is a snapshot of this working tree (tracked and untracked, not ignored) committed as
 `main`, with every stack rendered into its own rendered/ (never this checkout's). Its scripts run
@@ -12,6 +15,7 @@ RLTRAIN_TEST_FULL_CI=1 to run ci/install.sh from scratch and ci/test.sh (the who
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -68,6 +72,16 @@ def render(repo: Path, *args: str) -> None:
     ok(sh([sys.executable, "-m", "components.offline.render", *args], repo))
 
 
+def set_image(repo: Path, tag: str) -> None:
+    """A new training image for p5, its run restart accepted by the stack."""
+    path = repo / "Pulumi.p5.yaml"
+    doc = yaml.safe_load(path.read_text())
+    workloads = doc["config"]["rltrain:workloads"]
+    workloads["image"] = workloads["image"].rsplit(":", 1)[0] + ":" + tag
+    workloads["allowRunRestart"] = True
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
 def set_fsx(repo: Path, gib: int, allow: bool = False) -> None:
     path = repo / "Pulumi.p5.yaml"
     doc = yaml.safe_load(path.read_text())
@@ -96,6 +110,7 @@ def repo(tmp_path_factory) -> Path:
     render(repo, "--all", "--accept-impact")  # the base's records, current for its code
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "--allow-empty", "-m", "base: render")
+    git(repo, "tag", "base0")
     assert yaml.safe_load((repo / "Pulumi.p5.yaml").read_text())["config"]["rltrain:storage"]["fsx"][
         "storageCapacityGiB"] == 4800
     return repo
@@ -106,7 +121,7 @@ def test_fsx_decrease_without_opt_in_is_refused_and_the_summary_says_data_loss(r
     set_fsx(repo, 2400)
     git(repo, "commit", "-q", "-am", "p5: FSx 2400 GiB")
     step_summary = repo.parent / "step-summary-refused.md"
-    proc = sh([str(repo / "ci" / "render-review.sh"), "main", "p5"], repo,
+    proc = sh([str(repo / "ci" / "render-review.sh"), "--base", "main", "p5"], repo,
               ci_env(repo, GITHUB_STEP_SUMMARY=str(step_summary)))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     summary = (repo / "ci-out" / "summary.md").read_text()
@@ -141,7 +156,7 @@ def test_offline_sequence_passes_under_ci_with_an_accepted_fsx_replacement(repo)
                      "pytest", *TOOL_TESTS], repo, env))
         assert "skipped" not in res.stdout.splitlines()[-1], res.stdout
     ok(sh([str(repo / "ci" / "render-current.sh")], repo, env))
-    ok(sh([str(repo / "ci" / "render-review.sh"), "main"], repo, env))
+    ok(sh([str(repo / "ci" / "render-review.sh"), "--base", "main"], repo, env))
 
     summary = (repo / "ci-out" / "summary.md").read_text()
     for stack in ("byo", "dev", "p4de", "p5"):
@@ -151,3 +166,103 @@ def test_offline_sequence_passes_under_ci_with_an_accepted_fsx_replacement(repo)
     assert "| `rendered/p5/resources.json` |" in summary
     patch = (repo / "ci-out" / "render-diff.patch").read_text()
     assert any(line.startswith("+") and "2400" in line for line in patch.splitlines())
+
+
+# --- the base, as GitHub gives it; stale records; a summary that never contradicts itself ----------
+
+
+def merge_ref(repo: Path, base: str, branch: str) -> str:
+    """What actions/checkout checks out for `pull_request`: the merge of the branch into its base."""
+    git(repo, "checkout", "-q", "--detach", base)
+    git(repo, "merge", "-q", "--no-ff", "--no-edit", branch)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def stack_section(summary: str, stack: str) -> str:
+    start = summary.index(f"### Stack `{stack}`", summary.index("## What this change does"))
+    rest = summary[start + 1:]
+    ends = [i for i in (rest.find("\n### "), rest.find("\n## ")) if i >= 0]
+    return summary[start:start + 1 + min(ends)] if ends else summary[start:]
+
+
+def review(repo: Path, *args: str, code: int = 0) -> str:
+    proc = sh([str(repo / "ci" / "render-review.sh"), *args], repo, ci_env(repo, BASE_NAME="main-like"))
+    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return (repo / "ci-out" / "summary.md").read_text()
+
+
+def test_base_is_the_merge_commits_first_parent_after_the_base_branch_moves(repo):
+    """A re-run (or a busy base branch) fetches the base branch as it is now: its later changes must
+    not be blamed on the pull request. Before: `render-review.sh main` judged against the moved branch."""
+    git(repo, "checkout", "-q", "-B", "m-moves", "base0")
+    git(repo, "checkout", "-q", "-B", "pr-moves", "m-moves")
+    (repo / "docs").mkdir(exist_ok=True)
+    (repo / "docs" / "note.md").write_text("a change that renders nothing\n")
+    git(repo, "add", "docs/note.md")
+    git(repo, "commit", "-q", "-m", "docs only")
+    merge = merge_ref(repo, "m-moves", "pr-moves")
+    # The base branch moves on: a larger FSx, rendered and committed there.
+    git(repo, "checkout", "-q", "m-moves")
+    set_fsx(repo, 7200)
+    render(repo, "--stack", "p5")
+    git(repo, "commit", "-q", "-am", "p5: FSx 7200 GiB")
+    git(repo, "checkout", "-q", "--detach", merge)
+
+    summary = review(repo, "p5")  # the workflow's call: the base is HEAD^1
+    assert "impact: no change against the base record" in stack_section(summary, "p5")
+    assert "7200" not in summary and "No change to `rendered/`" in summary
+    assert f"(the first parent of the merge commit `{merge[:7]}`)" in summary
+    review_json = json.loads((repo / "ci-out" / "review.json").read_text())
+    assert review_json["merge_sha"] == merge and review_json["head_sha"] == git(repo, "rev-parse", "pr-moves").strip()
+
+    # The old call, against the branch as fetched now, blames the pull request for main's change.
+    moved = review(repo, "--base", "m-moves", "p5", code=1)
+    assert "storageCapacity 7200 -> 4800" in stack_section(moved, "p5")
+
+
+def test_a_stale_base_record_is_shown_apart_and_not_blamed_on_the_pull_request(repo):
+    """The base merged a change of p5 without re-rendering: its record says 4800 GiB, its program 7200."""
+    git(repo, "checkout", "-q", "-B", "m-stale", "base0")
+    set_fsx(repo, 7200)
+    git(repo, "commit", "-q", "-am", "p5: FSx 7200 GiB, not re-rendered")
+    git(repo, "checkout", "-q", "-B", "pr-stale", "m-stale")
+    (repo / "docs").mkdir(exist_ok=True)
+    (repo / "docs" / "note.md").write_text("unrelated\n")
+    git(repo, "add", "docs/note.md")
+    git(repo, "commit", "-q", "-m", "docs only")
+    merge_ref(repo, "m-stale", "pr-stale")
+
+    summary = review(repo, "p5")
+    assert "## `main-like` is stale: these changes are not this PR's" in summary
+    drift = summary[summary.index("is stale: these changes"):summary.index("### Stack `p5`")]
+    assert "### `p5`: the base's drift" in drift
+    fsx = next(line for line in drift.splitlines() if "LustreFileSystem storage-fs" in line)
+    assert fsx.startswith("| in place |") and "storageCapacity" in fsx
+    assert "`python -m components.offline.render --stack p5 --accept-impact` on the base branch" in drift
+    # The pull request's own impact: none (before: the FSx change, blamed on it).
+    assert "impact: no change against the base record" in stack_section(summary, "p5")
+    assert json.loads((repo / "ci-out" / "review.json").read_text())["stale_base"] == ["p5"]
+    assert "(this change left the record as `main-like` has it: the staleness is the base's, shown above)" in summary
+
+
+def test_the_summary_never_says_no_change_under_a_table_of_restarts(repo):
+    """The author changed the training image (run restart accepted) and did not re-render: the summary
+    says the record is stale and what to run, not "No change to rendered/" (before)."""
+    git(repo, "checkout", "-q", "-B", "m-contra", "base0")
+    git(repo, "checkout", "-q", "-B", "pr-contra", "m-contra")
+    set_image(repo, "20260402-085549")
+    git(repo, "commit", "-q", "-am", "p5: new image, not re-rendered")
+    merge_ref(repo, "m-contra", "pr-contra")
+
+    summary = review(repo, "p5")
+    assert "| **run restart** |" in stack_section(summary, "p5")
+    assert "No change to `rendered/`" not in summary
+    assert "**The committed `rendered/` of this change is stale** for p5" in summary
+    assert "- `python -m components.offline.render --stack p5 --accept-impact`" in summary
+    assert json.loads((repo / "ci-out" / "review.json").read_text())["stale_record"] == ["p5"]
+
+
+def test_no_merge_commit_and_no_base_is_an_error_naming_the_flag(repo):
+    git(repo, "checkout", "-q", "-B", "m-none", "base0")
+    proc = sh([str(repo / "ci" / "render-review.sh"), "p5"], repo, ci_env(repo))
+    assert proc.returncode == 2 and "ci/render-review.sh --base main" in proc.stderr

@@ -1,7 +1,8 @@
 """The CI workflows: valid against GitHub's workflow schema, clean under actionlint (which runs
 shellcheck on every `run:` script), and keeping the rules the PR workflow relies on: the offline job
-works without secrets, no untrusted value is interpolated into a script, the preview comments on
-the pull request through pulumi/actions."""
+works without secrets, no untrusted value is interpolated into a script, actions are pinned by commit,
+the preview runs in the `preview` environment with a gate per step, the review reaches the pull request
+as a comment for same-repository PRs and (workflow_run) for forks."""
 
 from __future__ import annotations
 
@@ -91,41 +92,102 @@ def test_offline_job_needs_no_secrets():
 def test_preview_job():
     workflow = load(PR_WORKFLOW)
     job = workflow["jobs"]["preview"]
-    assert "offline" in job["needs"] and "credentials" in job["needs"]
+    assert job["needs"] == ["offline"]
     stacks = job["strategy"]["matrix"]["stack"]
     assert stacks == ["dev", "p4de", "p5"]
     for stack in stacks:
         assert (ROOT / f"Pulumi.{stack}.yaml").is_file(), stack
     assert job["permissions"] == {"contents": "read", "id-token": "write", "pull-requests": "write"}
-    # Skipped, not failed, when the secrets are absent (forks): gated on the credentials check.
-    assert "has-credentials" in job["if"]
+    # The gate is a step, not the job's `if`: a job skipped by its `if` is never expanded, and its one
+    # check is named "pulumi preview (${{ matrix.stack }})"; each stack keeps its own check.
+    assert job["if"] == "${{ !cancelled() }}" and "${{ matrix.stack }}" in job["name"]
+    # Credentials only in the `preview` environment (required reviewers), forks in one without secrets.
+    assert "'preview'" in job["environment"] and "head.repo.full_name == github.repository" in job["environment"]
 
     # pulumi/actions installs the CLI only: with no `command` input it installs and exits
     # (pulumi/actions v7 src/main.ts: makeInstallationConfig / installOnly). It comments only after a
     # command succeeds, so the preview and the comment are ci/ scripts.
-    actions = [step for step in job["steps"] if re.fullmatch(r"pulumi/actions@v\d+", step.get("uses", ""))]
+    actions = [step for step in job["steps"] if step.get("uses", "").startswith("pulumi/actions@")]
     assert len(actions) == 1 and "command" not in actions[0]["with"]
     assert "pulumi-version" in actions[0]["with"]
     by_script = {step["run"].split()[0]: step for step in job["steps"] if "run" in step}
-    preview, comment = by_script["ci/preview.sh"], by_script["ci/pr-comment.sh"]
+    gate, preview, comment = by_script["ci/preview-gate.sh"], by_script["ci/preview.sh"], by_script["ci/pr-comment.sh"]
     assert "matrix.stack" in preview["env"]["STACK"]
     for name in ("PULUMI_ACCESS_TOKEN", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SECRETS_PROVIDER", "PULUMI_BACKEND_URL"):
         assert f"secrets.{name}" in preview["env"][name], name
-    # The comment whatever became of the preview; skipped stacks (secrets not set) included.
-    assert "!cancelled()" in comment["if"]
+    # Every step after the gate runs only when it said so (checkout and the gate itself always run).
+    after_gate = job["steps"][job["steps"].index(gate) + 1:]
+    assert all("steps.gate." in s.get("if", "") or "steps.prepare." in s.get("if", "") for s in after_gate
+               if s is not comment), [s.get("name") or s.get("uses") for s in after_gate if "if" not in s]
+    # The comment whatever became of the preview, naming the commit; same-repository PRs only.
+    assert "!cancelled()" in comment["if"] and "head.repo.full_name == github.repository" in comment["if"]
     assert comment["env"]["PR_NUMBER"] == "${{ github.event.pull_request.number }}"
+    assert comment["env"]["HEAD_SHA"] == "${{ github.event.pull_request.head.sha }}"
     steps_order = [step.get("run", step.get("uses", "")).split()[0] for step in job["steps"]]
-    assert steps_order.index("ci/preview-install.sh") < steps_order.index("ci/preview.sh") < \
-        steps_order.index("ci/pr-comment.sh")
+    # The AWS preflight runs where the credentials exist, before the preview.
+    assert steps_order.index("ci/preview-gate.sh") < steps_order.index("ci/preview-install.sh") < \
+        steps_order.index("ci/preflight.sh") < steps_order.index("ci/preview.sh") < steps_order.index("ci/pr-comment.sh")
+    aws = next(i for i, s in enumerate(steps_order) if s.startswith("aws-actions/configure-aws-credentials@"))
+    assert aws < steps_order.index("ci/preflight.sh")
+    assert "python\" -m components.preflight --stack \"$stack\"" in (ROOT / "ci" / "preflight.sh").read_text()
 
 
 def test_gate_asks_pulumi_cloud_token_only_of_pulumi_cloud():
-    gate = load(PR_WORKFLOW)["jobs"]["credentials"]
-    step = next(s for s in gate["steps"] if s.get("id") == "gate")
+    job = load(PR_WORKFLOW)["jobs"]["preview"]
+    step = next(s for s in job["steps"] if s.get("id") == "gate")
     assert step["run"] == "ci/preview-gate.sh"
-    assert set(step["env"]) == {"AWS_ROLE_ARN", "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL",
+    assert set(step["env"]) == {"FORK", "AWS_ROLE_ARN", "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL",
                                 "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SECRETS_PROVIDER"}
-    assert "secrets." not in json.dumps(gate["outputs"])
+    assert "head.repo.full_name != github.repository" in step["env"]["FORK"]
+
+
+# FACTS.md "PR review as GitHub runs it"; the others from the actions' own repositories (tags v7.0.0,
+# v8.0.1, v6.2.3: `git rev-parse TAG^{commit}`).
+PINNED = {"actions/checkout": ("3d3c42e5aac5ba805825da76410c181273ba90b1", "v7"),
+          "pulumi/actions": ("8e5e406f4007fca908480587cb9893c07090f58d", "v7"),
+          "actions/setup-python": ("5fda3b95a4ea91299a34e894583c3862153e4b97", "v7.0.0"),
+          "actions/upload-artifact": ("bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0"),
+          "actions/download-artifact": ("3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
+          "aws-actions/configure-aws-credentials": ("e6de054238d6b7531b4efff3b6587d9aade6a06c", "v6.2.3")}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_actions_are_pinned_by_commit_with_the_version_as_a_comment(path: Path):
+    uses = re.findall(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$", path.read_text(), re.M)
+    assert uses
+    for ref, rest in uses:
+        action, _, sha = ref.partition("@")
+        assert action in PINNED, f"{path.name}: {ref}: find its commit in the action's repository, add it here"
+        assert (sha, rest.strip()) == (PINNED[action][0], f"# {PINNED[action][1]}"), ref
+
+
+def test_comment_jobs():
+    """Same-repository PRs: a job with pull-requests: write comments the review; forks: pr-comment.yml,
+    on workflow_run, with the artifact and never the fork's code."""
+    workflow = load(PR_WORKFLOW)
+    upload = next(s for _, s in steps(workflow) if s.get("uses", "").startswith("actions/upload-artifact@"))
+    job = workflow["jobs"]["comment"]
+    assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
+    assert "head.repo.full_name == github.repository" in job["if"]
+    run = next(s for s in job["steps"] if "run" in s)
+    assert run["run"] == "ci/review-comment.sh review" and run["env"]["FORK"] == "false"
+    assert run["env"]["HEAD_SHA"] == "${{ github.event.pull_request.head.sha }}"
+
+    fork = load(WORKFLOW_DIR / "pr-comment.yml")
+    on = fork.get("on", fork.get(True))  # YAML 1.1 reads `on` as True
+    assert on == {"workflow_run": {"workflows": [workflow["name"]], "types": ["completed"]}}
+    (job,) = fork["jobs"].values()
+    assert "head_repository.full_name != github.repository" in job["if"]
+    assert job["permissions"] == {"contents": "read", "actions": "read", "pull-requests": "write"}
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert not {"ref", "repository"} & set(checkout.get("with") or {})  # the default branch, never the fork's
+    download = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert download["with"]["name"] == upload["with"]["name"] == "review"
+    assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
+    run = next(s for s in job["steps"] if "run" in s)
+    assert run["run"] == "ci/review-comment.sh review" and run["env"]["FORK"] == "true"
+    assert run["env"]["HEAD_SHA"] == "${{ github.event.workflow_run.head_sha }}"
+    assert "PR_NUMBER" not in run["env"]  # from the artifact, checked against HEAD_SHA before any write
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -145,7 +207,7 @@ def test_offline_job_runs_the_install_and_the_test_command_of_ci_run():
     steps_run = [step["run"] for _, step in steps({"jobs": {"offline": load(PR_WORKFLOW)["jobs"]["offline"]}})
                  if "run" in step]
     assert steps_run[:2] == ["ci/install.sh", "ci/test.sh"]
-    assert steps_run[2:] == ["ci/render-current.sh", 'ci/render-review.sh "$BASE_REF"']
+    assert steps_run[2:] == ["ci/render-current.sh", "ci/render-review.sh"]
     ci_run = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^ci/install\.sh$", ci_run, re.M) and re.search(r"^exec ci/test\.sh$", ci_run, re.M)
     # ci/test.sh runs exactly the README's test command, and nothing else.

@@ -503,7 +503,23 @@ def enforcement(resources: list[Resource]) -> Optional[bool]:
     cluster = next((r for r in resources if r["type"] == "eks:index:Cluster"), None)
     if cluster is None:
         return None
-    return str((cluster["inputs"].get("vpcCniOptions") or {}).get("enableNetworkPolicy")).lower() == "true"
+    # A real preview hands the rules outputs: the component's `vpcCniOptions` input is not among
+    # them; its child aws.eks.Addon `vpc-cni` carries the setting as input and output alike, in
+    # `configurationValues` (a JSON string; pulumi-eks nodejs/eks/addons/cni-addon.ts v4.3.0,
+    # mergeConfigurationValues: enableNetworkPolicy as "true"/"false").
+    for r in resources:
+        if r["type"] == "aws:eks/addon:Addon" and r["inputs"].get("addonName") == "vpc-cni":
+            try:
+                values = json.loads(r["inputs"].get("configurationValues") or "{}")
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"vpc-cni add-on {r['name']}: configurationValues unreadable: "
+                                 f"{r['inputs'].get('configurationValues')!r}") from e
+            return str(values.get("enableNetworkPolicy")).lower() == "true"
+    if "vpcCniOptions" in cluster["inputs"]:  # the offline render: the component's recorded inputs
+        return str((cluster["inputs"].get("vpcCniOptions") or {}).get("enableNetworkPolicy")).lower() == "true"
+    # Nothing to read is an error, not "not enforced" (nor a pass).
+    raise LookupError(f"cluster {cluster['name']}: neither a vpc-cni aws:eks/addon:Addon nor the component's "
+                      "vpcCniOptions to read NetworkPolicy enforcement from")
 
 
 @rule("network-policy", "every GPU pod is selected by a NetworkPolicy, and policies exist only where enforced")

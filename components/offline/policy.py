@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from components.stack import catalog
+from components.offline.mock_engine import UNKNOWN as UNKNOWN_VALUE
 from components.stack.config import SECRET_LIKE
 from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
 
@@ -72,6 +73,9 @@ class Context:
     # The GPU nodes run the EFA driver (any pod requests EFA devices): its pre-allocated huge
     # pages come out of allocatable memory.
     efa: bool = False
+    # False when the stack has node groups and none carries the GPU taint: the GPU node group is
+    # not there to read, and the scheduling rule says so instead of passing.
+    gpu_nodes_found: bool = True
 
     def allocatable(self) -> Optional[catalog.Allocatable]:
         return self.instance.allocatable(efa=self.efa) if self.instance else None
@@ -116,25 +120,43 @@ def pods(resources: Iterable[Resource]) -> list[Pod]:
     return found
 
 
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+
+
+def gpu_node_groups(resources: Iterable[Resource]) -> list[Resource]:
+    """The stack's GPU node groups: those carrying the GPU taint, by name.
+
+    Never "the last node group seen": a real preview also holds pulumi-eks's own node groups (the
+    system ManagedNodeGroup's NodeGroup, labels `role: system`, no taint), and the engine hands the
+    resources to a policy in no particular order (FACTS "PR review as GitHub runs it"). `labels`
+    and `taints` are both inputs and outputs of aws.eks.NodeGroup, so the render and a preview agree.
+    """
+    return sorted((r for r in resources if r["type"] == NODE_GROUP
+                   and any(isinstance(t, dict) and t.get("key") == GPU_TAINT for t in r["inputs"].get("taints") or [])),
+                  key=lambda r: r["name"])
+
+
 def context(resources: list[Resource]) -> Context:
     instance_type = None
     labels: dict[str, str] = {}
     taints: tuple[str, ...] = ()
-    for r in resources:
-        if r["type"] == "aws:eks/nodeGroup:NodeGroup":
-            labels = dict(r["inputs"].get("labels") or {})
-            taints = tuple(t.get("key", "") for t in r["inputs"].get("taints") or [])
+    node_groups = [r for r in resources if r["type"] == NODE_GROUP]
+    gpu_groups = gpu_node_groups(node_groups)
+    if gpu_groups:
+        labels = dict(gpu_groups[0]["inputs"].get("labels") or {})
+        taints = tuple(t.get("key", "") for t in gpu_groups[0]["inputs"].get("taints") or [])
     for _, obj in k8s_objects(resources):
         # The training namespace records the GPU shape its workloads are sized for; other
         # namespaces (monitoring, …) carry no such annotation and must not reset it.
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         if obj.get("kind") == "Namespace" and annotations.get(GPU_INSTANCE_ANNOTATION):
             instance_type = annotations[GPU_INSTANCE_ANNOTATION]
-    if not labels:  # bring-your-own cluster: the documented labels and taint of its GPU nodes
+    if not node_groups:  # bring-your-own cluster: the documented labels and taint of its GPU nodes
         labels, taints = dict(BYO_NODE_LABELS), (GPU_TAINT,)
     instance = catalog.CATALOG.get(instance_type or "")
     efa = any(pod_requests(p).get(EFA, 0) > 0 for p in pods(resources))
-    return Context(instance, labels, taints, efa)
+    # Node groups but none with the GPU taint: nothing to check the GPU pods against (an error, not a pass).
+    return Context(instance, labels, taints, efa, gpu_nodes_found=bool(gpu_groups) or not node_groups)
 
 
 # --- quantities ---------------------------------------------------------------------------------
@@ -337,6 +359,14 @@ def _scheduling(resources, ctx):
     for p in pods(resources):
         if not p.requests_gpu():
             continue
+        if not ctx.gpu_nodes_found:
+            names = sorted(r["name"] for r in resources if r["type"] == NODE_GROUP)
+            yield Violation("schedules-on-gpu-nodes", p.owner,
+                            f"no node group of the stack carries the GPU taint {GPU_TAINT} (node groups: "
+                            f"{', '.join(names)}): nothing to check its nodeSelector and tolerations against",
+                            f"give the GPU node group the taint {GPU_TAINT}=true:NoSchedule "
+                            "(components/aws/gpu_nodes.py does)")
+            continue
         selector = p.spec.get("nodeSelector") or {}
         extra = {k: v for k, v in selector.items() if ctx.node_labels.get(k) != v}
         if extra:
@@ -405,16 +435,57 @@ def _imds(resources, ctx):
                             "metadata_options.http_tokens = required", r["name"])
 
 
+EKS_CLUSTER = "aws:eks/cluster:Cluster"
+EKS_COMPONENT = "eks:index:Cluster"
+
+
+def endpoint_settings(resources: list[Resource]) -> list[tuple[str, str, Any, Any]]:
+    """(resource label, pulumi name, endpointPublicAccess, publicAccessCidrs) of every EKS cluster.
+
+    A real preview hands a stack policy the resources' outputs (pulumi/pulumi step_generator.go;
+    pulumi-policy `PolicyResource.props`): pulumi-eks's `eks:index:Cluster` outputs hold none of
+    these inputs, its child `aws:eks/cluster:Cluster` holds them in `vpcConfig` as input and output
+    alike (pulumi-eks nodejs/eks/cluster/cluster.ts v4.3.0 sets vpcConfig.endpointPublicAccess and
+    publicAccessCidrs). The offline render has no children of the remote component (FACTS "Pulumi
+    facts that bite"); there the component's recorded inputs carry them.
+    """
+    found = []
+    for r in resources:
+        if r["type"] == EKS_CLUSTER:
+            vpc = r["inputs"].get("vpcConfig") or {}
+            if isinstance(vpc, dict) and ("endpointPublicAccess" in vpc or "publicAccessCidrs" in vpc):
+                found.append((f"{EKS_CLUSTER} {r['name']}", r["name"], vpc.get("endpointPublicAccess", True),
+                              vpc.get("publicAccessCidrs")))
+    if not found:
+        for r in resources:
+            if r["type"] == EKS_COMPONENT and "endpointPublicAccess" in r["inputs"]:
+                found.append((f"cluster {r['name']}", r["name"], r["inputs"].get("endpointPublicAccess"),
+                              r["inputs"].get("publicAccessCidrs")))
+    return found
+
+
 @rule("endpoint-not-open", "the cluster endpoint is not open to the world")
 def _endpoint(resources, ctx):
-    for r in resources:
-        if r["type"] != "eks:index:Cluster" or r["inputs"].get("endpointPublicAccess") is False:
+    clusters = [r for r in resources if r["type"] in (EKS_COMPONENT, EKS_CLUSTER)]
+    settings = endpoint_settings(resources)
+    if clusters and not settings:
+        # Outputs of the component only: reading them as "no CIDRs, so open" fired on every EKS stack.
+        first = sorted(clusters, key=lambda r: r["name"])[0]
+        yield Violation("endpoint-not-open", f"cluster {first['name']}",
+                        f"cannot read the endpoint settings: no {EKS_CLUSTER} with vpcConfig and no "
+                        f"{EKS_COMPONENT} inputs among the {len(resources)} resources",
+                        "check the policy pack against what the engine sends (tests/test_policy_pack.py)",
+                        first["name"])
+        return
+    for label, name, public, cidrs in settings:
+        if public is False:
             continue
-        cidrs = r["inputs"].get("publicAccessCidrs") or []
+        if cidrs == UNKNOWN_VALUE or (isinstance(cidrs, list) and UNKNOWN_VALUE in cidrs):
+            continue  # not known before deploy (the pack reports it as unseen); never guessed open or closed
         if not cidrs or any(ipaddress.ip_network(c, strict=False).prefixlen == 0 for c in cidrs):
-            yield Violation("endpoint-not-open", f"cluster {r['name']}",
+            yield Violation("endpoint-not-open", label,
                             f"public endpoint open to {cidrs or 'the internet (no CIDRs)'}",
-                            "rltrain:cluster.publicAccessCidrs = your office/VPN CIDRs", r["name"])
+                            "rltrain:cluster.publicAccessCidrs = your office/VPN CIDRs", name)
 
 
 def evaluate(resources: list[Resource], rules: Optional[Iterable[str]] = None) -> list[Violation]:

@@ -93,6 +93,8 @@ class Rendered:
     base_cost: Optional[dict[str, Any]] = None
     # Secrets the stack needs and its file does not hold yet: {full key: the command that sets it}.
     not_set: dict[str, str] = field(default_factory=dict)
+    # Impacts written only because of --accept-impact (never data loss or what AWS refuses).
+    accepted: list[impact.Impact] = field(default_factory=list)
 
     @property
     def resources(self) -> list[dict[str, Any]]:
@@ -100,6 +102,20 @@ class Rendered:
 
     def violations(self) -> list[policy.Violation]:
         return policy.evaluate(self.resources)
+
+
+# What `--accept-impact` may accept for a change of the program itself: runs restarted, nodes rolled.
+# Data loss (the FSx file system or the cluster replaced: impact.py's DATA_LOSS) needs the stack's own
+# opt-in whatever the flag says, and what AWS refuses cannot be accepted at all.
+FLAG_ACCEPTS = (impact.NODE_ROLL, impact.RUN_RESTART, impact.SERVING_RESTART)
+FLAG_NEVER = (impact.DATA_LOSS, impact.REFUSED, impact.NEVER_FINISHES)
+
+
+def accepted_line(accepted: list[impact.Impact]) -> str:
+    """What --accept-impact accepted, counted by kind; and what it never accepts."""
+    counts = collections.Counter(i.kind for i in accepted)
+    got = ", ".join(f"{counts[k]} {k}" for k in FLAG_ACCEPTS if counts[k]) or "nothing"
+    return f"--accept-impact accepted {got}; it never accepts {' or '.join(FLAG_NEVER)}"
 
 
 def load_stack(stack: str, root: Path = ROOT) -> tuple[dict[str, str], set[str], config_mod.StackConfig]:
@@ -162,6 +178,10 @@ def summary_markdown(rendered: Rendered) -> str:
                  "refuses until they are (the offline render shows each as not set)"
                  if rendered.not_set else "every secret it needs is set")]
     lines += [f"- `{key}`: `{cmd}`" for key, cmd in rendered.not_set.items()]
+    if rendered.accepted:
+        lines += ["", "Accepted by `--accept-impact` (a change of the program itself; reviewers accept it): "
+                  + accepted_line(rendered.accepted).split("accepted ", 1)[1]]
+        lines += [f"- {i.message()}" for i in rendered.accepted]
     lines += ["", f"Policy and deploy-model rules: {len(policy.RULES)} run, "
               + (f"**{len(violations)} violation(s)**" if violations else "all pass")]
     lines += [f"- `{v.rule}` {v.resource}: {v.message}" for v in violations]
@@ -208,6 +228,8 @@ def summary(rendered: Rendered) -> str:
     lines += ["  resources by type:"]
     lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]
     lines += ["  " + line for line in impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg))]
+    if rendered.accepted:
+        lines.append("  " + accepted_line(rendered.accepted))
     ckpt = checkpoints.estimate(cfg)
     if ckpt:
         lines.append("  " + ckpt[2])
@@ -235,9 +257,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "branch's); a STACK/cost.json beside it (the base's estimatedCostPerHour) puts the cost "
                          "before and after in --summary-md")
     ap.add_argument("--accept-impact", action="store_true",
-                    help="write the render even when the impact needs an opt-in the stack does not set: for a "
-                         "change of the program itself, whose impact the pull request shows and reviewers accept "
-                         "(a stack change opts in with its allow* keys instead)")
+                    help="for a change of the program itself, whose impact the pull request shows and reviewers "
+                         f"accept: write the render even when it means a {' or a '.join(FLAG_ACCEPTS)} the stack "
+                         "does not opt in to. Never accepted by the flag: "
+                         f"{' and '.join(FLAG_NEVER)} (an FSx file system or the cluster replaced) need the "
+                         "stack's own opt-in (rltrain:storage.allowReplacement, rltrain:cluster.allowReplacement); "
+                         "a stack change opts in with its allow* keys instead")
     ap.add_argument("--summary-md", type=Path,
                     help="also append a Markdown summary per stack (impact, cost, checks) to this file, e.g. "
                          "$GITHUB_STEP_SUMMARY")
@@ -280,11 +305,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         rendered.base_cost = json.loads(base_cost.read_text()) if base_cost.exists() else None
         verdict = impact.check(rendered.base, rendered.resources, rendered.cfg)
         for r in verdict.refused:
-            if args.accept_impact and r.kind not in (impact.REFUSED, impact.NEVER_FINISHES):
+            if args.accept_impact and r.kind in FLAG_ACCEPTS:
+                rendered.accepted.append(r)
                 print(f"Pulumi.{rendered.stack}.yaml: accepted (--accept-impact): {r.message()}", file=sys.stderr)
                 continue
-            print(f"Pulumi.{rendered.stack}.yaml: REFUSED: {r.message()}", file=sys.stderr)
+            not_by_flag = (f" (--accept-impact never accepts {r.kind}: the stack's own opt-in does)"
+                           if args.accept_impact and r.kind in FLAG_NEVER else "")
+            print(f"Pulumi.{rendered.stack}.yaml: REFUSED: {r.message()}{not_by_flag}", file=sys.stderr)
             failed = True
+        if args.accept_impact:
+            print(f"Pulumi.{rendered.stack}.yaml: {accepted_line(rendered.accepted)}", file=sys.stderr)
         for r in verdict.allowed:
             print(f"Pulumi.{rendered.stack}.yaml: warning: {r.message()} (allowed)", file=sys.stderr)
     for rendered in results:

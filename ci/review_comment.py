@@ -1,0 +1,63 @@
+"""The pull-request comment of the offline review (ci/render-review.sh's summary), for either path:
+
+    python3 ci/review_comment.py OUT_DIR [RUN_URL]     # prints the comment (Markdown)
+
+OUT_DIR holds what the offline job uploaded as the `review` artifact: summary.md and review.json
+(ci/render-review.sh). On a pull request from a fork (FORK=true: the `workflow_run` path,
+.github/workflows/pr-comment.yml) the comment adds that the real preview runs only after a maintainer
+approves (docs/pr-review.md "Pull requests from forks"). Missing files (the offline job failed before
+the review) make a comment that says so. Standard library only: it runs with any python3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+MAX_BODY = 63_000  # ci/upsert_comment.py trims at GitHub's cap; keep the end note inside it
+
+FORK_NOTE = (
+    "> **Previews run after a maintainer approves.** This pull request comes from a fork: GitHub gives "
+    "its workflows no secrets, so no real `pulumi preview` runs for it, and this comment comes from a "
+    "separate workflow that never checks out the fork's code. A maintainer who has reviewed the change "
+    "pushes it to a branch of this repository (`gh pr checkout N`, then `git push origin HEAD:refs/heads/pr-N`) "
+    "and opens a pull request from there: its preview job waits for an approval in the `preview` "
+    "environment, then runs with the cloud role (docs/pr-review.md).")
+
+
+def body(out_dir: Path, run_url: str = "", fork: bool = False) -> str:
+    summary = out_dir / "summary.md"
+    meta_file = out_dir / "review.json"
+    log = f" ([run]({run_url}))" if run_url else ""
+    lines: list[str] = []
+    if not summary.exists():
+        lines += [f"## What this change does to each stack: no review{log}", "",
+                  "The offline job stopped before its review (install, tests or the render check failed): "
+                  "see the run."]
+    else:
+        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+        text = summary.read_text()
+        if len(text) > MAX_BODY:
+            text = text[:MAX_BODY] + "\n\n(trimmed: the whole review is the run's job summary and `review` artifact)\n"
+        lines += [text.rstrip("\n"), ""]
+        if meta.get("exit"):
+            lines += [f"The review refused at least one stack (exit {meta['exit']}){log}."]
+        elif log:
+            lines += [f"From the offline job{log}."]
+    if fork:
+        lines += ["", FORK_NOTE]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (1, 2):
+        print("usage: python3 ci/review_comment.py OUT_DIR [RUN_URL]", file=sys.stderr)
+        return 2
+    sys.stdout.write(body(Path(argv[0]), argv[1] if len(argv) == 2 else "", os.environ.get("FORK") == "true"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
