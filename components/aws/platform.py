@@ -62,8 +62,11 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
         root_volume_iops=g.root_volume.iops, local_storage_raid0=g.local_storage == "raid0",
         fast_image_pull=g.fast_image_pull,
     ), vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id, cluster=cluster.cluster_name,
+        kubernetes_version=cluster.kubernetes_version,
         cluster_security_group_id=cluster.cluster_security_group_id,
-        depends_on=[cluster.pod_identity_agent])
+        # Nothing but the cluster: the add-ons (Pod Identity agent included) come after the node
+        # groups, so that on a Kubernetes upgrade they follow the node roll (EKS update-cluster).
+        depends_on=[])
     platform = AwsPlatform(cfg=cfg, cluster_name=cluster_name, network=network, cluster=cluster, gpu_nodes=gpu,
                            node_groups=[gpu.node_group, cluster.system_nodes])
     t = cfg.training

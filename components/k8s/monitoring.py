@@ -462,6 +462,8 @@ class Monitoring(pulumi.ComponentResource):
                 addon_version=versions.eks_addons(args.kubernetes_version)[versions.EBS_CSI_ADDON],
                 pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
                     role_arn=role.arn, service_account=versions.EBS_CSI_SERVICE_ACCOUNT)],
+                # Every EKS add-on resolves conflicts the same way (deploy model `addon-conflicts`).
+                resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, *outer]))
             sc = k8s.storage.v1.StorageClass(f"{name}-gp3", storage_class_args(),
                                              pulumi.ResourceOptions(parent=self, depends_on=[addon]))

@@ -206,13 +206,16 @@ def summary(rendered: Rendered) -> str:
         lines += [f"    {key}: {cmd}" for key, cmd in rendered.not_set.items()]
     lines += ["  resources by type:"]
     lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]
-    lines += ["  " + line for line in impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg))]
+    impacts = impact.classify(rendered.base, rendered.resources, rendered.cfg)
+    lines += ["  " + line for line in impact.table(impacts)]
+    lines += ["  " + line for line in impact.sequence(impacts, rendered.resources)]
     ckpt = checkpoints.estimate(cfg)
     if ckpt:
         lines.append("  " + ckpt[2])
     lines += ["  " + line for line in deploy_model.cluster_wide(rendered.resources)]
     lines += ["  " + line for line in deploy_model.isolation_summary(rendered.resources)]
     lines += ["  " + line for line in deploy_model.flow_table(rendered.resources)]
+    lines += ["  " + line for line in deploy_model.destroy_summary(rendered.resources)]
     lines += ["  " + line for line in policy.fit_report(rendered.resources)]
     return "\n".join(lines)
 
