@@ -321,3 +321,34 @@ def test_unused_helper_is_consistent():
     assert gpu_nodes.UPDATE_STRATEGY == "MINIMAL"
     assert _lt_and_group("capacity-block", "cr-0").min_size == 0
     assert _lt_and_group("odcr", "cr-0").min_size == 2
+
+
+# --- network, identity, EFA -----------------------------------------------------------------------
+
+
+def test_s3_gateway_endpoint_on_the_private_route_table():
+    rs = rows()
+    [ep] = [r for r in rs if r["type"] == "aws:ec2/vpcEndpoint:VpcEndpoint"]
+    assert ep["inputs"]["serviceName"] == "com.amazonaws.us-east-1.s3"
+    assert ep["inputs"]["vpcEndpointType"] == "Gateway"
+    assert ep["inputs"]["routeTableIds"] == ["[known after deploy: network-private.id]"]
+
+
+def test_ebs_csi_role_trusts_only_its_service_account_of_this_cluster():
+    role = find(rows(), "aws:iam/role:Role", "monitoring-ebs-csi-role")
+    trust = json.loads(role["inputs"]["assumeRolePolicy"])
+    cond = trust["Statement"][0]["Condition"]["StringEquals"]
+    assert cond["aws:RequestTag/kubernetes-namespace"] == "kube-system"
+    assert cond["aws:RequestTag/kubernetes-service-account"] == "ebs-csi-controller-sa"
+    assert cond["aws:RequestTag/eks-cluster-name"] == "rltrain-p5"
+    assert "aws:SourceAccount" in cond
+
+
+def test_p5_efa_layout_follows_the_ec2_guide():
+    nics = find(rows(), "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")["inputs"]["networkInterfaces"]
+    assert len(nics) == 32
+    # EC2 guide efa-acc-inst-types / p5-efa: primary card 0 device 0 EFA with ENA; every other card
+    # device 1, EFA-only here (no VPC address used).
+    assert (nics[0]["networkCardIndex"], nics[0]["deviceIndex"], nics[0]["interfaceType"]) == (0, 0, "efa")
+    assert all((n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) == (i, 1, "efa-only")
+               for i, n in enumerate(nics) if i)

@@ -73,7 +73,14 @@ class GpuNodeGroupArgs(BaseModel):
 def network_interfaces(a: GpuNodeGroupArgs, security_group_ids: list[pulumi.Input[str]]
                        ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
     """One interface per network card: card 0 device 0 `efa` (it also carries IP traffic), every
-    other card device 1 `efa-only` (no IP address used)."""
+    other card device 1 `efa-only` (no IP address used).
+
+    The current EC2 guide (efa-acc-inst-types, "Maximize network bandwidth on instances with
+    multiple network cards"): the primary interface (card 0, device 0) is an EFA with ENA, an
+    EFA-only interface cannot be primary; each further interface takes the next card, device
+    index 1, EFA or EFA-only by the need for ENA bandwidth and IP addresses (p5-efa: interface 0
+    device 0, interfaces 1-31 device 1). EFA-only keeps the 31 extra p5 interfaces from taking VPC
+    addresses the pods need; pulumi-eks and terraform-aws-eks ship the same layout."""
     return [
         aws.ec2.LaunchTemplateNetworkInterfaceArgs(
             network_card_index=card,

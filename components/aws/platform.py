@@ -45,7 +45,8 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
         network = ExistingNetwork(n.existing.vpc_id, n.existing.private_subnet_ids, n.existing.gpu_subnet_id)
     else:
         network = Network("network", NetworkArgs(vpc_cidr=n.vpc_cidr, availability_zones=n.availability_zones,
-                                                 gpu_availability_zone=n.gpu_az, cluster_name=cluster_name))
+                                                 gpu_availability_zone=n.gpu_az, cluster_name=cluster_name,
+                                                 region=pulumi.Config("aws").require("region")))
     c = cfg.cluster
     cluster = EksCluster("cluster", EksClusterArgs(
         cluster_name=cluster_name, kubernetes_version=c.kubernetes_version,
