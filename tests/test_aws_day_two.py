@@ -8,19 +8,33 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 
 import pytest
 import yaml
 from support import rendered
-from test_impact import edit, find, kinds, project, render_impact  # noqa: F401 (fixture)
+from test_impact import edit, find, kinds, render_impact
 
 from components.aws import gpu_nodes
 from components.aws.gpu_nodes import GpuNodeGroupArgs
 from components.offline import deploy_model, impact, policy
+from components.offline.mock_engine import ROOT
 
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 ADDON = "aws:eks/addon:Addon"
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A scratch copy of the project whose base record is the committed p5 one (as test_impact's)."""
+    proj = tmp_path / "proj"
+    (proj / "rendered" / "p5").mkdir(parents=True)
+    shutil.copy(ROOT / "rendered" / "p5" / "resources.json", proj / "rendered" / "p5" / "resources.json")
+    for name in ("__main__.py", "Pulumi.yaml", "Pulumi.p5.yaml"):
+        shutil.copy(ROOT / name, proj / name)
+    (proj / "components").symlink_to(ROOT / "components")
+    return proj
 
 
 def rows(stack: str = "p5") -> list[dict]:
