@@ -366,3 +366,23 @@ def test_p5_efa_layout_follows_the_ec2_guide():
     assert (nics[0]["networkCardIndex"], nics[0]["deviceIndex"], nics[0]["interfaceType"]) == (0, 0, "efa")
     assert all((n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) == (i, 1, "efa-only")
                for i, n in enumerate(nics) if i)
+
+
+# --- GPU root volume --------------------------------------------------------------------------------
+
+
+def _gpu_cfg(**gpu):
+    from components.stack import config
+    base = {"instanceType": "p5.48xlarge", "count": 2, **gpu}
+    return config.GpuNodesConfig.model_validate(base)
+
+
+def test_root_volume_sized_for_what_stays_on_it_with_raid0():
+    from components.aws.platform import gpu_root_volume
+    assert gpu_root_volume(_gpu_cfg()) == {"root_volume_gib": 100, "root_volume_throughput": 125,
+                                           "root_volume_iops": 3000}
+    # Without RAID0 images land on the root volume: the configured (fast) defaults stay.
+    assert gpu_root_volume(_gpu_cfg(localStorage="none")) == {"root_volume_gib": 500, "root_volume_throughput": 1000,
+                                                              "root_volume_iops": 16000}
+    # A value set in the stack file wins (keeps a running stack's nodes from rolling).
+    assert gpu_root_volume(_gpu_cfg(rootVolume={"sizeGiB": 500}))["root_volume_gib"] == 500
