@@ -386,3 +386,13 @@ def test_root_volume_sized_for_what_stays_on_it_with_raid0():
                                                               "root_volume_iops": 16000}
     # A value set in the stack file wins (keeps a running stack's nodes from rolling).
     assert gpu_root_volume(_gpu_cfg(rootVolume={"sizeGiB": 500}))["root_volume_gib"] == 500
+
+
+def test_pull_request_summary_shows_the_update_order(project):
+    from components.offline import render
+    edit(project, "p5", "cluster", kubernetesVersion="1.36")
+    r = render.render_stack("p5", project)
+    r.base = json.loads((project / "rendered" / "p5" / "resources.json").read_text())
+    md = render.summary_markdown(r)
+    assert "**Order of the update (each step after what it depends on)**:" in md
+    assert "1. in place: Cluster cluster-eks: control plane Kubernetes 1.35 -> 1.36" in md

@@ -154,8 +154,11 @@ def write(rendered: Rendered, out: Path) -> None:
 def summary_markdown(rendered: Rendered) -> str:
     """What a reviewer reads first in a pull request: impact against the base, cost, checks."""
     violations = rendered.violations()
+    impacts = impact.classify(rendered.base, rendered.resources, rendered.cfg)
+    order = impact.sequence(impacts, rendered.resources)
     lines = [f"### Stack `{rendered.stack}`", "", *_cost_markdown(rendered), "",
-             *impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg), markdown=True), "",
+             *impact.table(impacts, markdown=True), "",
+             *([f"**{order[0][:-1].capitalize()}**:", "", *[line.strip() for line in order[1:]], ""] if order else []),
              "Preflight: config valid; " + (
                  f"**{len(rendered.not_set)} secret(s) not set**: a real preview or `up` of `{rendered.stack}` "
                  "refuses until they are (the offline render shows each as not set)"
