@@ -69,6 +69,7 @@ workloads = build_workloads(cfg, namespace=training.namespace, claim_name=claim.
 
 # Prometheus, Grafana, exporters, rules, dashboards: on a created cluster by default, opt-in on byo.
 build_monitoring(cfg, secret=rl.require_secret, cluster=platform.cluster.cluster_name if platform else None,
+                 cluster_arn=platform.cluster.cluster_arn if platform else None,
                  after=(platform.cluster.pod_identity_agent,) if platform else (),
                  opts=pulumi.ResourceOptions(provider=provider,
                                              depends_on=[training] + (platform.node_groups if platform else [])))

@@ -28,7 +28,10 @@ def test_launch_template_imdsv2_gp3_and_nodeadm_raid0(p5):
     lt = inputs(p5, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")
     assert lt["metadataOptions"]["httpTokens"] == "required"
     ebs = lt["blockDeviceMappings"][0]["ebs"]
-    assert (ebs["volumeType"], ebs["throughput"], ebs["iops"], ebs["encrypted"]) == ("gp3", 1000, 16000, "true")
+    # RAID0 holds containerd, the kubelet and pod logs: the root volume keeps the AMI only, at gp3's
+    # free baseline (components/aws/platform.py RAID0_ROOT).
+    assert (ebs["volumeType"], ebs["volumeSize"], ebs["throughput"], ebs["iops"], ebs["encrypted"]) == (
+        "gp3", 100, 125, 3000, "true")
     user_data = base64.b64decode(lt["userData"]).decode()
     assert "Content-Type: application/node.eks.aws" in user_data
     assert "kind: NodeConfig" in user_data and "strategy: RAID0" in user_data

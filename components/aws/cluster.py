@@ -21,6 +21,8 @@ LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 # System nodes run operators and add-ons only; images are small.
 SYSTEM_ROOT_GIB = 50
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+# How every EKS add-on resolves conflicts with the self-managed add-ons EKS installs on a new cluster.
+ADDON_CONFLICTS = "OVERWRITE"
 
 
 class EksClusterArgs(BaseModel):
@@ -99,11 +101,10 @@ class EksCluster(pulumi.ComponentResource):
         self.cluster_name = self.cluster.eks_cluster.name
         self.cluster_arn = self.cluster.eks_cluster.arn
         self.cluster_security_group_id = self.cluster.eks_cluster.vpc_config.cluster_security_group_id
-        # Pod Identity: the training role is handed to its service account by EKS.
-        self.pod_identity_agent = aws.eks.Addon(
-            f"{name}-pod-identity-agent", cluster_name=self.cluster_name,
-            addon_name=versions.POD_IDENTITY_ADDON, addon_version=addon_versions[versions.POD_IDENTITY_ADDON],
-            opts=child)
+        # The cluster's Kubernetes minor as an output of the cluster: node groups that take it
+        # follow a control-plane upgrade, after it (EKS refuses nodes newer than the control plane,
+        # and blocks the next upgrade while nodes lag a minor behind; FACTS "AWS: first up and day two").
+        self.kubernetes_version = self.cluster.eks_cluster.version
         system_role = iam.node_role(f"{name}-system-node-role", self)
         # Our own launch template for the system nodes: IMDSv2 only with hop limit 1 (pods get AWS
         # credentials through Pod Identity, never the node role; pulumi-eks's `enable_imd_sv2` sets
@@ -125,7 +126,10 @@ class EksCluster(pulumi.ComponentResource):
         self.system_nodes = eks.ManagedNodeGroup(
             f"{name}-system",
             cluster=self.cluster,
-            node_role=system_role,
+            # pulumi-eks defaults `version` only without a launch template (nodes/nodegroup.ts); with
+            # ours, unset, the nodes would stay on the old minor after a control-plane upgrade.
+            version=self.kubernetes_version,
+            node_role=system_role.role,
             instance_types=[args.system_instance_type],
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 desired_size=args.system_node_count, min_size=args.system_node_count,
@@ -134,11 +138,27 @@ class EksCluster(pulumi.ComponentResource):
             labels={"role": "system"},
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=system_lt.id,
                                                                 version=system_lt.latest_version.apply(str)),
-            opts=child,
+            # After the node role's policies, deleted before them (iam.AttachedRole).
+            opts=pulumi.ResourceOptions(parent=self, depends_on=system_role.attachments),
         )
+        # Add-ons come after the system nodes: on a first `up` they have nodes to run on, and on a
+        # Kubernetes upgrade their new versions follow the control plane and the node roll (EKS
+        # user guide, update-cluster: control plane, then nodes, then add-ons). Every add-on
+        # resolves conflicts with OVERWRITE on create and update: EKS bootstrapped self-managed
+        # CoreDNS/kube-proxy/VPC CNI when it created the cluster (bootstrapSelfManagedAddons, which
+        # pulumi-eks leaves true and which replaces the cluster if changed), and CreateAddon over
+        # them fails with ConfigurationConflict otherwise (deploy model rule `addon-conflicts`).
+        after_nodes = pulumi.ResourceOptions(parent=self, depends_on=[self.system_nodes])
+        # Pod Identity: the training role is handed to its service account by EKS.
+        self.pod_identity_agent = aws.eks.Addon(
+            f"{name}-pod-identity-agent", cluster_name=self.cluster_name,
+            addon_name=versions.POD_IDENTITY_ADDON, addon_version=addon_versions[versions.POD_IDENTITY_ADDON],
+            resolve_conflicts_on_create=ADDON_CONFLICTS, resolve_conflicts_on_update=ADDON_CONFLICTS,
+            opts=after_nodes)
         aws.eks.Addon(f"{name}-coredns", cluster_name=self.cluster_name, addon_name="coredns",
                       addon_version=addon_versions["coredns"],
-                      opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_nodes]))
+                      resolve_conflicts_on_create=ADDON_CONFLICTS, resolve_conflicts_on_update=ADDON_CONFLICTS,
+                      opts=after_nodes)
         self.kubeconfig = pulumi.Output.secret(self.cluster.kubeconfig_json)
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig,
                                      enable_server_side_apply=True, opts=child)

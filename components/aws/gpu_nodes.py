@@ -22,6 +22,8 @@ from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 # Labels workloads select on; `nvidia.com/gpu.present` also satisfies the NVIDIA device plugin's
 # default node affinity, which EKS does not set (FACTS.md: without it the plugin runs zero pods).
 AMI_TYPE = "AL2023_x86_64_NVIDIA"
+# How a roll replaces GPU nodes: terminate first, then launch (no surge). See GpuNodeGroup.
+UPDATE_STRATEGY = "MINIMAL"
 _BOUNDARY = "//rltrain-nodeadm//"
 
 
@@ -49,6 +51,20 @@ class GpuNodeGroupArgs(BaseModel):
         return catalog.get(self.instance_type)
 
     @property
+    def instance_type_in_launch_template(self) -> bool:
+        # EKS user guide, capacity-blocks-mng: a Capacity Block node group is created with a
+        # custom launch template that names the instance type (with InstanceMarketOptions
+        # capacity-block and the reservation id); the node group itself names none.
+        return self.capacity_type == "capacity-block"
+
+    @property
+    def min_size(self) -> int:
+        # A Capacity Block exists only in its window: outside it (and while the node group is
+        # upgraded, EKS user guide capacity-blocks-mng: "make sure that the desired size of the
+        # node group is set to 0") the group must be allowed to hold no node.
+        return 0 if self.capacity_type == "capacity-block" else self.count
+
+    @property
     def placement_group(self) -> bool:
         # A reservation already places its instances; forcing a cluster placement group on top of
         # it fails with InsufficientInstanceCapacity (KNOWN-FAILURES F6).
@@ -61,7 +77,14 @@ class GpuNodeGroupArgs(BaseModel):
 def network_interfaces(a: GpuNodeGroupArgs, security_group_ids: list[pulumi.Input[str]]
                        ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
     """One interface per network card: card 0 device 0 `efa` (it also carries IP traffic), every
-    other card device 1 `efa-only` (no IP address used)."""
+    other card device 1 `efa-only` (no IP address used).
+
+    The current EC2 guide (efa-acc-inst-types, "Maximize network bandwidth on instances with
+    multiple network cards"): the primary interface (card 0, device 0) is an EFA with ENA, an
+    EFA-only interface cannot be primary; each further interface takes the next card, device
+    index 1, EFA or EFA-only by the need for ENA bandwidth and IP addresses (p5-efa: interface 0
+    device 0, interfaces 1-31 device 1). EFA-only keeps the 31 extra p5 interfaces from taking VPC
+    addresses the pods need; pulumi-eks and terraform-aws-eks ship the same layout."""
     return [
         aws.ec2.LaunchTemplateNetworkInterfaceArgs(
             network_card_index=card,
@@ -109,10 +132,13 @@ class GpuNodeGroup(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuNodeGroupArgs, *, vpc_id: pulumi.Input[str],
                  subnet_id: pulumi.Input[str], cluster: pulumi.Input[str],
+                 kubernetes_version: pulumi.Input[str],
                  cluster_security_group_id: pulumi.Input[str],
                  depends_on: list[pulumi.Resource], opts: Optional[pulumi.ResourceOptions] = None):
         """`cluster` is the cluster's name as an output of the cluster (orders the node group after
-        it); `cluster_security_group_id` the security group EKS created for the cluster."""
+        it); `kubernetes_version` the cluster's version, also as its output (the nodes follow a
+        control-plane upgrade, after it); `cluster_security_group_id` the security group EKS created
+        for the cluster."""
         super().__init__("rltrain:index:GpuNodeGroup", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         sg = aws.ec2.SecurityGroup(f"{name}-sg", vpc_id=vpc_id, description="GPU nodes: EFA and NCCL between nodes",
@@ -176,12 +202,13 @@ class GpuNodeGroup(pulumi.ComponentResource):
             capacity_reservation_specification=reservation,
             instance_market_options=market,
             user_data=user_data(args),
+            instance_type=args.instance_type if args.instance_type_in_launch_template else None,
             tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
                 resource_type="instance", tags={"Name": f"{args.cluster_name}-gpu"})],
             opts=fixed_name,
         )
         role = iam.node_role(f"{name}-node-role", self)
-        scaling = aws.eks.NodeGroupScalingConfigArgs(desired_size=args.count, min_size=args.count,
+        scaling = aws.eks.NodeGroupScalingConfigArgs(desired_size=args.count, min_size=args.min_size,
                                                      max_size=args.count)
         self.node_group = aws.eks.NodeGroup(
             f"{name}-nodes",
@@ -190,16 +217,32 @@ class GpuNodeGroup(pulumi.ComponentResource):
             node_role_arn=role.arn,
             # One subnet, one AZ: EFA needs it, and so does the FSx file system's locality.
             subnet_ids=[subnet_id],
-            instance_types=[args.instance_type],
+            # Capacity Blocks: the instance type is the launch template's, not the node group's
+            # (EKS user guide, capacity-blocks-mng: "can only be created with custom launch templates").
+            instance_types=None if args.instance_type_in_launch_template else [args.instance_type],
             ami_type=AMI_TYPE,
+            # The nodes follow the control plane's minor. Unset, EKS takes the cluster's version at
+            # creation only: a control-plane upgrade leaves the nodes behind (and the NVIDIA AMI
+            # unpatched) and the next upgrade is refused until they catch up (FACTS "AWS: first up
+            # and day two"; pulumi-aws eks.NodeGroup `version`).
+            version=kubernetes_version,
             capacity_type="CAPACITY_BLOCK" if args.capacity_type == "capacity-block" else "ON_DEMAND",
             scaling_config=scaling,
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
             labels=args.labels(),
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            # MINIMAL: a roll terminates an old node before it launches its replacement (no surge),
+            # one at a time. DEFAULT first scales the group up, which on an exactly sized
+            # reservation or Capacity Block, or a tight p5 quota, has no spare instance to launch
+            # and stalls the roll (EKS user guide, managed-node-update-behavior: MINIMAL is
+            # recommended for accelerated instances and reservations; pulumi-aws 7.51
+            # NodeGroupUpdateConfigArgs.update_strategy).
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1, update_strategy=UPDATE_STRATEGY),
             node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, delete_before_replace=True),
+            # After the node role's policies and deleted before them (iam.AttachedRole): EKS needs
+            # them to terminate the instances and delete their interfaces.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, *role.attachments],
+                                        delete_before_replace=True),
         )
         self.register_outputs({"securityGroupId": self.security_group_id,
                                "nodeGroupName": self.node_group.node_group_name})

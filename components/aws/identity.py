@@ -51,10 +51,11 @@ class TrainingIdentity(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         role = iam.pod_identity_role(f"{name}-role", [], self, cluster=cluster, namespace=args.namespace,
                                      service_account=args.service_account)
-        aws.iam.RolePolicy(f"{name}-s3", role=role.id, policy=json.dumps(s3_policy(args)), opts=child)
+        s3 = aws.iam.RolePolicy(f"{name}-s3", role=role.id, policy=json.dumps(s3_policy(args)), opts=child)
+        # After its policy (iam.AttachedRole): created with its permissions, deleted before them.
         aws.eks.PodIdentityAssociation(
             f"{name}-association", cluster_name=cluster[0], namespace=args.namespace,
             service_account=args.service_account, role_arn=role.arn,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, s3]))
         self.role_arn = role.arn
         self.register_outputs({"roleArn": self.role_arn})

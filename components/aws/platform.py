@@ -40,13 +40,35 @@ class AwsPlatform:
             client_security_group_id=self.gpu_nodes.security_group_id, k8s_opts=k8s_opts)
 
 
+# The GPU root volume when the local NVMe disks hold containerd, the kubelet and pod logs as RAID0:
+# nodeadm's localStorage RAID0 bind-mounts /var/lib/kubelet, /var/lib/containerd and /var/log/pods
+# onto the array (amazon-eks-ami templates/shared/runtime/bin/setup-local-disks), so images, writable
+# layers, emptyDirs and pod logs never touch the root volume; it holds the AMI (OS, NVIDIA driver,
+# CUDA, EFA software) and the journal. 100 GiB leaves room for AMI growth; gp3's baseline 3000 IOPS
+# and 125 MiB/s come free (the 1000 MiB/s / 16000 IOPS the default buys serve image pulls, which
+# RAID0 moves to NVMe).
+RAID0_ROOT = {"size_gib": 100, "throughput_mibps": 125, "iops": 3000}
+
+
+def gpu_root_volume(g) -> dict[str, int]:
+    """The GPU root volume's size, throughput and IOPS: a value set in the stack file wins; an unset
+    one is sized for what stays on the root volume (RAID0_ROOT when RAID0 holds containerd)."""
+    rv = g.root_volume
+    values = {"size_gib": rv.size_gib, "throughput_mibps": rv.throughput_mibps, "iops": rv.iops}
+    if g.local_storage == "raid0" and g.instance.has_nvme:
+        values.update({k: v for k, v in RAID0_ROOT.items() if k not in rv.model_fields_set})
+    return {"root_volume_gib": values["size_gib"], "root_volume_throughput": values["throughput_mibps"],
+            "root_volume_iops": values["iops"]}
+
+
 def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
     n = cfg.network
     if n.existing:
         network = ExistingNetwork(n.existing.vpc_id, n.existing.private_subnet_ids, n.existing.gpu_subnet_id)
     else:
         network = Network("network", NetworkArgs(vpc_cidr=n.vpc_cidr, availability_zones=n.availability_zones,
-                                                 gpu_availability_zone=n.gpu_az, cluster_name=cluster_name))
+                                                 gpu_availability_zone=n.gpu_az, cluster_name=cluster_name,
+                                                 region=pulumi.Config("aws").require("region")))
     c = cfg.cluster
     cluster = EksCluster("cluster", EksClusterArgs(
         cluster_name=cluster_name, kubernetes_version=c.kubernetes_version,
@@ -60,13 +82,15 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
     gpu = GpuNodeGroup("gpu", GpuNodeGroupArgs(
         cluster_name=cluster_name, instance_type=g.instance_type, count=g.count, efa=g.efa_enabled,
         capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id,
-        root_volume_gib=g.root_volume.size_gib, root_volume_throughput=g.root_volume.throughput_mibps,
-        root_volume_iops=g.root_volume.iops, local_storage_raid0=g.local_storage == "raid0",
+        **gpu_root_volume(g), local_storage_raid0=g.local_storage == "raid0",
         fast_image_pull=g.fast_image_pull,
         cpu_manager_policy=kubelet.cpu_manager, topology_manager_policy=kubelet.topology_manager,
     ), vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id, cluster=cluster.cluster_name,
+        kubernetes_version=cluster.kubernetes_version,
         cluster_security_group_id=cluster.cluster_security_group_id,
-        depends_on=[cluster.pod_identity_agent])
+        # Nothing but the cluster: the add-ons (Pod Identity agent included) come after the node
+        # groups, so that on a Kubernetes upgrade they follow the node roll (EKS update-cluster).
+        depends_on=[])
     platform = AwsPlatform(cfg=cfg, cluster_name=cluster_name, network=network, cluster=cluster, gpu_nodes=gpu,
                            node_groups=[gpu.node_group, cluster.system_nodes])
     t = cfg.training

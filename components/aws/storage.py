@@ -60,18 +60,19 @@ class FsxLustreVolume(pulumi.ComponentResource):
         # the clients on the same ports. So the file system's group admits the clients (and
         # itself), and the clients' group admits the file system (FSx for Lustre guide, "limit
         # access with security groups"; FACTS "Deploy semantics").
+        lustre_rules: list[pulumi.Resource] = []
         for lo, hi in LUSTRE_PORTS:
             for src_name, src in (("nodes", client_security_group_id), ("self", sg.id)):
-                aws.vpc.SecurityGroupIngressRule(
+                lustre_rules.append(aws.vpc.SecurityGroupIngressRule(
                     f"{name}-lustre-{lo}-{src_name}", security_group_id=sg.id, referenced_security_group_id=src,
                     ip_protocol="tcp", from_port=lo, to_port=hi, description=f"Lustre {lo}-{hi} from {src_name}",
-                    opts=child)
-            aws.vpc.SecurityGroupIngressRule(
+                    opts=child))
+            lustre_rules.append(aws.vpc.SecurityGroupIngressRule(
                 f"{name}-lustre-{lo}-to-nodes", security_group_id=client_security_group_id,
                 referenced_security_group_id=sg.id, ip_protocol="tcp", from_port=lo, to_port=hi,
-                description=f"Lustre {lo}-{hi} from the FSx file system", opts=child)
-        aws.vpc.SecurityGroupEgressRule(f"{name}-egress", security_group_id=sg.id, cidr_ipv4="0.0.0.0/0",
-                                        ip_protocol="-1", description="replies, S3 data repository", opts=child)
+                description=f"Lustre {lo}-{hi} from the FSx file system", opts=child))
+        lustre_rules.append(aws.vpc.SecurityGroupEgressRule(f"{name}-egress", security_group_id=sg.id, cidr_ipv4="0.0.0.0/0",
+                                        ip_protocol="-1", description="replies, S3 data repository", opts=child))
         fs = aws.fsx.LustreFileSystem(
             f"{name}-fs",
             deployment_type="PERSISTENT_2",
@@ -88,7 +89,14 @@ class FsxLustreVolume(pulumi.ComponentResource):
             # pulumi-aws defaults skip_final_backup to true: a delete would leave no copy.
             skip_final_backup=False,
             tags={"Name": f"{fsx.name}-fsx"},
-            opts=keep,
+            # CreateFileSystem checks the security groups when it is called and fails with
+            # InvalidNetworkSettings ("do not permit Lustre LNET network traffic on port 988") if
+            # the rules are not there yet (FSx for Lustre guide, "cannot create a file system";
+            # aws-parallelcluster#6181 fixed the same race with a DependsOn; FACTS "AWS: first up
+            # and day two"). The group id alone orders the file system after the group, not after
+            # its rules: wait for every Lustre rule, its own group's and the nodes' group's
+            # (deploy model rule `create-time-validation`).
+            opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=lustre_rules)),
         )
         if fsx.s3_bucket:
             events = ["NEW", "CHANGED", "DELETED"]
@@ -108,9 +116,16 @@ class FsxLustreVolume(pulumi.ComponentResource):
         k8s_child = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(parent=self))
         pv = k8s.core.v1.PersistentVolume(f"{name}-pv", persistent_volume_args(claim, fs.id, fs.dns_name,
                                                                               fs.mount_name), k8s_child)
+        # The claim keeps the size it was created with: a statically bound claim cannot be resized
+        # (the API server: "only dynamically provisioned pvc can be resized"), and pulumi-kubernetes
+        # would patch spec.resources in place, so `up` would fail after FSx has grown (FACTS "AWS:
+        # first up and day two"). The file system's size shows on the PersistentVolume; a Lustre
+        # mount is never limited by the claim's request. The impact model refuses a claim resize
+        # that is not ignored (impact.py, PersistentVolumeClaim).
         k8s.core.v1.PersistentVolumeClaim(
             f"{name}-claim", claim_args(claim, f"{claim.namespace}-{claim.claim_name}"),
-            pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(depends_on=[pv])))
+            pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(
+                depends_on=[pv], ignore_changes=["spec.resources"])))
         self.file_system_id = fs.id
         self.claim_name = claim.claim_name
         self.register_outputs({"fileSystemId": fs.id, "claimName": claim.claim_name})

@@ -80,5 +80,7 @@ class ClusterAddons(pulumi.ComponentResource):
             self.fsx_csi = aws.eks.Addon(
                 f"{name}-fsx-csi", cluster_name=cluster, addon_name=versions.FSX_CSI_ADDON,
                 addon_version=versions.eks_addons(args.kubernetes_version)[versions.FSX_CSI_ADDON],
+                # Every EKS add-on resolves conflicts the same way (deploy model `addon-conflicts`).
+                resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)))
         self.register_outputs({})

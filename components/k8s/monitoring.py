@@ -484,7 +484,8 @@ class Monitoring(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MonitoringArgs, *, grafana_password: pulumi.Input[str],
                  alert_secret: Optional[pulumi.Input[str]] = None, cluster: Optional[pulumi.Input[str]] = None,
-                 after: tuple[pulumi.Resource, ...] = (), opts: Optional[pulumi.ResourceOptions] = None):
+                 after: tuple[pulumi.Resource, ...] = (), opts: Optional[pulumi.ResourceOptions] = None,
+                 cluster_arn: Optional[pulumi.Input[str]] = None):
         super().__init__("rltrain:index:Monitoring", name, None, opts)
         if args.alert_receiver and alert_secret is None:
             raise ValueError("monitoring.alertReceiver needs its secret value")
@@ -497,7 +498,12 @@ class Monitoring(pulumi.ComponentResource):
         before_release: list[pulumi.Resource] = [ns]
 
         if args.created_cluster and cluster is not None:
-            role = iam.pod_identity_role(f"{name}-ebs-csi-role", [EBS_CSI_POLICY], self)
+            # The role trusts only the driver's controller service account of this cluster (with the
+            # cluster's ARN: its account), not every Pod Identity association in the account.
+            role = iam.pod_identity_role(
+                f"{name}-ebs-csi-role", [EBS_CSI_POLICY], self,
+                cluster=(cluster, cluster_arn) if cluster_arn is not None else None,
+                namespace="kube-system", service_account=versions.EBS_CSI_SERVICE_ACCOUNT)
             # The association is created with the add-on, so its controller pods start with
             # credentials (a separate association would need them restarted).
             addon = aws.eks.Addon(
@@ -505,6 +511,8 @@ class Monitoring(pulumi.ComponentResource):
                 addon_version=versions.eks_addons(args.kubernetes_version)[versions.EBS_CSI_ADDON],
                 pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
                     role_arn=role.arn, service_account=versions.EBS_CSI_SERVICE_ACCOUNT)],
+                # Every EKS add-on resolves conflicts the same way (deploy model `addon-conflicts`).
+                resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, *outer]))
             sc = k8s.storage.v1.StorageClass(f"{name}-gp3", storage_class_args(),
                                              pulumi.ResourceOptions(parent=self, depends_on=[addon]))
@@ -580,11 +588,13 @@ def grafana_port_forward(namespace: str) -> str:
 
 def build_monitoring(cfg: StackConfig, *, secret: Callable[[str], pulumi.Output[str]],
                      cluster: Optional[pulumi.Input[str]] = None, after: tuple[pulumi.Resource, ...] = (),
-                     opts: Optional[pulumi.ResourceOptions] = None) -> Optional[Monitoring]:
+                     opts: Optional[pulumi.ResourceOptions] = None,
+                     cluster_arn: Optional[pulumi.Input[str]] = None) -> Optional[Monitoring]:
     """The Monitoring component when the stack wants it (StackConfig.monitoring_enabled); `secret`
     reads a secret config key (pulumi.Config("rltrain").require_secret)."""
     if not cfg.monitoring_enabled:
         return None
     r = cfg.monitoring.alert_receiver
     return Monitoring("monitoring", monitoring_args(cfg), grafana_password=secret(GRAFANA_PASSWORD_KEY),
-                      alert_secret=secret(r.secret_key) if r else None, cluster=cluster, after=after, opts=opts)
+                      alert_secret=secret(r.secret_key) if r else None, cluster=cluster, after=after, opts=opts,
+                      cluster_arn=cluster_arn)

@@ -158,6 +158,146 @@ def _order(resources, ctx):
                                 f"add depends_on on {what}", owner["name"])
 
 
+# --- what AWS validates at create time -----------------------------------------------------------
+
+LUSTRE_PORTS = ((988, 988), (1018, 1023))
+
+
+def _lustre_rules(resources: list[Resource], fsx: Resource) -> list[SgRule]:
+    """The rules FSx for Lustre needs: on the file system's own groups (which CreateFileSystem
+    validates), and on any group that admits the file system's groups (the clients' Lustre rules)."""
+    groups = set(_as_list(fsx["inputs"].get("securityGroupIds")))
+    if not groups or groups & {UNKNOWN, None, ""}:
+        return []  # first preview: group ids unknown, judged in the render (placeholders)
+    out = []
+    for r in security_rules(resources):
+        lustre = any(r.admits("tcp", lo, hi) for lo, hi in LUSTRE_PORTS)
+        if lustre and (r.sg in groups or r.peer_sg in groups):
+            out.append(r)
+    return out
+
+
+# type -> (what AWS checks when the resource is created, the rows it checks). A resource AWS
+# validates at create time must wait for what it validates: created in parallel, it races it and
+# the create fails (FSx: 400 InvalidNetworkSettings "do not permit Lustre LNET network traffic on
+# port 988", FSx for Lustre guide "cannot create a file system"; aws-parallelcluster#6181).
+VALIDATED_AT_CREATE: dict[str, tuple[str, Any]] = {
+    "aws:fsx/lustreFileSystem:LustreFileSystem": ("its security groups' Lustre rules (TCP 988, 1018-1023)",
+                                                  _lustre_rules),
+}
+
+
+@rule("create-time-validation", "a resource AWS validates at create time waits for what it validates")
+def _create_time_validation(resources, ctx):
+    if not any("dependsOn" in r for r in resources):
+        return
+    graph = Graph(resources)
+    by_name = {r["name"]: ref(r) for r in resources}
+    for r in resources:
+        if r["type"] not in VALIDATED_AT_CREATE:
+            continue
+        what, find = VALIDATED_AT_CREATE[r["type"]]
+        for dep in find(resources, r):
+            target = by_name.get(dep.name)
+            if target and not graph.reaches(ref(r), {target}):
+                yield Violation("create-time-validation", f"{r['type'].split(':')[-1]} {r['name']}",
+                                f"AWS checks {what} when it is created, and it is not ordered after rule "
+                                f"{dep.name}: created in parallel, the create fails (InvalidNetworkSettings)",
+                                f"add depends_on=[the rule {dep.name}] (or all of them)", r["name"])
+
+
+# EKS installs self-managed CoreDNS, kube-proxy and VPC CNI when it creates a cluster
+# (bootstrapSelfManagedAddons, which pulumi-eks sends as `?? true`, nodejs/eks/cluster/cluster.ts);
+# CreateAddon over them with another version fails with ConfigurationConflict unless conflicts are
+# resolved (eksctl PR #5880). Turning the bootstrap off replaces a running cluster (pulumi-aws
+# eks.Cluster docstring: "Changing this value will force a new cluster"), so the stack resolves
+# conflicts instead, the same way on every add-on, on create and on update, as pulumi-eks does
+# for the add-ons it creates (its options default both to OVERWRITE, pulumi_eks/_inputs.py).
+ADDON_CONFLICTS = "OVERWRITE"
+PULUMI_EKS_ADDON_OPTIONS = {"vpcCniOptions": "vpc-cni", "kubeProxyAddonOptions": "kube-proxy",
+                            "corednsAddonOptions": "coredns"}
+
+
+def _addon_conflict_settings(resources: list[Resource]) -> Iterable[tuple[str, str, dict[str, Any]]]:
+    """(what, pulumi name, the add-on's settings) for every EKS add-on the stack creates."""
+    for r in resources:
+        if r["type"] == "aws:eks/addon:Addon":
+            yield f"add-on {r['inputs'].get('addonName')} ({r['name']})", r["name"], r["inputs"]
+        elif r["type"] == "eks:index:Cluster":
+            for key, addon in PULUMI_EKS_ADDON_OPTIONS.items():
+                opts = r["inputs"].get(key)
+                if isinstance(opts, dict) and opts.get("enabled", True) is not False:
+                    yield f"add-on {addon} (pulumi-eks {key})", r["name"], opts
+
+
+@rule("addon-conflicts", "every EKS add-on resolves conflicts with what EKS bootstrapped, on create and update")
+def _addon_conflicts(resources, ctx):
+    for what, name, settings in _addon_conflict_settings(resources):
+        for key in ("resolveConflictsOnCreate", "resolveConflictsOnUpdate"):
+            if settings.get(key) != ADDON_CONFLICTS:
+                yield Violation("addon-conflicts", what,
+                                f"{key} is {settings.get(key) or 'unset (NONE)'}: EKS installed self-managed CoreDNS, "
+                                "kube-proxy and VPC CNI when it created the cluster, and an add-on call that meets "
+                                "their fields fails with ConfigurationConflict; every add-on resolves the same way",
+                                f"resolve_conflicts_on_create and resolve_conflicts_on_update={ADDON_CONFLICTS!r}",
+                                name)
+
+
+# --- IAM before use --------------------------------------------------------------------------------
+
+# What takes a role and must come after the role's policies, and be deleted before them: EKS cannot
+# terminate a node group's instances or delete their interfaces once the node role's policies are
+# gone (terraform-provider-aws docs, eks_node_group), and an add-on or Pod Identity association
+# without its permissions starts pods that fail their first AWS call.
+USES_ROLE = ("aws:eks/nodeGroup:NodeGroup", "eks:index:ManagedNodeGroup", "aws:eks/addon:Addon",
+             "aws:eks/podIdentityAssociation:PodIdentityAssociation")
+_ROLE_REF = re.compile(r"^\[(?:known after deploy: (?P<res>.+)\.arn|resource (?P<obj>.+))\]$")
+
+
+def _roles_used(r: Resource) -> set[str]:
+    i = r["inputs"]
+    values = [i.get("nodeRoleArn"), i.get("nodeRole"), i.get("roleArn"),
+              *[(a or {}).get("roleArn") for a in i.get("podIdentityAssociations") or []]]
+    out = set()
+    for v in values:
+        m = _ROLE_REF.match(str(v)) if v else None
+        if m:
+            out.add(m.group("res") or m.group("obj"))
+    return out
+
+
+def role_policies(resources: list[Resource]) -> dict[str, list[Resource]]:
+    """role name -> its policy attachments and inline policies (the role each belongs to is recorded:
+    `role` is the role's name or id placeholder)."""
+    out: dict[str, list[Resource]] = collections.defaultdict(list)
+    for r in resources:
+        if r["type"] in ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/rolePolicy:RolePolicy"):
+            m = _PLACEHOLDER.match(str(r["inputs"].get("role", "")))
+            if m and m.group("out") in ("name", "id"):
+                out[m.group("res")].append(r)
+    return out
+
+
+@rule("iam-before-use", "node groups, add-ons and Pod Identity associations come after their role's policies")
+def _iam_before_use(resources, ctx):
+    if not any("dependsOn" in r for r in resources):
+        return
+    graph = Graph(resources)
+    policies = role_policies(resources)
+    for r in resources:
+        if r["type"] not in USES_ROLE:
+            continue
+        for role in sorted(_roles_used(r)):
+            for p in policies.get(role, []):
+                if not graph.reaches(ref(r), {ref(p)}):
+                    yield Violation("iam-before-use", f"{r['type'].split(':')[-1]} {r['name']}",
+                                    f"uses role {role} but is not ordered after its policy {p['name']}: created "
+                                    "without its permissions, and on destroy the policy can go first (EKS then "
+                                    "cannot delete the instances and network interfaces)",
+                                    "take the role through iam.AttachedRole (its arn waits for the attachments) "
+                                    "or add depends_on=[the attachments]", r["name"])
+
+
 # --- reachability ---------------------------------------------------------------------------------
 
 
@@ -572,3 +712,61 @@ def owned_cluster_wide(resources: list[Resource]) -> list[str]:
 def cluster_wide(resources: list[Resource]) -> list[str]:
     owned = owned_cluster_wide(resources)
     return ["cluster-wide objects this stack owns: " + (", ".join(owned) if owned else "none")]
+
+
+# --- destroy ----------------------------------------------------------------------------------------
+
+
+def destroy_plan(resources: list[Resource]) -> tuple[list[list[str]], list[str]]:
+    """(waves, kept) of `pulumi destroy --exclude-protected`: the engine deletes in reverse creation
+    order (a resource before what it depends on); protected resources are skipped, and so is
+    everything they depend on (pulumi/pulumi step.go DeleteStep, #8158; FACTS "AWS: first up and
+    day two"), which keeps e.g. the FSx subnet and security group: a retained file system holds its
+    network interfaces there, and deleting them would fail with DependencyViolation."""
+    graph = Graph(resources)
+    protected = {ref(r) for r in resources if (r.get("options") or {}).get("protect")}
+    kept = set(protected)
+    todo = list(protected)
+    while todo:
+        node = todo.pop()
+        for nxt in graph.edges.get(node, ()):
+            if nxt in graph.rows and nxt not in kept:
+                kept.add(nxt)
+                todo.append(nxt)
+    # Our components delete nothing themselves; pulumi-eks's remote components own AWS resources.
+    real = {ref(r) for r in resources if r.get("custom", True) or r["type"].startswith("eks:")}
+    waves = [[n for n in wave if n not in kept and n in real] for wave in reversed(graph.order())]
+    return [w for w in waves if w], sorted(kept & real)
+
+
+def _ebs_claims_left(resources: list[Resource]) -> list[str]:
+    """Helm releases whose values name a storage class of the EBS CSI driver: the claims their
+    StatefulSets create (volumeClaimTemplates) are not Pulumi resources and survive the release's
+    uninstall; once the driver is gone their EBS volumes are never deleted."""
+    classes = [(o.get("metadata") or {}).get("name") for _, o in k8s_objects(resources)
+               if o.get("kind") == "StorageClass" and o.get("provisioner") == "ebs.csi.aws.com"]
+    out = []
+    for r in resources:
+        if r["type"] == "kubernetes:helm.sh/v3:Release":
+            text = json.dumps(r["inputs"].get("values") or {})
+            if any(c and f'"{c}"' in text for c in classes):
+                out.append(f"{r['inputs'].get('namespace')}/{r['inputs'].get('name')}")
+    return sorted(out)
+
+
+def destroy_summary(resources: list[Resource]) -> list[str]:
+    waves, kept = destroy_plan(resources)
+    if not waves:
+        return []
+    lines = [f"destroy order (`pulumi destroy --exclude-protected`, reverse of creation, {len(waves)} waves):"]
+    for n, wave in enumerate(waves, 1):
+        counts = collections.Counter(w.split("::", 1)[0].split(":")[-1] for w in wave)
+        lines.append(f"  {n}. " + ", ".join(f"{t} x{c}" if c > 1 else t for t, c in sorted(counts.items())))
+    if kept:
+        lines.append("  kept (protected, and what they depend on): " + ", ".join(k.split("::", 1)[1] for k in kept))
+    claims = _ebs_claims_left(resources)
+    if claims:
+        lines.append("  before destroy: delete the claims of " + ", ".join(claims) + " (StatefulSet volumeClaimTemplates "
+                     "outlive the release; after the EBS CSI driver is gone their volumes are orphaned): "
+                     "docs/aws-operations.md \"Destroy\"")
+    return lines

@@ -156,6 +156,34 @@ NODE_GROUP_REPLACE = ("amiType", "capacityType", "diskSize", "instanceTypes", "l
                       "remoteAccess", "subnetIds")
 
 
+def how_a_roll_proceeds(r: Resource) -> str:
+    """How EKS replaces the nodes of a managed node group, from its recorded update settings
+    (EKS user guide, managed-node-update-behavior; pulumi-aws NodeGroupUpdateConfigArgs)."""
+    i = r["inputs"]
+    cfg = i.get("updateConfig") or {}
+    step = cfg.get("maxUnavailable") or (f"{cfg['maxUnavailablePercentage']}%" if cfg.get("maxUnavailablePercentage")
+                                         else 1)
+    count = _get(i, "scalingConfig.desiredSize")
+    nodes = f"{count} node(s)" if isinstance(count, int) else "every node"
+    if cfg.get("updateStrategy") == "MINIMAL":
+        how = (f"MINIMAL strategy: EKS cordons, drains and terminates {step} old node(s) first, then launches the "
+               f"replacement, until {nodes} are new; no surge, so no spare GPU instance is needed")
+    else:
+        how = (f"DEFAULT strategy: EKS first launches new nodes (surge), then drains {step} old node(s) at a time; "
+               "the surge needs spare instances a reservation, Capacity Block or tight quota does not have")
+    if i.get("capacityType") == "CAPACITY_BLOCK":
+        how += ("; Capacity Block: the EKS guide asks for desired size 0 while the group is upgraded "
+                "(capacity-blocks-mng)")
+    return how + "; the runs on each node are killed, or the roll stops on their PodDisruptionBudgets"
+
+
+def _version_pinned(before: Resource, after: Resource, changes: list[str]) -> bool:
+    """`version` newly recorded where the base had none: the nodes already run the cluster's version
+    (EKS set it at creation), so a real update sees no change."""
+    return "version" in changes and before["inputs"].get("version") is None \
+        and after["inputs"].get("version") not in (None, CHANGED)
+
+
 @rule("aws:eks/nodeGroup:NodeGroup")
 def _node_group(before, after, changes, cfg):
     forced = [p for p in changes if _under(p, NODE_GROUP_REPLACE)]
@@ -163,16 +191,27 @@ def _node_group(before, after, changes, cfg):
         return (NODE_ROLL, f"{_paths(forced)}: the node group is replaced, every GPU node and the runs on it "
                 f"killed{' (deleted before the new group exists)' if after['options'].get('deleteBeforeReplace') else ''}",
                 "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
+    if "version" in changes and not _version_pinned(before, after, changes):
+        return (NODE_ROLL, f"Kubernetes {before['inputs'].get('version')} -> {_version_text(after)}: after the "
+                f"control plane, {how_a_roll_proceeds(after)}",
+                "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
     if any(_under(p, ("launchTemplate.version",)) for p in changes):
-        return (NODE_ROLL, "new launch template version: EKS replaces every node (maxUnavailable at a time); "
-                "running runs are killed, or the roll stops on their PodDisruptionBudgets (PodEvictionFailure)",
+        return (NODE_ROLL, f"new launch template version: {how_a_roll_proceeds(after)}",
                 "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
     a = _get(before["inputs"], "scalingConfig.desiredSize")
     b = _get(after["inputs"], "scalingConfig.desiredSize")
     if isinstance(a, int) and isinstance(b, int) and b < a:
         return (NODE_ROLL, f"scaling {a} -> {b}: {a - b} node(s) removed with whatever runs on them",
                 "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
+    if _version_pinned(before, after, changes):
+        return IN_PLACE, (f"{_paths(changes)}; version now follows the cluster ({after['inputs']['version']}, "
+                          "what the nodes run since creation: no roll)"), "", True
     return IN_PLACE, _paths(changes), "", True
+
+
+def _version_text(r: Resource) -> str:
+    v = r["inputs"].get("version")
+    return "the cluster's new version" if v in (None, CHANGED) else str(v)
 
 
 @rule("aws:ec2/launchTemplate:LaunchTemplate")
@@ -181,6 +220,30 @@ def _launch_template(before, after, changes, cfg):
     if any(_under(p, ("name", "namePrefix")) for p in changes):
         return REPLACE, "name changed: a new launch template", "", True
     return IN_PLACE, f"new version ({_paths(changes)}); the node group following it rolls", "", True
+
+
+def _minor(v: Any) -> Optional[tuple[int, int]]:
+    m = re.fullmatch(r"(\d+)\.(\d+)", str(v or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def version_change(before: Any, after: Any) -> tuple[bool, str]:
+    """(allowed, why) for a control-plane version change: EKS upgrades one minor at a time and
+    never downgrades (EKS user guide, update-cluster: "you can only update one minor version at a
+    time"; a cluster cannot be downgraded)."""
+    a, b = _minor(before), _minor(after)
+    if a is None or b is None:
+        return True, f"Kubernetes {before} -> {after}"
+    if b < a:
+        return False, (f"Kubernetes {before} -> {after} goes down a version, which EKS cannot do: keep {before} "
+                       "(or create a new cluster in a new stack)")
+    if b[0] != a[0] or b[1] - a[1] > 1:
+        nxt = f"{a[0]}.{a[1] + 1}"
+        return False, (f"Kubernetes {before} -> {after} skips a minor, which EKS refuses (one minor per upgrade): "
+                       f"set {nxt} first, `up`, then {after}")
+    return True, (f"control plane Kubernetes {before} -> {after}, updated in place by EKS first (the API server "
+                  "stays available); pulumi-eks's vpc-cni and kube-proxy add-ons take the new minor's pinned "
+                  "versions with it; then the node groups roll, then the other add-ons")
 
 
 @rule("eks:index:Cluster")
@@ -196,6 +259,9 @@ def _cluster(before, after, changes, cfg):
     if forced:
         return (DATA_LOSS, f"{_paths(forced)}: a new cluster, every in-cluster object recreated",
                 "rltrain:cluster.allowReplacement", cfg.cluster.allow_replacement)
+    if "version" in changes:
+        allowed, why = version_change(before["inputs"].get("version"), after["inputs"].get("version"))
+        return (IN_PLACE if allowed else REFUSED), why, "", allowed
     return IN_PLACE, _paths(changes), "", True
 
 
@@ -206,9 +272,40 @@ def _moves_vpc(before: Resource, after: Resource) -> bool:
 
 @rule("eks:index:ManagedNodeGroup")
 def _system_nodes(before, after, changes, cfg):
-    if changes and not all(_under(p, ("scalingConfig", "labels", "taints")) for p in changes):
-        return NODE_ROLL, f"{_paths(changes)}: the system nodes are replaced (operators restart; runs stay)", "", True
+    pinned = _version_pinned(before, after, changes)
+    rolling = [p for p in changes if not _under(p, ("scalingConfig", "labels", "taints"))
+               and not (p == "version" and pinned)]
+    if rolling:
+        what = (f"Kubernetes {before['inputs'].get('version')} -> {_version_text(after)}, after the control plane"
+                if "version" in rolling else _paths(rolling))
+        return NODE_ROLL, f"{what}: the system nodes are replaced (operators restart; runs stay)", "", True
+    if pinned:
+        return IN_PLACE, (f"{_paths(changes)}; version now follows the cluster ({after['inputs']['version']}, "
+                          "what the nodes run since creation: no roll)"), "", True
     return IN_PLACE, _paths(changes), "", True
+
+
+@rule("aws:eks/addon:Addon")
+def _addon(before, after, changes, cfg):
+    if any(_under(p, ("addonName", "clusterName")) for p in changes):
+        return REPLACE, f"{_paths(changes)}: a new add-on", "", True
+    if "addonVersion" in changes:
+        return IN_PLACE, (f"add-on {after['inputs'].get('addonName')} {before['inputs'].get('addonVersion')} -> "
+                          f"{after['inputs'].get('addonVersion')} (its pods restart)"), "", True
+    return IN_PLACE, _paths(changes), "", True
+
+
+@rule("pulumi:providers:aws")
+def _aws_provider(before, after, changes, cfg):
+    if "region" in changes:
+        return (REPLACE, f"region {before['inputs'].get('region')} -> {after['inputs'].get('region')}: a new "
+                "provider; every regional resource created through it is created anew in the new region and "
+                "the old ones deleted", "", True)
+    return IN_PLACE, _paths(changes), "", True
+
+
+# Global AWS services: a region move keeps them (IAM roles, policies and their attachments).
+GLOBAL_TYPES = ("aws:iam/",)
 
 
 # Plain AWS resources whose listed inputs are ForceNew in pulumi-aws (their Terraform schema): a
@@ -328,6 +425,18 @@ def _kubernetes(before, after, changes, cfg):
         return REPLACE, f"{_paths(changes)}: a new PodDisruptionBudget (its .spec forces replacement)", "", True
     if kind == "ConfigMap" and any(_under(p, ("data", "binaryData")) for p in changes):
         return REPLACE, "data changed: a new ConfigMap (created before the old one is deleted)", "", True
+    if kind == "PersistentVolumeClaim" and any(_under(p, ("spec.resources",)) for p in changes):
+        # The API server resizes only dynamically provisioned claims ("only dynamically provisioned
+        # pvc can be resized"); a claim bound by volumeName to a static PV is refused, and
+        # pulumi-kubernetes patches spec.resources in place, so `up` fails (FACTS "AWS: first up").
+        ignored = any(_under("spec.resources", (p,)) or _under(p, ("spec.resources",))
+                      for p in after["options"].get("ignoreChanges") or ())
+        if _get(after["inputs"], "spec.volumeName"):
+            if ignored:
+                return IN_PLACE, ("spec.resources ignored (ignore_changes): the statically bound claim keeps its "
+                                  "size, which the API server would refuse to change"), "", True
+            return (REFUSED, f"{_paths(changes)}: the claim is statically bound (volumeName) and the API server "
+                    "refuses to resize it; keep its size (ignore_changes on spec.resources)", "", False)
     if kind == "PersistentVolume" and any(_under(p, ("spec",)) for p in changes):
         return REPLACE, f"{_paths(changes)}: the volume is re-created (reclaim Retain keeps the data)", "", True
     return IN_PLACE, _paths(changes), "", True
@@ -393,6 +502,7 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
                 replaced.add(key[1])
         if len(replaced) == before_count:
             break
+    _new_cluster(old, new, verdict, cfg)
     for key in sorted(set(new) - set(old)):
         if new[key].get("custom", True) and not key[0].startswith("rltrain:"):
             verdict[key] = Impact(key[0], key[1], CREATE, "new")
@@ -412,6 +522,83 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
         else:
             verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack")
     return sorted(verdict.values(), key=lambda i: (SEVERITY.index(i.kind), i.type, i.name))
+
+
+def _region(rows: dict[tuple[str, str], Resource]) -> Optional[str]:
+    p = rows.get(("pulumi:providers:aws", "default"))
+    return (p or {}).get("inputs", {}).get("region")
+
+
+def _new_cluster(old: dict, new: dict, verdict: dict, cfg: StackConfig) -> None:
+    """A region move recreates every regional resource (a new default provider; AWS resources are
+    regional except IAM), the cluster included; a new cluster recreates every object in it."""
+    was, now = _region(old), _region(new)
+    moved = was is not None and now is not None and was != now
+    if moved:
+        for key, r in new.items():
+            remote = key[0].startswith("eks:")  # pulumi-eks components own real AWS resources
+            if key not in old or not (r.get("custom", True) or remote) or key[0].startswith(
+                    ("rltrain:", "pulumi:providers:aws")):
+                continue
+            if not key[0].startswith(("aws:", "eks:")) or key[0].startswith(GLOBAL_TYPES):
+                continue
+            where = f"region {was} -> {now}: "
+            if key[0] == "eks:index:Cluster":
+                imp = Impact(key[0], key[1], DATA_LOSS, where + "a new cluster in the new region (every in-cluster "
+                             "object recreated; the old cluster deleted)", "rltrain:cluster.allowReplacement",
+                             cfg.cluster.allow_replacement)
+            elif key[0] == "aws:fsx/lustreFileSystem:LustreFileSystem":
+                imp = Impact(key[0], key[1], DATA_LOSS, where + "a new, empty file system (copy the data through S3 "
+                             "first)", "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
+            elif key[0] == "aws:eks/nodeGroup:NodeGroup":
+                imp = Impact(key[0], key[1], NODE_ROLL, where + "a new node group, every GPU node replaced",
+                             "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
+            else:
+                imp = Impact(key[0], key[1], REPLACE, where + f"a new {key[0].split(':')[-1]} in the new region")
+            cur = verdict.get(key)
+            if cur is None or SEVERITY.index(imp.kind) <= SEVERITY.index(cur.kind):
+                verdict[key] = imp
+    cluster = next((v for k, v in verdict.items() if k[0] == "eks:index:Cluster"), None)
+    if cluster is None or cluster.kind != DATA_LOSS:
+        return
+    for key, r in new.items():
+        if key not in old or not key[0].startswith(("kubernetes:", "pulumi:providers:kubernetes")):
+            continue
+        cur = verdict.get(key)
+        run = r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob")
+        imp = Impact(key[0], key[1], RUN_RESTART if run else REPLACE, "re-created in the new cluster",
+                     *(_run_opt_in(cfg) if run else ("", True)))
+        if cur is None or SEVERITY.index(imp.kind) <= SEVERITY.index(cur.kind):
+            verdict[key] = imp
+
+
+def sequence(impacts: list[Impact], after_rows: list[Resource]) -> list[str]:
+    """The order `pulumi up` applies the changes in: each change after the changes it depends on
+    (dependsOn, provider, parent, as the engine orders its steps), in waves."""
+    from components.offline.deploy_model import Graph  # offline reads offline; no cycle at import time
+
+    changed = {f"{i.type}::{i.name}": i for i in impacts if i.kind not in (CREATE, DELETE)
+               and not (i.kind == IN_PLACE and not i.why)}
+    if len(changed) < 2:
+        return []
+    graph = Graph(after_rows)
+    wave: dict[str, int] = {}
+
+    def level(node: str) -> int:
+        if node not in wave:
+            wave[node] = 0
+            deps = [d for d in changed if d != node and graph.reaches(node, {d})]
+            wave[node] = 1 + max((level(d) for d in deps), default=-1)
+        return wave[node]
+
+    for node in changed:
+        level(node)
+    lines = ["order of the update (each step after what it depends on):"]
+    for n, w in enumerate(sorted(set(wave.values())), 1):
+        for node in sorted(k for k, v in wave.items() if v == w):
+            i = changed[node]
+            lines.append(f"  {n}. {i.kind}: {i.type.split(':')[-1]} {i.name}: {i.why}")
+    return lines
 
 
 def table(impacts: list[Impact], markdown: bool = False) -> list[str]:

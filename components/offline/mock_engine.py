@@ -45,7 +45,9 @@ _OUTPUTS: dict[str, tuple[str, ...]] = {
     "aws:ec2/placementGroup:PlacementGroup": ("id", "arn"),
     "aws:fsx/lustreFileSystem:LustreFileSystem": ("id", "arn", "dnsName", "mountName"),
     "aws:kms/key:Key": ("id", "arn", "keyId"),
-    "aws:iam/role:Role": ("id", "arn"),
+    # `name`: a role attachment takes the role by name; without it the render loses which role
+    # an attachment belongs to (and the order it is created in).
+    "aws:iam/role:Role": ("id", "arn", "name"),
     # `clusterSecurityGroupId` is the control-plane group pulumi-eks creates, not the one EKS
     # creates (pulumi-eks nodejs/eks/cluster/cluster.ts; FACTS "Deploy semantics").
     "eks:index:Cluster": ("kubeconfig", "kubeconfigJson", "clusterSecurityGroupId"),
@@ -71,6 +73,8 @@ def _resource_output_state(typ: str, owner: str, inputs: dict[str, Any]) -> dict
         # The name is an input of the component (known at preview too); the rest only AWS knows.
         return {"name": inputs.get("name") or after_deploy(f"{owner}.eksCluster", "name"),
                 "arn": after_deploy(f"{owner}.eksCluster", "arn"),
+                # The version the program asked for (the cluster's after `up`).
+                "version": inputs.get("version") or after_deploy(f"{owner}.eksCluster", "version"),
                 "vpcConfig": {"clusterSecurityGroupId": eks_cluster_security_group(owner),
                               "vpcId": after_deploy(f"{owner}.eksCluster", "vpcConfig.vpcId")}}
     return {}
@@ -88,6 +92,8 @@ class Record:
     inputs: dict[str, Any]
     # Input paths whose change the engine turns into a replacement (`replace_on_changes`).
     replace_on_changes: list[str] = field(default_factory=list)
+    # Input paths the engine keeps at their deployed value (`ignore_changes`).
+    ignore_changes: list[str] = field(default_factory=list)
     # What the engine orders this resource after: the explicit `depends_on` and the property
     # dependencies it receives in RegisterResource, plus the provider the resource is created
     # through, each as `type::name` (names alone repeat across types).
@@ -111,6 +117,7 @@ class Record:
                 "retainOnDelete": self.retain_on_delete,
                 "deleteBeforeReplace": self.delete_before_replace,
                 **({"replaceOnChanges": self.replace_on_changes} if self.replace_on_changes else {}),
+                **({"ignoreChanges": self.ignore_changes} if self.ignore_changes else {}),
             },
             "inputs": readable(self.inputs),
         }
@@ -246,6 +253,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             delete_before_replace=bool(request.deleteBeforeReplace),
             inputs=normalise(inputs),
             replace_on_changes=sorted(request.replaceOnChanges),
+            ignore_changes=sorted(request.ignoreChanges),
             # Plus resource references among the inputs: a remote component (pulumi-eks) gets none
             # of them as dependencies (the SDK leaves them out), yet its registration waits for
             # the referenced resource's URN, i.e. for that resource to be created.
@@ -262,6 +270,15 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         rid = after_deploy(name, "id")
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, rid, state)
         return {rpc._special_sig_key: rpc._special_resource_sig, "urn": urn, "id": rid}
+
+
+def default_aws_provider(region: str) -> Record:
+    """The AWS provider the engine creates for the stack's `aws:region` (a resource in the state:
+    `pulumi:providers:aws::default_<version>`). Recorded so that a region move shows: the provider
+    is replaced, and with it every regional resource created through it (the mock monitor sees no
+    default provider registration, so it is added here)."""
+    return Record(type="pulumi:providers:aws", name="default", parent=None, custom=True, protect=False,
+                  retain_on_delete=False, delete_before_replace=False, inputs={"region": region})
 
 
 @dataclass
@@ -322,7 +339,10 @@ def run_program(
                 return _resolve_exports()
 
             loop.run_until_complete(pulumi.runtime.stack.run_pulumi_func(_program))
-            return RunResult(records=monitor.records, stack_outputs=outputs)
+            records = monitor.records
+            if config.get("aws:region") and any(r.type.startswith("aws:") for r in records):
+                records = [*records, default_aws_provider(config["aws:region"])]
+            return RunResult(records=records, stack_outputs=outputs)
         finally:
             loop.close()
             asyncio.set_event_loop(None)

@@ -171,8 +171,11 @@ def write(rendered: Rendered, out: Path) -> None:
 def summary_markdown(rendered: Rendered) -> str:
     """What a reviewer reads first in a pull request: impact against the base, cost, checks."""
     violations = rendered.violations()
+    impacts = impact.classify(rendered.base, rendered.resources, rendered.cfg)
+    order = impact.sequence(impacts, rendered.resources)
     lines = [f"### Stack `{rendered.stack}`", "", *_cost_markdown(rendered), "",
-             *impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg), markdown=True), "",
+             *impact.table(impacts, markdown=True), "",
+             *([f"**{order[0][:-1].capitalize()}**:", "", *[line.strip() for line in order[1:]], ""] if order else []),
              "Preflight: config valid; " + (
                  f"**{len(rendered.not_set)} secret(s) not set**: a real preview or `up` of `{rendered.stack}` "
                  "refuses until they are (the offline render shows each as not set)"
@@ -227,7 +230,9 @@ def summary(rendered: Rendered) -> str:
         lines += [f"    {key}: {cmd}" for key, cmd in rendered.not_set.items()]
     lines += ["  resources by type:"]
     lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]
-    lines += ["  " + line for line in impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg))]
+    impacts = impact.classify(rendered.base, rendered.resources, rendered.cfg)
+    lines += ["  " + line for line in impact.table(impacts)]
+    lines += ["  " + line for line in impact.sequence(impacts, rendered.resources)]
     if rendered.accepted:
         lines.append("  " + accepted_line(rendered.accepted))
     ckpt = checkpoints.estimate(cfg)
@@ -237,6 +242,7 @@ def summary(rendered: Rendered) -> str:
     lines += ["  " + line for line in deploy_model.cluster_wide(rendered.resources)]
     lines += ["  " + line for line in deploy_model.isolation_summary(rendered.resources)]
     lines += ["  " + line for line in deploy_model.flow_table(rendered.resources)]
+    lines += ["  " + line for line in deploy_model.destroy_summary(rendered.resources)]
     lines += ["  " + line for line in policy.fit_report(rendered.resources)]
     return "\n".join(lines)
 
