@@ -30,7 +30,7 @@ from typing import Any, Optional
 import yaml
 
 from components.stack import config as config_mod
-from components.offline import deploy_model, policy
+from components.offline import deploy_model, policy, runs_summary
 from components.offline import checkpoints, impact, unset_secrets
 from components.stack import secrets_scan, stackfile
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
@@ -207,6 +207,7 @@ def summary(rendered: Rendered) -> str:
     lines += ["  resources by type:"]
     lines += [f"    {n:3d}  {t}" for t, n in sorted(by_type.items())]
     lines += ["  " + line for line in impact.table(impact.classify(rendered.base, rendered.resources, rendered.cfg))]
+    lines += ["  " + line for line in runs_summary.lines(cfg)]
     ckpt = checkpoints.estimate(cfg)
     if ckpt:
         lines.append("  " + ckpt[2])

@@ -14,6 +14,7 @@ from components.stack.config import StackConfig
 # Env the program sets, which `workloads.env` may not override: defined with the config checks that
 # refuse them.
 from components.stack.refusals import PROTECTED_ENV
+from components.workloads import trainer
 from components.workloads.runs import short_hash
 
 # The resume contract: every run writes checkpoints under its own directory on FSx, keyed by what
@@ -84,6 +85,9 @@ def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.I
     if checkpoints:
         values["CKPT_DIR"] = checkpoint_dir(cfg, num_nodes)
         values["RESUME"] = "auto"
+        # The same directory in the trainer's own terms, PATH to the image's venv, assets,
+        # placement and the resume wrapper's settings (components/workloads/trainer.py).
+        values.update(trainer.trainer_env(cfg, num_nodes, checkpoint_dir(cfg, num_nodes)))
     clash = sorted(set(w.env) & PROTECTED_ENV)
     if clash:
         raise ValueError(f"rltrain:workloads.env may not set {', '.join(clash)}: the program sets them")
