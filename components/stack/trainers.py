@@ -219,13 +219,15 @@ def placement(tc: TrainerConfig, nodes: int, gpus: int) -> dict[str, list[tuple[
     The config's single-node layout repeated on every node: node k's ranks are k*gpus + the
     config's ranks (RLinf ranks are cluster-global, RLINF rlinf/scheduler/placement/placement.py
     ComponentPlacement docstring), so each node keeps the layout the config was tuned for and
-    env and rollout workers of one node stay on its NVLink. A config written for fewer GPUs than
-    the node has is stretched to the node's GPUs first.
+    env and rollout workers of one node stay on its NVLink. A config written for another GPU count
+    per node is first scaled to the node's GPUs (ranks a-b of P become a*G/P .. (b+1)*G/P - 1, at
+    least one GPU): on a 4-GPU node, 0-7/0-3/4-7 become 0-3/0-1/2-3.
     """
     out: dict[str, list[tuple[int, int]]] = {}
-    scale = max(1, gpus // tc.gpus_per_node) if tc.gpus_per_node else 1
+    per = tc.gpus_per_node or gpus
     for comp, (a, b) in tc.placement.items():
-        a, b = a * scale, (b + 1) * scale - 1
+        a, b = a * gpus // per, (b + 1) * gpus // per - 1
+        b = max(a, min(b, gpus - 1))
         out[comp] = [(k * gpus + a, k * gpus + b) for k in range(nodes)]
     return out
 

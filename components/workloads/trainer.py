@@ -57,8 +57,9 @@ def overrides(cfg: StackConfig, num_nodes: int) -> list[str]:
     if tc is None:
         return []
     out = list(tc.overrides)
-    if num_nodes > 1:
-        out += trainers.placement_overrides(tc, num_nodes, cfg.gpu_nodes.instance.gpu_count)
+    gpus = cfg.gpu_nodes.instance.gpu_count
+    if tc.placement and (num_nodes > 1 or gpus != tc.gpus_per_node):
+        out += trainers.placement_overrides(tc, num_nodes, gpus)
     return out
 
 
@@ -67,9 +68,7 @@ def placement(cfg: StackConfig, num_nodes: int) -> Optional[dict[str, list[tuple
     tc = cfg.workloads.trainer_config
     if tc is None or not tc.placement:
         return None
-    gpus = cfg.gpu_nodes.instance.gpu_count
-    return trainers.placement(tc, num_nodes, gpus) if num_nodes > 1 else \
-        {c: [r] for c, r in tc.placement.items()}
+    return trainers.placement(tc, num_nodes, cfg.gpu_nodes.instance.gpu_count)
 
 
 def trainer_env(cfg: StackConfig, num_nodes: int, checkpoint_dir: str) -> dict[str, str]:
