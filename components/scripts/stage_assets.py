@@ -63,13 +63,17 @@ def fetch_file(path: str, dest: str) -> None:
 
 
 def fetch_hub(repo: str, dest: str, repo_type: str, env: Mapping[str, str]) -> None:
-    from huggingface_hub import snapshot_download  # in the image's venv
+    # RLinf depends on huggingface_hub (RLinf/RLinf@050543189957 pyproject.toml), so every venv has it.
+    from huggingface_hub import snapshot_download
 
     snapshot_download(repo_id=repo, repo_type=repo_type, local_dir=dest, token=env.get("HF_TOKEN") or None)
 
 
 def fetch_s3(url: str, dest: str) -> None:
-    import boto3  # in the image's venv
+    try:
+        import boto3
+    except ImportError as exc:  # not a dependency of RLinf: the image may not have it
+        raise RuntimeError(f"s3:// sources need boto3 in {sys.executable}'s environment ({exc})") from None
 
     bucket, _, prefix = url[len("s3://"):].partition("/")
     s3 = boto3.client("s3")

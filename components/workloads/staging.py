@@ -11,7 +11,8 @@ Ordering: the training runs depend on this Job and `pulumi up` waits for it to c
 (pulumi-kubernetes' Job await: ready at `Complete`, an error at `Failed`; `pulumi.com/timeoutSeconds`
 = the Job's own deadline), so no run is created before its model is on the volume.
 
-The pod: the training image (its venv has huggingface_hub; staging on a GPU node also pulls the
+The pod: the training image (its venv has huggingface_hub, an RLinf dependency: RLinf/RLinf@050543189957
+pyproject.toml; staging on a GPU node also pulls the
 large image there before training needs it), 2 CPUs and 8 GiB, no GPU and no EFA, the training
 Secret's env (a model hub token, training.secretEnv), egress 443 and FSx only. It is not queued
 by Kueue (no GPU: nothing to admit).

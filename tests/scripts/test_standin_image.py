@@ -217,3 +217,18 @@ def test_newest_complete_orders_steps_numerically(tmp_path, marks, expected):
         (tmp_path / f"global_step_{n}").mkdir(exist_ok=True)
     found, _ = resume_wrapper.newest_complete(str(tmp_path), "global_step_", list(marks))
     assert found == str(tmp_path / expected)
+
+
+def test_launcher_dashboard_and_node_rank_settings():
+    base = {"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "0", "RAY_HEAD_HOST": "run-0.svc"}
+    cfg = ray_launcher.load_config(base)
+    assert cfg.dashboard == "off" and cfg.node_rank_env is None
+    assert "--include-dashboard=false" in ray_launcher.head_start_command(cfg)
+    cfg = ray_launcher.load_config({**base, "RAY_DASHBOARD": "loopback", "NODE_RANK_ENV": "RLINF_NODE_RANK"})
+    cmd = ray_launcher.head_start_command(cfg)
+    assert cmd[-3:-1] == ["--include-dashboard=true", "--dashboard-host=127.0.0.1"]
+    assert cfg.node_rank_env == "RLINF_NODE_RANK"
+    with pytest.raises(ray_launcher.ConfigError, match="RAY_DASHBOARD='public'"):
+        ray_launcher.load_config({**base, "RAY_DASHBOARD": "public"})
+    with pytest.raises(ray_launcher.ConfigError, match="NODE_RANK_ENV='1X'"):
+        ray_launcher.load_config({**base, "NODE_RANK_ENV": "1X"})
