@@ -212,3 +212,22 @@ def test_summary_flags_a_run_without_resume_mapping():
     assert "run rltrain-training (1 x 8 GPUs, own command)" in lines
     assert f"  resume: none declared: {runs_summary.RESTARTS}" in lines
     assert f"  cost bound: up to 3 attempt(s) (retries 2) x 24 h x 1 node(s); each retry {runs_summary.RESTARTS}" in lines
+
+
+def test_a_trainer_without_profile_gets_only_its_command_and_declared_resume():
+    cfg, _, docs = _render("p5", lambda w: w.update(trainer="none", command=["python", "/app/train.py"]))
+    e = env(container(find(docs, "Job", "rltrain-training")))
+    assert container(find(docs, "Job", "rltrain-training"))["command"] == ["python", "/app/train.py"]
+    assert not {"PATH", "VIRTUAL_ENV", "HYDRA_OVERRIDES", "MANISKILL_ASSET_DIR", "MODEL_PATH", "VENV_NAME"} & set(e)
+    assert not [d for d in docs if d["metadata"]["name"] == "rltrain-staging"]
+    # Its resume contract, declared: the wrapper gets it in the trainer's own names.
+    resume = {"checkpointEnv": "OUTPUT_DIR", "stepsUnder": "ckpt", "stepPrefix": "step-",
+              "completeMarks": ["COMPLETE"], "resumeEnv": "TRAIN_ARGS", "resumeFormat": "--resume-from={step_dir}"}
+    cfg, _, docs = _render("p5", lambda w: w.update(trainer="none", command=["python", "/app/train.py"],
+                                                    resume=resume))
+    c = container(find(docs, "Job", "rltrain-training"))
+    e = env(c)
+    assert c["command"] == ["python3", "/scripts/resume_wrapper.py", "--", "python", "/app/train.py"]
+    assert e["OUTPUT_DIR"] == env_mod.checkpoint_dir(cfg, 1) and e["RESUME_STEPS_DIR"] == e["OUTPUT_DIR"] + "/ckpt"
+    assert e["RESUME_ENV"] == "TRAIN_ARGS" and e["RESUME_FORMAT"] == "--resume-from={step_dir}"
+    assert runs_summary.RESTARTS not in "\n".join(runs_summary.lines(cfg))

@@ -25,7 +25,7 @@ CHECKPOINT_ROOT = "/fsx/runs"
 
 def run_identity(cfg: StackConfig, num_nodes: int) -> str:
     w = cfg.workloads
-    return short_hash(w.model_path, w.config_name, str(num_nodes), length=12)
+    return short_hash(w.model_path or "", w.config_name, str(num_nodes), length=12)
 
 
 def checkpoint_dir(cfg: StackConfig, num_nodes: int) -> str:
@@ -73,13 +73,16 @@ def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.I
         "NUM_GPUS": str(it.gpu_count),
         "NUM_NODES": str(num_nodes),
         "CONFIG_NAME": w.config_name,
-        "VENV_NAME": w.venv_name,
-        "MODEL_PATH": w.model_path,
         "EXPERIMENT_NAME": w.experiment_name,
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
         "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
         **catalog.nccl_env(it, efa),
     }
+    # Without a trainer profile (workloads.trainer: none) these are only passed when configured.
+    if w.venv_name:
+        values["VENV_NAME"] = w.venv_name
+    if w.model_path:
+        values["MODEL_PATH"] = w.model_path
     if w.mlflow_tracking_uri:
         values["MLFLOW_TRACKING_URI"] = w.mlflow_tracking_uri
     if checkpoints:

@@ -85,7 +85,7 @@ def head_host(run: str, namespace: pulumi.Input[str]) -> pulumi.Output[str]:
 def done_marker(cfg: StackConfig, run: str) -> str:
     """Per-run marker: a changed image, command or config starts a new run, an unchanged one does not."""
     w = cfg.workloads
-    key = runs.short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path,
+    key = runs.short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path or "",
                          str(cfg.multi_node_count))
     return f"{volumes.FSX_PATH}/runs/{w.experiment_name}/{run}-{key}.done"
 
