@@ -189,17 +189,19 @@ def test_dev_fits_with_huge_pages_and_shows_its_numbers():
     text = render.summary(rendered("dev"))
     # g6.12xlarge: 178 933 MiB conservative - 10 256 MiB huge pages = 168 677 MiB = 164.7 GiB.
     assert "fit on g6.12xlarge: allocatable 47.81 CPU, 164.7 GiB" in text
-    assert "Job/rltrain-training: 46 CPU, 161.0 GiB, 5120 MiB huge pages, 4 GPU, 1 EFA -> headroom" in text
+    assert "Job/rltrain-multinode: 46 CPU, 161.0 GiB, 5120 MiB huge pages, 4 GPU, 1 EFA -> headroom" in text
+    # The single-node run does not use EFA (trainer profile): no device, no huge pages, same memory.
+    assert "Job/rltrain-training: 46 CPU, 161.0 GiB, 0 MiB huge pages, 4 GPU, 0 EFA -> headroom" in text
     assert policy.evaluate(rendered("dev").resources, rules=["pod-fits-node"]) == []
 
 
 def test_efa_pod_without_huge_pages_is_refused():
     rows = p5_record()
-    job = by_name(rows, "workloads-single-node-job")
+    job = by_name(rows, "workloads-multi-node-job")
     res = job["inputs"]["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert res["limits"]["hugepages-2Mi"] == res["requests"]["hugepages-2Mi"] == "5120Mi"
     del res["limits"]["hugepages-2Mi"], res["requests"]["hugepages-2Mi"]
-    assert [v.resource for v in violations(rows, "efa-hugepages")] == ["Job/rltrain-training/trainer"]
+    assert [v.resource for v in violations(rows, "efa-hugepages")] == ["Job/rltrain-multinode/trainer"]
     job["inputs"]["spec"]["template"]["spec"]["containers"][0]["env"].append(
         {"name": "FI_EFA_USE_HUGE_PAGE", "value": "0"})
     assert violations(rows, "efa-hugepages") == []

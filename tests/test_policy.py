@@ -71,9 +71,43 @@ def test_dropping_dev_shm_refused():
 
 def test_efa_env_without_efa_request_refused():
     rs = resources("p5")
-    res = trainer(rs)["containers"][0]["resources"]
+    res = find(rs, "Job", "rltrain-multinode")["spec"]["template"]["spec"]["containers"][0]["resources"]
     del res["limits"]["vpc.amazonaws.com/efa"], res["requests"]["vpc.amazonaws.com/efa"]
     assert "efa-env-needs-efa" in rules_of(rs)
+
+
+def test_single_node_job_requests_no_efa_and_sets_no_efa_env():
+    # RLinf on one node talks over NVLink (trainers.py single_node_efa False): no EFA devices, no
+    # huge pages, no FI_* settings - and the policy is content.
+    rs = resources("p5")
+    c = trainer(rs)["containers"][0]
+    assert not {"vpc.amazonaws.com/efa", "hugepages-2Mi"} & set(c["resources"]["limits"])
+    assert not [e for e in c["env"] if e["name"].startswith("FI_")]
+    assert not [v for v in policy.evaluate(rs) if v.resource.startswith("Job/rltrain-training")]
+
+
+def _multinode_env(rs):
+    return find(rs, "Job", "rltrain-multinode")["spec"]["template"]["spec"]["containers"][0]["env"]
+
+
+def test_placement_rule_passes_the_derived_placement_and_fires_on_the_config_default():
+    rs = resources("p5")
+    assert "placement-uses-every-node" not in rules_of(rs)
+    # The old render: no placement overrides, so the config's own actor 0-7, env 0-3, rollout 4-7
+    # on 2 x 8 GPUs - node 1 idles (SEED-DEFECTS D19).
+    env = _multinode_env(rs)
+    env[:] = [e for e in env if e["name"] != "HYDRA_OVERRIDES"]
+    [v] = [v for v in policy.evaluate(rs) if v.rule == "placement-uses-every-node"]
+    assert v.resource == "Job/rltrain-multinode"
+    assert "actor 0-7, env 0-3, rollout 4-7 on 2 x 8 GPUs leaves node(s) 1 idle" in v.message
+
+
+def test_placement_rule_fires_on_a_hand_written_placement_for_one_node():
+    rs = resources("p5")
+    for e in _multinode_env(rs):
+        if e["name"] == "HYDRA_OVERRIDES":
+            e["value"] = "cluster.component_placement.actor=0-7 cluster.component_placement.env=0-3"
+    assert "placement-uses-every-node" in rules_of(rs)
 
 
 def test_gpu_request_must_equal_instance():
@@ -155,8 +189,11 @@ def test_fit_report_in_render_summary():
     assert "EFA huge pages 10256 MiB taken out" in text
     # The DaemonSet reserve is the pinned charts' requests (components/stack/daemonsets.py).
     assert "DaemonSets 265m CPU, 252 MiB" in text
-    assert ("Job/rltrain-training: 187 CPU, 1845.0 GiB, 5120 MiB huge pages, 8 GPU, 32 EFA -> headroom 4.19 CPU, "
+    assert ("Job/rltrain-multinode: 187 CPU, 1845.0 GiB, 5120 MiB huge pages, 8 GPU, 32 EFA -> headroom 4.19 CPU, "
             "37.7 GiB, 5136 MiB huge pages") in text
+    # The single-node run uses no EFA: the node's huge pages stay free, its memory is the same.
+    assert ("Job/rltrain-training: 187 CPU, 1845.0 GiB, 0 MiB huge pages, 8 GPU, 0 EFA -> headroom 4.19 CPU, "
+            "37.7 GiB, 10256 MiB huge pages") in text
 
 
 def test_every_rule_has_a_description():

@@ -195,7 +195,9 @@ def test_first_preview_names_the_unknown_values(analyzer, capsys):
 @pytest.mark.parametrize("first_preview", [False, True], ids=["update", "first-preview"])
 @pytest.mark.parametrize("mutate,rule", [
     (lambda c, s: c.update(image="repo/rl:latest"), "image-pinned"),
-    (lambda c, s: c["resources"]["limits"].update({"vpc.amazonaws.com/efa": 4}), "efa-count"),
+    # The single-node Job requests no EFA (trainer profile): 4 devices with their huge pages.
+    (lambda c, s: [c["resources"][k].update({"vpc.amazonaws.com/efa": 4, "hugepages-2Mi": "5120Mi"})
+                   for k in ("limits", "requests")], "efa-count"),
     (lambda c, s: s.update(volumes=[v for v in s["volumes"] if v["name"] != "dshm"]), "shm-memory"),
 ])
 def test_violation_is_mandatory_with_the_resource_urn(analyzer, mutate, rule, first_preview):
@@ -213,7 +215,8 @@ def test_violation_is_mandatory_with_the_resource_urn(analyzer, mutate, rule, fi
 def test_efa_message_reads_as_the_render(analyzer):
     """Numbers arrive as floats on the wire; the rules see the render's integers."""
     rows = copy.deepcopy(committed("p5"))
-    trainer(rows)["containers"][0]["resources"]["limits"]["vpc.amazonaws.com/efa"] = 4
+    for k in ("limits", "requests"):
+        trainer(rows)["containers"][0]["resources"][k].update({"vpc.amazonaws.com/efa": 4, "hugepages-2Mi": "5120Mi"})
     (d,) = analyze(analyzer, "p5", rows).diagnostics
     assert "vpc.amazonaws.com/efa limit 4," in d.message and "4.0" not in d.message
 

@@ -38,9 +38,12 @@ def test_every_root_volume_is_encrypted(stack):
 
 def test_efa_and_libfabric_env_on_every_efa_container():
     cfg, _, docs = _render("p5")
-    for kind, name in (("Job", "rltrain-training"), ("Job", "rltrain-multinode")):
-        e = env(container(find(docs, kind, name)))
-        assert (e["FI_PROVIDER"], e["FI_EFA_FORK_SAFE"], e["FI_EFA_USE_DEVICE_RDMA"]) == ("efa", "1", "1"), name
+    e = env(container(find(docs, "Job", "rltrain-multinode")))
+    assert (e["FI_PROVIDER"], e["FI_EFA_FORK_SAFE"], e["FI_EFA_USE_DEVICE_RDMA"]) == ("efa", "1", "1")
+    # The single-node run uses no EFA (trainer profile): no devices, and no EFA settings either.
+    single = container(find(docs, "Job", "rltrain-training"))
+    assert "vpc.amazonaws.com/efa" not in single["resources"]["limits"]
+    assert not [n for n in env(single) if n.startswith("FI_")]
     mpi = find(docs, "MPIJob", "rltrain-nccl-test")
     w = mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert env(w)["FI_PROVIDER"] == "efa" and w["resources"]["limits"]["vpc.amazonaws.com/efa"] == "32"
@@ -48,9 +51,11 @@ def test_efa_and_libfabric_env_on_every_efa_container():
 
 def test_huge_pages_on_every_efa_pod():
     _, _, docs = _render("p5")
-    for name in ("rltrain-training", "rltrain-multinode", "rltrain-validation"):
+    for name in ("rltrain-multinode", "rltrain-validation"):
         r = container(find(docs, "Job", name))["resources"]
         assert r["requests"]["hugepages-2Mi"] == r["limits"]["hugepages-2Mi"] == "5120Mi", name
+    r = container(find(docs, "Job", "rltrain-training"))["resources"]  # no EFA: no huge pages
+    assert "hugepages-2Mi" not in r["requests"] and "hugepages-2Mi" not in r["limits"]
 
 
 def test_gpu_workers_tolerate_the_gpu_taint_and_select_gpu_nodes():

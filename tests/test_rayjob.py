@@ -75,7 +75,7 @@ def test_p5_rayjob_head_and_one_worker_each_a_whole_p5_node():
 def test_p5_rayjob_run_settings():
     r = variant("p5", P5_RAYJOB)
     cfg, spec = r.cfg, the_rayjob(r)["spec"]
-    assert spec["entrypoint"] == shlex.join(cfg.workloads.command)
+    assert spec["entrypoint"] == shlex.join(["python3", "/scripts/resume_wrapper.py", "--", *cfg.workloads.command])
     assert spec["submissionMode"] == "HTTPMode"
     assert spec["activeDeadlineSeconds"] == runs.deadline_seconds(cfg)
     assert spec["backoffLimit"] == cfg.workloads.retries

@@ -28,8 +28,8 @@ def test_training_runs_get_their_checkpoint_directory():
     assert "CKPT_DIR" not in validation and "RESUME" not in validation
 
 
-def test_a_new_model_path_starts_a_fresh_directory_and_the_impact_says_so():
-    cfg, result, _ = _render("p5", lambda w: w.update(modelPath="/fsx/models/other-7b"))
+def test_a_new_model_and_config_start_a_fresh_directory_and_the_impact_says_so():
+    cfg, result, _ = _render("p5", lambda w: w.update(configName="maniskill_ppo_openvla"))
     before = copy.deepcopy(rendered("p5").resources)
     after = [r.as_json() for r in render.render_stack("p5").result.records]
     # Same stack, another model: swap the Job of the changed render into the committed record.

@@ -74,8 +74,11 @@ def env(c):
 
 def assert_whole_node(c, gpus, efa):
     r = c["resources"]
-    for key, n in (("nvidia.com/gpu", gpus), ("vpc.amazonaws.com/efa", efa)):
-        assert str(r["requests"][key]) == str(r["limits"][key]) == str(n)
+    assert str(r["requests"]["nvidia.com/gpu"]) == str(r["limits"]["nvidia.com/gpu"]) == str(gpus)
+    if efa:
+        assert str(r["requests"]["vpc.amazonaws.com/efa"]) == str(r["limits"]["vpc.amazonaws.com/efa"]) == str(efa)
+    else:  # a run that does not use EFA requests neither EFA devices nor huge pages
+        assert not {"vpc.amazonaws.com/efa", "hugepages-2Mi"} & (set(r["requests"]) | set(r["limits"]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,13 +91,14 @@ def test_p5_training_job(p5):
     spec = job["spec"]
     pod = spec["template"]["spec"]
     c = container(job)
-    assert_whole_node(c, 8, 32)
+    # RLinf on one node uses NVLink, not EFA (trainers.py single_node_efa): no EFA, no huge pages.
+    assert_whole_node(c, 8, 0)
     assert c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"]
-    assert c["command"] == list(cfg.workloads.command)
+    # The user's command behind the resume wrapper (the trainer's resume terms).
+    assert c["command"] == ["python3", "/scripts/resume_wrapper.py", "--", *cfg.workloads.command]
     assert c["imagePullPolicy"] == "IfNotPresent"
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    # The single-node trainer runs the user's command: it mounts no script.
-    assert mounts == {"fsx": "/fsx", "dshm": "/dev/shm"}
+    assert mounts == {"fsx": "/fsx", "dshm": "/dev/shm", "scripts": "/scripts"}
     vols = {v["name"]: v for v in pod["volumes"]}
     assert vols["fsx"]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Gi"}
@@ -123,8 +127,9 @@ def test_job_fixed_name_is_deleted_before_replaced(p5):
 
 def test_p4de_gets_4_efa(p4de):
     _, _, docs = p4de
-    for name in ("rltrain-training", "rltrain-multinode", "rltrain-validation"):
+    for name in ("rltrain-multinode", "rltrain-validation"):
         assert_whole_node(container(find(docs, "Job", name)), 8, 4)
+    assert_whole_node(container(find(docs, "Job", "rltrain-training")), 8, 0)  # single node: no EFA
     mpi = find(docs, "MPIJob", "rltrain-nccl-test")
     w = mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert str(w["resources"]["limits"]["vpc.amazonaws.com/efa"]) == "4"
@@ -165,7 +170,8 @@ def test_multinode_indexed_job(p5):
     assert "pulumi.com/skipAwait" not in job["metadata"]["annotations"]
     assert pod["subdomain"] == "rltrain-multinode-svc"
     c = container(job)
-    assert c["command"] == ["python3", "/scripts/ray_launcher.py", "--", *cfg.workloads.command]
+    assert c["command"] == ["python3", "/scripts/ray_launcher.py", "--", "python3", "/scripts/resume_wrapper.py",
+                            "--", *cfg.workloads.command]
     assert "livenessProbe" not in c
     assert_whole_node(c, 8, 32)
     e = env(c)
@@ -194,13 +200,17 @@ def test_each_script_in_its_own_immutable_configmap(p5):
     assert cm["data"] == {"ray_launcher.py": launcher.text} and cm["immutable"] is True
     assert launcher.configmap.startswith("rltrain-script-ray-launcher-")
     cms = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
-    assert cms == {scripts[f].configmap for f in ("ray_launcher.py", "validate_node.py", "nccl_check.py")}
+    assert cms == {scripts[f].configmap for f in ("ray_launcher.py", "validate_node.py", "nccl_check.py",
+                                                  "resume_wrapper.py", "stage_assets.py")}
     job = find(docs, "Job", "rltrain-multinode")
     pod = job["spec"]["template"]
-    assert pod["metadata"]["annotations"]["rltrain/scripts-sha256"] == scripts_digest([launcher])
+    assert pod["metadata"]["annotations"]["rltrain/scripts-sha256"] == scripts_digest(
+        [launcher, scripts["resume_wrapper.py"]])
     [vol] = [v for v in pod["spec"]["volumes"] if v["name"] == "scripts"]
-    assert vol["projected"] == {"defaultMode": 0o755, "sources": [{"configMap": {
-        "name": launcher.configmap, "items": [{"key": "ray_launcher.py", "path": "ray_launcher.py"}]}}]}
+    wrapper = scripts["resume_wrapper.py"]
+    assert vol["projected"] == {"defaultMode": 0o755, "sources": [
+        {"configMap": {"name": launcher.configmap, "items": [{"key": "ray_launcher.py", "path": "ray_launcher.py"}]}},
+        {"configMap": {"name": wrapper.configmap, "items": [{"key": "resume_wrapper.py", "path": "resume_wrapper.py"}]}}]}
 
 
 def test_statefulset_form(sts):
@@ -317,7 +327,7 @@ def test_workload_objects_carry_the_checkov_skips_of_their_pods(p5, sts):
     # the template carries none (a reason's wording must not restart the run)
     for _, _, docs in (p5, sts):
         workloads = [d for d in docs if d["kind"] in ("Job", "StatefulSet")]
-        assert len(workloads) == 3
+        assert len(workloads) == 4  # staging, single-node, multi-node, validation
         for d in workloads:
             def skips(meta):
                 return {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("checkov.io/skip")}
@@ -365,7 +375,8 @@ def test_every_child_has_a_parent_and_the_provider(p5):
     types = {r.type for r in result.records if r.type.startswith("rltrain:")}
     assert types == {"rltrain:workloads:Workloads", "rltrain:workloads:ScriptConfigMaps",
                      "rltrain:workloads:TrainingJob", "rltrain:workloads:MultiNodeTraining",
-                     "rltrain:workloads:NcclTest", "rltrain:workloads:ClusterValidation"}
+                     "rltrain:workloads:NcclTest", "rltrain:workloads:ClusterValidation",
+                     "rltrain:workloads:StagingJob"}
 
 
 def test_disabled_workloads_are_not_created():

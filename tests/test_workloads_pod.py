@@ -125,7 +125,8 @@ def test_env_contents_and_order():
     assert names == sorted(names)
     by = {e.name: e for e in env}
     assert by["NUM_GPUS"].value == "8" and by["NUM_NODES"].value == "1"
-    assert by["CONFIG_NAME"].value == "maniskill_openvla_ppo"
+    assert by["CONFIG_NAME"].value == "maniskill_ppo_openvlaoft"  # trainers.RLINF.default_config
+    assert by["PATH"].value.startswith("/opt/venv/openvla-oft/bin:")
     assert by["PYTORCH_CUDA_ALLOC_CONF"].value == "expandable_segments:True"
     assert by["TORCH_NCCL_AVOID_RECORD_STREAMS"].value == "1"
     assert by["MLFLOW_TRACKING_URI"].value.startswith("http://mlflow")

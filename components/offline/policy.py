@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from components.stack import catalog
+from components.stack import catalog, trainers
 from components.offline.mock_engine import UNKNOWN as UNKNOWN_VALUE
 from components.stack.config import SECRET_LIKE
 from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
@@ -352,6 +352,50 @@ def _one_per_node(resources, ctx):
         if not (_required_hostname_anti_affinity(p) or whole_node):
             yield Violation("one-pod-per-node", p.owner, f"{p.replicas} GPU pods may share a node",
                             "required podAntiAffinity on kubernetes.io/hostname, or request every GPU")
+
+
+def run_placement(p: Pod) -> Optional[tuple[int, int, dict[str, list[tuple[int, int]]]]]:
+    """(nodes, GPUs per node, component -> GPU rank ranges) of a multi-node run of a profiled
+    trainer config (components/stack/trainers.py), from its pod env: the placement overrides in
+    the profile's overrides variable, else the config's own single-node placement. None for
+    anything else."""
+    for c in p.containers:
+        env = {e.get("name"): e.get("value") for e in c.get("env") or [] if isinstance(e.get("value"), str)}
+        try:
+            nodes, gpus = int(env.get("NUM_NODES", "1")), int(env.get("NUM_GPUS", "0"))
+        except ValueError:
+            continue
+        tc = trainers.RLINF.configs.get(env.get("CONFIG_NAME", ""))
+        ray_run = p.kind == "RayJob" or "RAY_HEAD_HOST" in env  # a training run, not a per-node check
+        if not ray_run or nodes < 2 or gpus < 1 or tc is None or not tc.placement:
+            continue
+        ranks = {comp: [r] for comp, r in tc.placement.items()}
+        prefix = "cluster.component_placement."
+        for word in (env.get(trainers.RLINF.overrides_env) or "").split():
+            key, _, value = word.partition("=")
+            if key.startswith(prefix):
+                ranks[key[len(prefix):]] = trainers.parse_placement(value)
+        return nodes, gpus, ranks
+    return None
+
+
+@rule("placement-uses-every-node", "a multi-node run's component placement uses a GPU of every node")
+def _placement(resources, ctx):
+    seen = set()
+    for p in pods(resources):
+        found = run_placement(p)
+        run = p.owner.split("/")[1] if "/" in p.owner else p.owner
+        if found is None or run in seen:
+            continue
+        seen.add(run)
+        nodes, gpus, ranks = found
+        idle = trainers.idle_nodes(ranks, nodes, gpus)
+        if idle:
+            yield Violation("placement-uses-every-node", p.owner,
+                            f"placement {trainers.summary_text(ranks)} on {nodes} x {gpus} GPUs leaves node(s) "
+                            f"{', '.join(map(str, idle))} idle (RLinf ranks are cluster-global)",
+                            "derive the placement from nodes x GPUs (components/workloads/trainer.py); do not "
+                            "override cluster.component_placement by hand", p.pulumi_name)
 
 
 @rule("schedules-on-gpu-nodes", "nodeSelector and tolerations match a GPU node group of the stack")

@@ -30,7 +30,7 @@ from typing import Any, Optional
 import yaml
 
 from components.stack import config as config_mod
-from components.offline import deploy_model, policy
+from components.offline import deploy_model, policy, runs_summary
 from components.offline import checkpoints, impact, unset_secrets
 from components.workloads import serving
 from components.stack import secrets_scan, stackfile
@@ -235,6 +235,7 @@ def summary(rendered: Rendered) -> str:
     lines += ["  " + line for line in impact.sequence(impacts, rendered.resources)]
     if rendered.accepted:
         lines.append("  " + accepted_line(rendered.accepted))
+    lines += ["  " + line for line in runs_summary.lines(cfg)]
     ckpt = checkpoints.estimate(cfg)
     if ckpt:
         lines.append("  " + ckpt[2])

@@ -54,6 +54,15 @@ Environment (set by the Pulumi program):
                                All pods of a run must get the same value. An
                                empty value is a configuration error (exit 2),
                                not "no authentication".
+    NODE_RANK_ENV              optional: the name of a variable the launcher
+                               sets to this pod's rank (for every `ray start`
+                               and the training command), e.g.
+                               RLINF_NODE_RANK, which RLinf reads on each node
+                               to order them (Ray captures it at start).
+    RAY_DASHBOARD              optional: "loopback" starts the head's
+                               dashboard on 127.0.0.1 only (Ray's state API,
+                               which some trainers use, is served by it);
+                               default "off".
     RAY_AUTH_MODE              optional (Ray's own variable). Without
                                RAY_AUTH_TOKEN the launcher sets it to
                                "disabled" unless it is set: a token file left
@@ -108,6 +117,8 @@ Exit codes (module-level EXIT_* names, importable by the Pulumi program):
     8   EXIT_RAY_CONNECT_FAILED: the head could not connect to its own Ray
         within RAY_CONNECT_TIMEOUT_SECONDS (or lost it while counting nodes)
     127 EXIT_NOT_FOUND: the training command or the `ray` CLI was not found
+        on PATH (the message names the PATH searched: an image whose Ray lives
+        in a virtual environment needs its bin directory first on PATH)
     143/130 SIGTERM/SIGINT arrived before training started, or stopped a
         joined worker (`ray start --block` itself would exit 1)
     otherwise the training command's own exit code (128+N when it was killed
@@ -134,6 +145,7 @@ import os
 import re
 import select
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -216,6 +228,12 @@ HEAD_SAFETY_ARGS = (
     "--include-dashboard=false",
     "--dashboard-host=127.0.0.1",
 )
+# RAY_DASHBOARD=loopback: the dashboard on, still bound to 127.0.0.1 only.
+HEAD_LOOPBACK_DASHBOARD_ARGS = (
+    "--include-dashboard=true",
+    "--dashboard-host=127.0.0.1",
+)
+DASHBOARD_MODES = ("off", "loopback")
 # Ray's usage statistics are sent from the head to an Internet endpoint; a
 # training cluster has no reason to phone home, and egress may be blocked.
 NO_TELEMETRY_ARGS = ("--disable-usage-stats",)
@@ -245,6 +263,10 @@ class Config:
     connect_timeout_seconds: int = DEFAULT_CONNECT_TIMEOUT_SECONDS
     # RAY_AUTH_MODE for every Ray process of this pod: "token" or "disabled".
     auth_mode: str = AUTH_DISABLED
+    # RAY_DASHBOARD: "off" or "loopback".
+    dashboard: str = "off"
+    # NODE_RANK_ENV: the variable this pod's rank is exported under (None: not exported).
+    node_rank_env: Optional[str] = None
 
     @property
     def is_head(self) -> bool:
@@ -341,6 +363,12 @@ def load_config(env: Mapping[str, str]) -> Config:
             )
     else:
         host = head_host
+    dashboard = (env.get("RAY_DASHBOARD") or "off").strip()
+    if dashboard not in DASHBOARD_MODES:
+        raise ConfigError(f"RAY_DASHBOARD={dashboard!r}: allowed {', '.join(DASHBOARD_MODES)}")
+    rank_env = (env.get("NODE_RANK_ENV") or "").strip() or None
+    if rank_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", rank_env):
+        raise ConfigError(f"NODE_RANK_ENV={rank_env!r} is not an environment variable name")
     return Config(
         num_nodes=num_nodes,
         rank=rank,
@@ -354,6 +382,8 @@ def load_config(env: Mapping[str, str]) -> Config:
         start_timeout_seconds=start_timeout,
         connect_timeout_seconds=connect_timeout,
         auth_mode=auth_mode(env),
+        dashboard=dashboard,
+        node_rank_env=rank_env,
     )
 
 
@@ -443,7 +473,7 @@ def head_start_command(cfg: Config) -> list:
         "--head",
         f"--port={cfg.port}",
         *cfg.extra_start_args,
-        *HEAD_SAFETY_ARGS,
+        *(HEAD_LOOPBACK_DASHBOARD_ARGS if cfg.dashboard == "loopback" else HEAD_SAFETY_ARGS),
         *NO_TELEMETRY_ARGS,
     ]
 
@@ -794,10 +824,23 @@ def run_and_mark(log: Launcher, command: Sequence[str], marker: str) -> int:
     return code
 
 
+def ray_on_path(log: Launcher) -> bool:
+    """`ray` must resolve through PATH; say which PATH was searched when it does not."""
+    if shutil.which("ray") is not None:
+        return True
+    log.error(
+        f"the ray CLI is not on PATH={os.environ.get('PATH', '')}: put the bin directory of the "
+        "image's Python environment with Ray first on PATH (e.g. /opt/venv/<name>/bin)"
+    )
+    return False
+
+
 def run_head(log: Launcher, cfg: Config, command: Sequence[str]) -> int:
     if not command:
         log.error(f"no training command given after '--'\n{USAGE}")
         return EXIT_USAGE
+    if not ray_on_path(log):
+        return EXIT_NOT_FOUND
     start = head_start_command(cfg)
     log.say(f"starting the Ray head: {shlex.join(start)}")
     _flush_std_streams()
@@ -948,6 +991,8 @@ def _wait_reaping(proc: subprocess.Popen) -> int:
 
 
 def run_worker(log: Launcher, cfg: Config) -> int:
+    if not ray_on_path(log):
+        return EXIT_NOT_FOUND
     if not wait_for_head(log, cfg):
         return EXIT_HEAD_UNREACHABLE
     start = worker_start_command(cfg)
@@ -1069,6 +1114,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         Launcher(rank).error(str(exc))
         return EXIT_USAGE
     log = Launcher(str(cfg.rank))
+    if cfg.node_rank_env:
+        # Before `ray start`: Ray captures the node's environment when it starts.
+        os.environ[cfg.node_rank_env] = str(cfg.rank)
     if cfg.done_marker is not None and os.path.exists(cfg.done_marker):
         return idle_until_stopped(log, cfg.done_marker)
     prepare_ray_environment(log, cfg)

@@ -14,10 +14,10 @@ import math
 import re
 from typing import Any, Literal, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from components.stack import catalog, refusals
+from components.stack import catalog, refusals, trainers
 NAMESPACE = "rltrain"
 SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads", "monitoring", "kueue")
 # The Grafana admin password: a secret config key (`pulumi config set --secret rltrain:grafanaAdminPassword`).
@@ -406,13 +406,52 @@ class ServingConfig(_Model):
         return self.tensor_parallel_size or self.gpus_per_replica
 
 
+class Staging(_Model):
+    """The staging Job (components/workloads/staging.py): puts the models and task assets the
+    trainer profile names for `configName` on the shared volume before any training run starts."""
+
+    enabled: Optional[bool] = Field(None, description="None = on when workloads.trainer has a profile")
+    s3_prefix: Optional[str] = Field(
+        None, alias="s3Prefix", pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$",
+        description="stage from s3://bucket/prefix/<name>/ (each item's directory name) instead of the "
+                    "model hub; the training role must be allowed to read it")
+    deadline_minutes: int = Field(120, ge=5, le=1440,
+                                  description="activeDeadlineSeconds of the staging Job, and how long "
+                                              "`pulumi up` waits for it before training is created")
+
+
+class ResumeContract(_Model):
+    """How a trainer writes checkpoints and is told to resume, for a trainer without a profile
+    (workloads.trainer: none). With a profile, its own terms are used (components/stack/trainers.py)."""
+
+    checkpoint_env: str = Field(pattern=_ENV_NAME, description="env var that receives the run's checkpoint directory")
+    steps_under: str = Field("", description="where step directories appear under it ('' = directly)")
+    step_prefix: str = Field(description="a step directory's name is this prefix and the step number")
+    complete_marks: tuple[str, ...] = Field(min_length=1, description="files, relative to a step directory, "
+                                                                      "that exist once the step is complete")
+    resume_env: str = Field(pattern=_ENV_NAME, description="env var the resume argument is appended to")
+    resume_format: str = Field(pattern=r"\{step_dir\}", description="the argument; {step_dir} is replaced "
+                                                                      "by the newest complete step directory")
+
+
 class WorkloadsConfig(_Model):
     image: str
+    # The trainer inside the image (components/stack/trainers.py): its profile gives PATH, the
+    # known configs and models, staging, placement and the resume terms. "none": only `command`
+    # and `env` are passed, nothing is checked or staged.
+    trainer: str = Field(trainers.RLINF.name, description="trainer profile: "
+                         + ", ".join([*trainers.PROFILES, trainers.NO_TRAINER]))
     command: tuple[str, ...] = ("bash", "/workspace/eks/scripts/run_training_eks.sh")
-    config_name: str = "maniskill_openvla_ppo"
-    venv_name: str = "openvla"
-    model_path: str = "/fsx/models/openvla-7b"
+    config_name: str = Field(trainers.RLINF.default_config, description="the trainer's config (Hydra "
+                             "--config-name), one the profile knows")
+    venv_name: Optional[str] = Field(None, description="the image's virtual environment; None = the one "
+                                     "the profile gives for configName")
+    model_path: Optional[str] = Field(None, pattern=r"^/", description="model directory on /fsx; None = the "
+                                      "one the profile gives for configName (staged by the staging Job)")
     experiment_name: str = "maniskill-openvlaoft-ppo"
+    staging: Staging = Staging()
+    # None = the trainer profile's resume terms (none: no resume mapping, every retry restarts).
+    resume: Optional[ResumeContract] = None
     mlflow_tracking_uri: Optional[str] = None
     env: dict[str, str] = {}
     # None = derived from the instance type (see components/workloads/pod.py).
@@ -436,6 +475,55 @@ class WorkloadsConfig(_Model):
     # Opt-in for a change that stops a running run and starts it again (a new pod template, a
     # changed MPIJob spec): the run gets SIGTERM and its grace period, then starts over.
     allow_run_restart: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_defaults(cls, data: Any) -> Any:
+        """venvName and modelPath default to what the trainer profile gives for configName."""
+        if not isinstance(data, dict):
+            return data
+        profile = trainers.get(data.get("trainer", trainers.RLINF.name))
+        name = data.get("configName", data.get("config_name", profile.default_config if profile else None))
+        tc = profile.configs.get(name) if profile and isinstance(name, str) else None
+        if tc is None:
+            return data
+        data = dict(data)
+        if data.get("venvName") is None and data.get("venv_name") is None:
+            data["venvName"] = tc.venv
+        if data.get("modelPath") is None and data.get("model_path") is None:
+            data["modelPath"] = tc.model_path
+        return data
+
+    @field_validator("trainer")
+    @classmethod
+    def _known_trainer(cls, v: str) -> str:
+        known = [*trainers.PROFILES, trainers.NO_TRAINER]
+        if v not in known:
+            raise ValueError(f"unknown trainer profile; known: {', '.join(known)}")
+        return v
+
+    @property
+    def profile(self) -> Optional[trainers.TrainerProfile]:
+        return trainers.get(self.trainer)
+
+    @property
+    def trainer_config(self) -> Optional[trainers.TrainerConfig]:
+        p = self.profile
+        return p.configs.get(self.config_name) if p else None
+
+    @property
+    def staging_enabled(self) -> bool:
+        return self.profile is not None if self.staging.enabled is None else self.staging.enabled
+
+    @property
+    def resume_terms(self) -> Optional[trainers.ResumeTerms]:
+        """The resume mapping of the training command: the configured one, else the profile's."""
+        if self.resume is not None:
+            r = self.resume
+            return trainers.ResumeTerms(checkpoint_env=r.checkpoint_env, steps_under=r.steps_under,
+                                        step_prefix=r.step_prefix, complete_marks=r.complete_marks,
+                                        resume_env=r.resume_env, resume_format=r.resume_format)
+        return self.profile.resume if self.profile else None
 
     @field_validator("image")
     @classmethod
@@ -736,10 +824,49 @@ def _cross_checks(cfg: StackConfig, region: Optional[str], config_keys: set[str]
                       f"types with one: {', '.join(t for t, v in catalog.CATALOG.items() if v.nccl_reference)}"))
     p += _kueue_checks(cfg)
     p += _serving_checks(cfg)
+    p += _trainer_checks(cfg)
     try:
         check_pinned_image(w.nccl_test.image)
     except ValueError as e:
         p.append((_path(("workloads", "ncclTest", "image")), str(e)))
+    return p
+
+
+def _trainer_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """The trainer profile's configs, venvs and models (components/stack/trainers.py), refused
+    here so a wrong name fails the preview instead of every retry of the run (SEED-DEFECTS D18)."""
+    p: list[tuple[str, str]] = []
+    w = cfg.workloads
+    profile = w.profile
+    if profile is None:
+        return p
+    tc = w.trainer_config
+    if tc is None:
+        p.append((_path(("workloads", "configName")),
+                  f"{w.config_name!r} is not a config of trainer {profile.name} ({profile.source}); "
+                  f"known: {', '.join(profile.configs)}"))
+        return p
+    if w.venv_name != tc.venv:
+        p.append((_path(("workloads", "venvName")),
+                  f"{w.venv_name!r}: config {w.config_name} runs in the image's venv {tc.venv!r} "
+                  f"({profile.venv_bin(tc.venv)}); remove venvName or set it to {tc.venv!r}"))
+    staged = [profile.stages[s].dest for s in tc.stages]
+    if w.model_path not in staged:
+        p.append((_path(("workloads", "modelPath")),
+                  f"{w.model_path!r} is not a model config {w.config_name} is staged with; "
+                  f"expected {tc.model_path} (remove modelPath for the default)"))
+    if w.multi_node.enabled and not tc.placement:
+        multi = [n for n, c in profile.configs.items() if c.placement]
+        p.append((_path(("workloads", "configName")),
+                  f"{w.config_name} places every component under one comma-joined key, which no "
+                  f"override can spread over {cfg.multi_node_count} nodes (their GPUs would idle); "
+                  f"for multi-node use one of: {', '.join(multi)}"))
+    owned = {"PATH", "VIRTUAL_ENV", profile.overrides_env, profile.node_rank_env, profile.resume.checkpoint_env,
+             *profile.asset_env}
+    for name in sorted(owned & set(w.env)):
+        p.append((_path(("workloads", "env", name)),
+                  f"set by the program from trainer profile {profile.name} (venv, assets, placement, "
+                  "checkpoints); remove it, or use workloads.trainer: none and set everything yourself"))
     return p
 
 
@@ -893,7 +1020,10 @@ def load(values: Mapping[str, Any], *, secret_keys: set[str] | frozenset[str] = 
     scanned = {k: v for k, v in data.items() if isinstance(v, (dict, list, str))}
     problems += refusals.secret_values(scanned)
     if cfg is not None:
-        problems += _cross_checks(cfg, region, set(values), set(secret_keys))
+        # A key already refused (its value looks like a secret) gets no second message.
+        refused = {path for path, _ in problems}
+        problems += [(path, msg) for path, msg in _cross_checks(cfg, region, set(values), set(secret_keys))
+                     if path not in refused]
         problems += _monitoring_checks(cfg, set(values), set(secret_keys), program=program)
         problems += refusals.stack_problems(cfg)
     if problems:

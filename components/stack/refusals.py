@@ -66,6 +66,9 @@ PATTERN_WORDS = {
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$":
         "a Kubernetes name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
     r"^[0-9]+\.[0-9]+\.[0-9]+$": "a Ray version MAJOR.MINOR.PATCH, such as 2.60.0",
+    r"^[A-Za-z_][A-Za-z0-9_]*$": "an environment variable name: letters, digits and '_', not starting with a digit",
+    r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$": "an S3 location such as s3://my-bucket/models/",
+    r"\{step_dir\}": "text containing {step_dir} (replaced by the newest complete step directory)",
 }
 _TYPE_WORDS = {
     "tuple_type": "should be a list", "list_type": "should be a list", "set_type": "should be a list",
@@ -208,11 +211,16 @@ PROTECTED_ENV = frozenset({
     "RAY_HEAD_HOST", "RAY_PORT", "RAY_NODE_WAIT_SECONDS", "RUN_DONE_MARKER",
     "EXPECTED_GPUS", "EXPECTED_EFA", "SHM_MIN_GIB", "FSX_PATH", "CKPT_DIR", "RESUME",
     "RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "RAY_START_TIMEOUT_SECONDS", "RAY_CONNECT_TIMEOUT_SECONDS",
-    "RAY_JOIN_DEADLINE_SECONDS",
+    "RAY_JOIN_DEADLINE_SECONDS", "NODE_RANK_ENV", "RAY_DASHBOARD", "STAGE_ITEMS",
+    # components/scripts/resume_wrapper.py (components/workloads/trainer.py WRAPPER_ENV)
+    "RESUME_STEPS_DIR", "RESUME_STEP_PREFIX", "RESUME_COMPLETE_MARKS", "RESUME_ENV", "RESUME_FORMAT",
 })
 # Plain env the pod builder always sets besides PROTECTED_ENV and the NCCL settings of the catalog
 # (RAY_START_EXTRA_ARGS: the launcher forms' multi-node pods; workloads.env's value is kept in it).
-PROGRAM_ENV = frozenset({"CONFIG_NAME", "VENV_NAME", "MODEL_PATH", "EXPERIMENT_NAME", "PYTORCH_CUDA_ALLOC_CONF",
+# With a trainer profile (components/workloads/trainer.py): PATH, VIRTUAL_ENV, the asset directory, the
+# checkpoint directory and the overrides in the trainer's own names (profile rlinf's listed here).
+PROGRAM_ENV = frozenset({"PATH", "VIRTUAL_ENV", "MANISKILL_ASSET_DIR", "CKPT_PATH", "HYDRA_OVERRIDES",
+                         "CONFIG_NAME", "VENV_NAME", "MODEL_PATH", "EXPERIMENT_NAME", "PYTORCH_CUDA_ALLOC_CONF",
                          "TORCH_NCCL_AVOID_RECORD_STREAMS", "RAY_START_EXTRA_ARGS"})
 # Mirrors components/workloads/sizing.py (tests check the two agree for every type and size).
 MEMORY_HEADROOM = 0.02

@@ -27,8 +27,9 @@ from components.workloads.nccl import NcclTest, NcclTestArgs
 from components.workloads.rayjob import RayJobTraining, RayJobTrainingArgs
 from components.workloads.script_files import read_scripts
 from components.workloads.scripts_configmap import ScriptConfigMaps
+from components.workloads.staging import StagingJob, StagingJobArgs
 from components.workloads.validation import ClusterValidation, ClusterValidationArgs
-from components.workloads import runs
+from components.workloads import runs, staging, trainer
 from components.workloads.evaluation import EvaluationCronJob
 from components.workloads.serving import Serving, ServingArgs
 
@@ -90,11 +91,14 @@ def gate_seconds(cfg: StackConfig) -> dict[str, int]:
 def scripts_used(cfg: StackConfig) -> list[str]:
     """The programs the enabled workloads run (one ConfigMap each)."""
     w = cfg.workloads
+    training = w.single_node.enabled or w.multi_node.enabled
     return sorted({f for on, f in ((w.validation.enabled, "validate_node.py"),
                                    (w.multi_node.enabled and w.multi_node.form != "rayjob", "ray_launcher.py"),
                                    (w.nccl_test.enabled, "nccl_check.py"),
                                    (w.serving.enabled and w.serving.evaluation.enabled, "evaluate.py"),
-                                   (w.nccl_test.enabled and w.training_after_checks, "check_gate.py")) if on})
+                                   (w.nccl_test.enabled and w.training_after_checks, "check_gate.py"),
+                                   (training and trainer.resume_mapped(cfg), trainer.WRAPPER),
+                                   (training and w.staging_enabled, staging.SCRIPT)) if on})
 
 
 class Workloads(pulumi.ComponentResource):
@@ -137,6 +141,11 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
                                     opts=wl_opts)
         if gate:
             passed.append(out["nccl_test"].passed)
+    if w.staging_enabled and (w.single_node.enabled or w.multi_node.enabled):
+        # Models and assets on /fsx first: `pulumi up` waits for the Job, the runs depend on it.
+        out["staging"] = StagingJob(f"{name}-staging", StagingJobArgs(**base), namespace, secret_name,
+                                    opts=wl_opts)
+        passed.append(out["staging"].job)
     train_opts = runs.child_opts(parent, opts, *classes, scripts, *passed)
     if w.single_node.enabled:
         out["single_node"] = TrainingJob(f"{name}-single-node", TrainingJobArgs(**base), namespace,

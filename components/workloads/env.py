@@ -14,6 +14,7 @@ from components.stack.config import StackConfig
 # Env the program sets, which `workloads.env` may not override: defined with the config checks that
 # refuse them.
 from components.stack.refusals import PROTECTED_ENV
+from components.workloads import trainer
 from components.workloads.runs import short_hash
 
 # The resume contract: every run writes checkpoints under its own directory on FSx, keyed by what
@@ -24,7 +25,7 @@ CHECKPOINT_ROOT = "/fsx/runs"
 
 def run_identity(cfg: StackConfig, num_nodes: int) -> str:
     w = cfg.workloads
-    return short_hash(w.model_path, w.config_name, str(num_nodes), length=12)
+    return short_hash(w.model_path or "", w.config_name, str(num_nodes), length=12)
 
 
 def checkpoint_dir(cfg: StackConfig, num_nodes: int) -> str:
@@ -72,18 +73,24 @@ def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.I
         "NUM_GPUS": str(it.gpu_count),
         "NUM_NODES": str(num_nodes),
         "CONFIG_NAME": w.config_name,
-        "VENV_NAME": w.venv_name,
-        "MODEL_PATH": w.model_path,
         "EXPERIMENT_NAME": w.experiment_name,
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
         "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
         **catalog.nccl_env(it, efa),
     }
+    # Without a trainer profile (workloads.trainer: none) these are only passed when configured.
+    if w.venv_name:
+        values["VENV_NAME"] = w.venv_name
+    if w.model_path:
+        values["MODEL_PATH"] = w.model_path
     if w.mlflow_tracking_uri:
         values["MLFLOW_TRACKING_URI"] = w.mlflow_tracking_uri
     if checkpoints:
         values["CKPT_DIR"] = checkpoint_dir(cfg, num_nodes)
         values["RESUME"] = "auto"
+        # The same directory in the trainer's own terms, PATH to the image's venv, assets,
+        # placement and the resume wrapper's settings (components/workloads/trainer.py).
+        values.update(trainer.trainer_env(cfg, num_nodes, checkpoint_dir(cfg, num_nodes)))
     clash = sorted(set(w.env) & PROTECTED_ENV)
     if clash:
         raise ValueError(f"rltrain:workloads.env may not set {', '.join(clash)}: the program sets them")

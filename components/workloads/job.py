@@ -25,7 +25,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import kueue
-from components.workloads import pod, runs, security
+from components.workloads import pod, runs, security, sizing, trainer
 from components.workloads.multinode import run_guards
 
 NAME = "rltrain-training"
@@ -34,6 +34,16 @@ COMPONENT = "training"
 
 class TrainingJobArgs(runs.WorkloadArgs):
     pass
+
+
+def single_node_efa(cfg) -> bool:
+    """A single-node run uses EFA only when its trainer profile says so (RLinf on one node talks
+    over NVLink; components/stack/trainers.py TrainerConfig.single_node_efa). Without a profile
+    (`workloads.trainer: none`) the node's EFA devices are requested as before: unknown use."""
+    tc = cfg.workloads.trainer_config
+    if cfg.workloads.profile is None:
+        return True
+    return bool(tc and tc.single_node_efa)
 
 
 def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
@@ -46,8 +56,11 @@ def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
         claim_name=a.claim_name,
         secret_name=secret_name,
         pod_labels=obj_labels,
-        command=w.command,
+        command=trainer.training_command(cfg),
         num_nodes=1,
+        scripts=[a.scripts[f] for f in trainer.scripts(cfg)],
+        # EFA devices and huge pages only when the trainer uses EFA on one node (the profile).
+        sizing=sizing.pod_sizing(cfg, efa=single_node_efa(cfg)),
     )
     return k8s.batch.v1.JobInitArgs(
         # checkov reads skips from the Job's own metadata: the skips derived from the pod go there

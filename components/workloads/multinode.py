@@ -46,7 +46,7 @@ import pulumi_kubernetes as k8s
 
 from components.stack.config import StackConfig
 from components.k8s import kueue
-from components.workloads import env, placement, pod, runs, security, volumes
+from components.workloads import env, placement, pod, runs, security, trainer, volumes
 RUN = "rltrain-multinode"
 COMPONENT = "multinode"
 LAUNCHER = "/scripts/ray_launcher.py"
@@ -62,6 +62,7 @@ LUSTRE_PORTS = ((988, None), (1018, 1023))
 RAY_METRICS_PORT = 8080
 RAY_METRICS_PORT_NAME = "ray-metrics"
 EXTRA_ARGS_ENV = "RAY_START_EXTRA_ARGS"
+NODE_RANK_ENV = "NODE_RANK_ENV"  # ray_launcher.py: the variable it exports the rank under
 
 
 class MultiNodeTrainingArgs(runs.WorkloadArgs):
@@ -73,7 +74,7 @@ def service_name(run: str) -> str:
 
 
 def launcher_command(cfg: StackConfig) -> list[str]:
-    return ["python3", LAUNCHER, "--", *cfg.workloads.command]
+    return ["python3", LAUNCHER, "--", *trainer.training_command(cfg)]
 
 
 def head_host(run: str, namespace: pulumi.Input[str]) -> pulumi.Output[str]:
@@ -84,7 +85,7 @@ def head_host(run: str, namespace: pulumi.Input[str]) -> pulumi.Output[str]:
 def done_marker(cfg: StackConfig, run: str) -> str:
     """Per-run marker: a changed image, command or config starts a new run, an unchanged one does not."""
     w = cfg.workloads
-    key = runs.short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path,
+    key = runs.short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path or "",
                          str(cfg.multi_node_count))
     return f"{volumes.FSX_PATH}/runs/{w.experiment_name}/{run}-{key}.done"
 
@@ -113,6 +114,15 @@ def ray_env(cfg: StackConfig, run: str, namespace: pulumi.Input[str]) -> dict[st
     }
     if mn.form == "statefulset":
         env["RUN_DONE_MARKER"] = done_marker(cfg, run)
+    rank_env = trainer.node_rank_env(cfg)
+    if rank_env:
+        # The launcher exports the pod's rank under this name before `ray start` (RLinf orders
+        # its nodes by RLINF_NODE_RANK, captured by Ray at start; without it, by IP).
+        env[NODE_RANK_ENV] = rank_env
+        # RLinf's scheduler lists actors through Ray's state API, which the dashboard serves
+        # (RLinf/RLinf@050543189957 rlinf/scheduler/cluster/cluster.py: ray.util.state.list_actors):
+        # on, bound to the head's loopback (ray_launcher.py RAY_DASHBOARD).
+        env["RAY_DASHBOARD"] = "loopback"
     return env
 
 
@@ -238,7 +248,7 @@ def pod_template(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
         restart_policy="Never" if form == "indexed-job" else "Always",
         # A StatefulSet sets the subdomain from serviceName itself.
         subdomain=service_name(run) if form == "indexed-job" else None,
-        scripts=[a.scripts["ray_launcher.py"]],
+        scripts=[a.scripts["ray_launcher.py"], *(a.scripts[f] for f in trainer.scripts(cfg))],
         secret_refs=ray_secret_refs(cfg),
         # Kueue places the pod set preferably under one nearest switch (never required).
         annotations=kueue.podset_topology(cfg) if form == "indexed-job" else None,

@@ -72,7 +72,7 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import kuberay, kueue
 from components.stack.config import StackConfig
-from components.workloads import env, multinode, placement, pod, runs, security
+from components.workloads import env, multinode, placement, pod, runs, security, trainer
 
 API_VERSION = "ray.io/v1"
 RUN = multinode.RUN  # the same run (label, checkpoint identity) as the other multi-node forms
@@ -108,7 +108,7 @@ def token_secret_name(run: str = RUN) -> str:
 
 
 def entrypoint(cfg: StackConfig) -> str:
-    return shlex.join(cfg.workloads.command)
+    return shlex.join(trainer.training_command(cfg))
 
 
 def head_start_params(cfg: StackConfig) -> dict[str, str]:
@@ -159,6 +159,8 @@ def ray_pod_template(a: RayJobTrainingArgs, secret_name: Optional[pulumi.Input[s
         restart_policy="Never",
         annotations=podset_annotations(cfg),
         ports=ports,
+        # The entrypoint runs on the head: its resume wrapper is mounted on every Ray pod (one template).
+        scripts=[a.scripts[f] for f in trainer.scripts(cfg)],
     )
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import pulumi_kubernetes as k8s
 
@@ -60,6 +61,13 @@ class PodSizing:
     # Training: False (no CPU limit, see the module docstring). Small helper pods (validation) set a
     # CPU limit equal to the request.
     cpu_limit: bool = False
+    # The node has EFA on (its driver pre-allocates huge pages, which allocatable memory is net of),
+    # whether or not this pod requests EFA devices. None = the pod's own EFA request decides.
+    node_efa: Optional[bool] = None
+
+    @property
+    def on_efa_node(self) -> bool:
+        return self.efa > 0 if self.node_efa is None else self.node_efa
 
     @property
     def hugepages_mib(self) -> int:
@@ -93,18 +101,18 @@ def shm_gib(cfg: StackConfig) -> int:
     return cfg.workloads.shm_size_gib or config_mod.shm_default_gib(cfg.gpu_nodes.instance)
 
 
-def sizing_for(it: catalog.InstanceType, *, efa: int, shm: int) -> PodSizing:
-    alloc = it.allocatable(efa=efa > 0)
+def sizing_for(it: catalog.InstanceType, *, efa: int, shm: int, node_efa: Optional[bool] = None) -> PodSizing:
+    alloc = it.allocatable(efa=efa > 0 if node_efa is None else node_efa)
     cpu_milli = alloc.cpu_milli - catalog.DAEMONSET_CPU_MILLI - math.ceil(alloc.cpu_milli * CPU_HEADROOM)
     mem_mib = (alloc.memory_mib_conservative - catalog.DAEMONSET_MEMORY_MIB
                - math.ceil(alloc.memory_mib_conservative * MEMORY_HEADROOM))
     return PodSizing(cpu=cpu_milli // 1000, memory_mib=(mem_mib // catalog.GIB_IN_MIB) * catalog.GIB_IN_MIB,
-                     shm_gib=shm, gpus=it.gpu_count, efa=efa)
+                     shm_gib=shm, gpus=it.gpu_count, efa=efa, node_efa=node_efa)
 
 
 def fits(sizing: PodSizing, instance: catalog.InstanceType) -> bool:
     """True when the pod plus the GPU node's DaemonSets fit what the kubelet offers."""
-    alloc = instance.allocatable(efa=sizing.efa > 0)
+    alloc = instance.allocatable(efa=sizing.on_efa_node)
     return (
         sizing.cpu * 1000 + catalog.DAEMONSET_CPU_MILLI <= alloc.cpu_milli
         and sizing.hugepages_mib <= alloc.hugepages_2mi_mib
@@ -115,12 +123,15 @@ def fits(sizing: PodSizing, instance: catalog.InstanceType) -> bool:
     )
 
 
-def pod_sizing(cfg: StackConfig) -> PodSizing:
+def pod_sizing(cfg: StackConfig, *, efa: bool = True) -> PodSizing:
+    """The whole-node training pod; `efa` False: no EFA devices or huge pages requested (a run
+    that does not use EFA), the node's allocatable still net of its EFA huge pages."""
     it = cfg.gpu_nodes.instance
-    sizing = sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node, shm=shm_gib(cfg))
+    sizing = sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node if efa else 0, shm=shm_gib(cfg),
+                        node_efa=cfg.gpu_nodes.efa_enabled)
     if not fits(sizing, it):
         raise ValueError(
-            f"training pod {sizing} does not fit {it.name} (allocatable {it.allocatable(efa=sizing.efa > 0)}); "
+            f"training pod {sizing} does not fit {it.name} (allocatable {it.allocatable(efa=sizing.on_efa_node)}); "
             f"/dev/shm ({sizing.shm_gib} GiB) may use at most {SHM_MAX_SHARE:.0%} of the memory limit: "
             "lower rltrain:workloads.shmSizeGiB"
         )

@@ -1,0 +1,282 @@
+"""Trainer profiles: what the program must know about the trainer inside the image, in one place.
+
+A profile is pure data (no Pulumi, no resources). The default, `rlinf`, describes the reference
+image: aws-samples/sample-rlinf-on-eks at commit c8b5e3a39d89de783b5eb97eaa57dc30a6307f33 (called
+SAMPLE below), whose examples/buildspec.yml builds RLinf/RLinf at UPSTREAM_REF
+0505431899574619da86f551bad70b71e0ea2177 (the v0.3 tag; called RLINF below) and layers
+examples/Dockerfile on it. Every value below names the file it was read from. Another trainer gets
+another profile; `workloads.trainer: none` uses none (then `workloads.command` and `workloads.env`
+are all the program passes, and nothing is checked or staged).
+
+What the program derives from a profile (components/workloads/): PATH and VIRTUAL_ENV on every
+container of a run (the venv is activated only in ~/.bashrc, which a container command never
+reads), the config name and model checked in config validation, the models and task assets the
+staging Job puts on /fsx, the placement overrides for N nodes x G GPUs, the node rank variable, and
+the resume contract (where checkpoints go, how a resume is requested, what marks one complete).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+SAMPLE_COMMIT = "c8b5e3a39d89de783b5eb97eaa57dc30a6307f33"
+RLINF_COMMIT = "0505431899574619da86f551bad70b71e0ea2177"  # SAMPLE examples/buildspec.yml UPSTREAM_REF
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One thing the staging Job puts on the shared volume before training."""
+
+    name: str  # short name, shown in logs and errors
+    source: str  # "hf:<repo>" (model), "hf-dataset:<repo>", "s3://bucket/prefix", "file:///path"
+    dest: str  # absolute path on the shared volume
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """One Hydra config of the trainer and what it needs."""
+
+    venv: str
+    # The model directory the script checks ($MODEL_PATH/config.json) and passes as
+    # actor/rollout model_path; staged from the profile's `stages`.
+    model_path: str
+    stages: tuple[str, ...]  # names of the profile's Stage entries this config needs
+    # cluster.component_placement as the config ships it, per component: (first, last) GPU rank
+    # on ONE node. Empty when the config places several components under one comma-joined key,
+    # which a command-line override cannot address (the run is then single-node only).
+    placement: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # Per-run batch keys whose value scales with the node count (per-process sizes unchanged).
+    scaled: Mapping[str, int] = field(default_factory=dict)
+    # Further overrides every run of this config gets (the sample's own manifest sets them).
+    overrides: tuple[str, ...] = ()
+    # runner.logger.experiment_name of the config: one directory level of RLinf's checkpoint path.
+    experiment_name: str = ""
+    # GPUs the config was written for on one node (its placement's highest rank + 1).
+    gpus_per_node: int = 8
+    # Does a single-node run of this config use EFA? RLinf on one node talks over NVLink (NCCL's
+    # P2P/SHM transports); EFA carries only inter-node traffic.
+    single_node_efa: bool = False
+
+
+@dataclass(frozen=True)
+class ResumeTerms:
+    """How the trainer writes checkpoints and is told to resume, in its own terms."""
+
+    checkpoint_env: str  # env var the run's checkpoint directory goes in
+    # Where step directories appear under it; {experiment} = workloads.experimentName,
+    # {config_experiment} = the config's runner.logger.experiment_name.
+    steps_under: str
+    step_prefix: str  # step directory name = prefix + step number
+    complete_marks: tuple[str, ...]  # files (relative to a step dir) that exist once it is complete
+    resume_env: str  # env var the resume argument is appended to
+    resume_format: str  # the argument; {step_dir} = the newest complete step directory
+
+
+@dataclass(frozen=True)
+class TrainerProfile:
+    name: str
+    venv_root: str
+    # The image's PATH after the venv's bin (a container env PATH replaces the image's; Kubernetes
+    # expands $(VAR) only for variables of the same container spec, never the image's ENV).
+    image_path: str
+    configs: Mapping[str, TrainerConfig]
+    stages: Mapping[str, Stage]
+    asset_env: Mapping[str, str]  # env the trainer reads to find task assets
+    overrides_env: str  # env var the script appends to its Hydra command line
+    node_rank_env: str  # env var giving each node its rank, set before `ray start`
+    resume: ResumeTerms
+    default_config: str
+    source: str  # where the profile's values come from (shown in errors and docs)
+
+    def venv_bin(self, venv: str) -> str:
+        return f"{self.venv_root}/{venv}/bin"
+
+    def path(self, venv: str) -> str:
+        return f"{self.venv_bin(venv)}:{self.image_path}"
+
+
+# RLINF docker/Dockerfile (base-image stage): ENV UV_PATH=/opt/venv; every model's venv is
+# ${UV_PATH}/<name>, activated by `switch_env` or the `source .../activate` lines appended to
+# ~/.bashrc. SAMPLE examples/scripts/run_training_eks.sh sources ${UV_PATH}/${VENV_NAME}/bin/activate
+# itself, but the launcher, `ray start` and KubeRay's commands run before (or without) it.
+VENV_ROOT = "/opt/venv"
+# The image's PATH below the venv: SAMPLE examples/Dockerfile prepends
+# /opt/amazon/openmpi/bin:/opt/amazon/efa/bin:/opt/gdrcopy/bin to the base's PATH; the base is
+# nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04 (RLINF docker/Dockerfile NVIDIA_BASE_IMAGE), whose
+# PATH is /usr/local/nvidia/bin:/usr/local/cuda/bin and the Debian default.
+IMAGE_PATH = ("/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:/opt/gdrcopy/bin:/usr/local/nvidia/bin:"
+              "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+
+MODELS = "/fsx/models"
+ASSETS = "/fsx/assets"
+
+_STAGES = {s.name: s for s in (
+    # RLINF examples/embodiment/config/maniskill_ppo_openvlaoft.yaml actor.model.model_path comment
+    # and SAMPLE examples/maniskill-openvlaoft-ppo/manifests/model-download.yaml.
+    Stage("openvlaoft-base", "hf:RLinf/RLinf-OpenVLAOFT-ManiSkill-Base-Main",
+          f"{MODELS}/RLinf-OpenVLAOFT-ManiSkill-Base-Main"),
+    # The same config's actor.model.lora_path comment (is_lora: True). The sample's manifest
+    # points lora_path at /fsx/models/rlinf-openvlaoft-maniskill-base-lora through HYDRA_OVERRIDES
+    # but its download Job never fetches it: staged here.
+    Stage("openvlaoft-lora", "hf:RLinf/RLinf-OpenVLAOFT-ManiSkill-Base-Lora",
+          f"{MODELS}/RLinf-OpenVLAOFT-ManiSkill-Base-Lora"),
+    # RLINF maniskill_ppo_openvla.yaml actor.model.model_path comment.
+    Stage("openvla-warmup", "hf:gen-robot/openvla-7b-rlvla-warmup", f"{MODELS}/openvla-7b-rlvla-warmup"),
+    # SAMPLE model-download.yaml download_dataset "RLinf/maniskill_assets" -> /fsx/assets/maniskill.
+    Stage("maniskill-assets", "hf-dataset:RLinf/maniskill_assets", f"{ASSETS}/maniskill"),
+)}
+
+_OFT_OVERRIDES = (f"actor.model.lora_path={_STAGES['openvlaoft-lora'].dest}",)
+
+RLINF = TrainerProfile(
+    name="rlinf",
+    venv_root=VENV_ROOT,
+    image_path=IMAGE_PATH,
+    configs={
+        # RLINF examples/embodiment/config/maniskill_ppo_openvlaoft.yaml: cluster.component_placement
+        # actor 0-7, env 0-3, rollout 4-7; env.train.total_num_envs 128; actor.global_batch_size 640
+        # (micro_batch_size 40); runner.logger.experiment_name maniskill_ppo_openvlaoft. Venv
+        # openvla-oft: SAMPLE maniskill-openvlaoft-ppo.yaml VENV_NAME.
+        "maniskill_ppo_openvlaoft": TrainerConfig(
+            venv="openvla-oft", model_path=_STAGES["openvlaoft-base"].dest,
+            stages=("openvlaoft-base", "openvlaoft-lora", "maniskill-assets"),
+            placement={"actor": (0, 7), "env": (0, 3), "rollout": (4, 7)},
+            scaled={"env.train.total_num_envs": 128, "actor.global_batch_size": 640},
+            overrides=_OFT_OVERRIDES, experiment_name="maniskill_ppo_openvlaoft"),
+        # ..._quickstart.yaml: `actor,env,rollout: 0-0` (one key, one GPU), 8 envs, batch 40.
+        "maniskill_ppo_openvlaoft_quickstart": TrainerConfig(
+            venv="openvla-oft", model_path=_STAGES["openvlaoft-base"].dest,
+            stages=("openvlaoft-base", "openvlaoft-lora", "maniskill-assets"),
+            overrides=_OFT_OVERRIDES, experiment_name="maniskill_ppo_openvlaoft_quickstart", gpus_per_node=1),
+        # maniskill_ppo_openvla.yaml: actor 0-7, env 0-3, rollout 4-7; 128 envs; batch 640 (micro 80).
+        "maniskill_ppo_openvla": TrainerConfig(
+            venv="openvla", model_path=_STAGES["openvla-warmup"].dest,
+            stages=("openvla-warmup", "maniskill-assets"),
+            placement={"actor": (0, 7), "env": (0, 3), "rollout": (4, 7)},
+            scaled={"env.train.total_num_envs": 128, "actor.global_batch_size": 640},
+            experiment_name="maniskill_ppo_openvla"),
+        # maniskill_ppo_openvla_quickstart.yaml: `actor,env,rollout: 0-1`.
+        "maniskill_ppo_openvla_quickstart": TrainerConfig(
+            venv="openvla", model_path=_STAGES["openvla-warmup"].dest,
+            stages=("openvla-warmup", "maniskill-assets"),
+            experiment_name="maniskill_ppo_openvla_quickstart", gpus_per_node=2),
+    },
+    stages=_STAGES,
+    # RLINF rlinf/envs/maniskill/tasks/put_on_in_scene_multi.py:38 reads MANISKILL_ASSET_DIR (else a
+    # folder inside the installed package); SAMPLE maniskill-openvlaoft-ppo.yaml sets it to
+    # /fsx/assets/maniskill.
+    asset_env={"MANISKILL_ASSET_DIR": _STAGES["maniskill-assets"].dest},
+    # SAMPLE examples/scripts/run_training_eks.sh appends ${HYDRA_OVERRIDES} to the Hydra command
+    # line (it does not forward its own arguments).
+    overrides_env="HYDRA_OVERRIDES",
+    # RLINF rlinf/scheduler/cluster/cluster.py ClusterEnvVar.NODE_RANK, prefixed RLINF_; node.py
+    # sorts nodes by it (all or none must set it), else by accelerator type and IP.
+    node_rank_env="RLINF_NODE_RANK",
+    resume=ResumeTerms(
+        # run_training_eks.sh: CKPT_PATH (default /fsx/checkpoints); runner.logger.log_path=
+        # ${CKPT_PATH}/${EXPERIMENT_NAME}. RLINF rlinf/runners/embodied_runner.py _save_checkpoint:
+        # <log_path>/<runner.logger.experiment_name>/checkpoints/global_step_<N>/actor.
+        checkpoint_env="CKPT_PATH",
+        steps_under="{experiment}/{config_experiment}/checkpoints",
+        step_prefix="global_step_",
+        # RLINF rlinf/hybrid_engines/fsdp/strategy/base.py save_checkpoint: dcp.save writes the
+        # shards, then its coordinator writes dcp_checkpoint/.metadata (torch's FileSystemWriter
+        # writes .metadata.tmp and renames it); after a barrier rank 0 writes
+        # model_state_dict/full_weights.pt (save_full_model_weights, default True) - the last
+        # file of a checkpoint. Both present = complete.
+        complete_marks=("actor/dcp_checkpoint/.metadata", "actor/model_state_dict/full_weights.pt"),
+        # embodied_runner.py init_workers: runner.resume_dir = a .../global_step_N directory; the
+        # step is parsed from the name and <dir>/actor must exist.
+        resume_env="HYDRA_OVERRIDES",
+        resume_format="runner.resume_dir={step_dir}",
+    ),
+    # The sample's own default (run_training_eks.sh CONFIG_NAME is the quickstart; its full
+    # example manifest runs this one).
+    default_config="maniskill_ppo_openvlaoft",
+    source=f"RLinf/RLinf@{RLINF_COMMIT[:12]} (v0.3) in aws-samples/sample-rlinf-on-eks@{SAMPLE_COMMIT[:12]}",
+)
+
+PROFILES: dict[str, TrainerProfile] = {RLINF.name: RLINF}
+NO_TRAINER = "none"
+
+
+def get(name: str) -> Optional[TrainerProfile]:
+    return PROFILES.get(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# placement
+
+
+def _span(first: int, last: int) -> str:
+    return f"{first}-{last}"
+
+
+def placement(tc: TrainerConfig, nodes: int, gpus: int) -> dict[str, list[tuple[int, int]]]:
+    """Component -> the GPU rank ranges it occupies on `nodes` x `gpus`.
+
+    The config's single-node layout repeated on every node: node k's ranks are k*gpus + the
+    config's ranks (RLinf ranks are cluster-global, RLINF rlinf/scheduler/placement/placement.py
+    ComponentPlacement docstring), so each node keeps the layout the config was tuned for and
+    env and rollout workers of one node stay on its NVLink. A config written for another GPU count
+    per node is first scaled to the node's GPUs (ranks a-b of P become a*G/P .. (b+1)*G/P - 1, at
+    least one GPU): on a 4-GPU node, 0-7/0-3/4-7 become 0-3/0-1/2-3.
+    """
+    out: dict[str, list[tuple[int, int]]] = {}
+    per = tc.gpus_per_node or gpus
+    for comp, (a, b) in tc.placement.items():
+        a, b = a * gpus // per, (b + 1) * gpus // per - 1
+        b = max(a, min(b, gpus - 1))
+        out[comp] = [(k * gpus + a, k * gpus + b) for k in range(nodes)]
+    return out
+
+
+def merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def placement_text(ranges: list[tuple[int, int]]) -> str:
+    return ",".join(_span(a, b) for a, b in merged(ranges))
+
+
+def placement_overrides(tc: TrainerConfig, nodes: int, gpus: int) -> list[str]:
+    """Hydra overrides for a run of `nodes` x `gpus`: placement and scaled batch sizes.
+
+    A value with a comma is quoted: Hydra's override grammar reads an unquoted a,b as a list.
+    """
+    out = []
+    for comp, ranges in placement(tc, nodes, gpus).items():
+        text = placement_text(ranges)
+        out.append(f"cluster.component_placement.{comp}=" + (f"'{text}'" if "," in text else text))
+    out += [f"{key}={value * nodes}" for key, value in tc.scaled.items()]
+    return out
+
+
+def parse_placement(text: str) -> list[tuple[int, int]]:
+    """RLinf's resource-rank list `0-3,8-11` (or a single rank) as ranges."""
+    out = []
+    for part in text.strip().strip("'\"").split(","):
+        part = part.split(":")[0].strip()
+        if not part:
+            continue
+        a, _, b = part.partition("-")
+        out.append((int(a), int(b or a)))
+    return out
+
+
+def idle_nodes(ranks: Mapping[str, list[tuple[int, int]]], nodes: int, gpus: int) -> list[int]:
+    """Nodes none of whose GPUs any component uses."""
+    used = {r for ranges in ranks.values() for a, b in ranges for r in range(a, b + 1)}
+    return [k for k in range(nodes) if not any(k * gpus + g in used for g in range(gpus))]
+
+
+def summary_text(ranks: Mapping[str, list[tuple[int, int]]]) -> str:
+    """`actor 0-15, env 0-3,8-11, rollout 4-7,12-15`."""
+    return ", ".join(f"{comp} {placement_text(r)}" for comp, r in ranks.items())

@@ -1,0 +1,101 @@
+"""What a training run passes to the trainer, derived from its profile (components/stack/trainers.py).
+
+- PATH and VIRTUAL_ENV: the image's venv first, on every container of a run (the single-node pod,
+  the launcher forms' pods, the RayJob's head and workers; KubeRay copies the Ray container's env
+  into its `wait-gcs-ready` init container, ray-project/kuberay v1.6.2
+  ray-operator/controllers/ray/common/pod.go DefaultWorkerPodTemplate). Without it `ray`,
+  `python3 -c 'import ray'` and the launcher's node-wait child resolve to the system Python, which
+  has no Ray (exit 127, SEED-DEFECTS D17).
+- The task assets' directory (MANISKILL_ASSET_DIR), staged on /fsx by the staging Job.
+- The trainer's overrides (HYDRA_OVERRIDES for RLinf): the config's own, and for N nodes the
+  placement over every GPU and the batch sizes scaled with it (D19).
+- The resume contract in the trainer's terms: the run's own checkpoint directory in the trainer's
+  variable (CKPT_PATH), and the command wrapped by /scripts/resume_wrapper.py, which appends the
+  resume argument (runner.resume_dir=<newest complete global_step_N>) or starts fresh.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from components.stack import trainers
+from components.stack.config import StackConfig
+
+WRAPPER = "resume_wrapper.py"
+WRAPPER_PATH = f"/scripts/{WRAPPER}"
+# The wrapper's own variables (components/scripts/resume_wrapper.py).
+WRAPPER_ENV = ("RESUME_STEPS_DIR", "RESUME_STEP_PREFIX", "RESUME_COMPLETE_MARKS", "RESUME_ENV", "RESUME_FORMAT")
+
+
+def resume_mapped(cfg: StackConfig) -> bool:
+    """The training command is told where to write checkpoints and how to resume."""
+    return cfg.workloads.resume_terms is not None
+
+
+def training_command(cfg: StackConfig) -> list[str]:
+    """workloads.command, wrapped by the resume wrapper when the run has a resume mapping."""
+    cmd = list(cfg.workloads.command)
+    return ["python3", WRAPPER_PATH, "--", *cmd] if resume_mapped(cfg) else cmd
+
+
+def scripts(cfg: StackConfig) -> list[str]:
+    return [WRAPPER] if resume_mapped(cfg) else []
+
+
+def steps_dir(cfg: StackConfig, checkpoint_dir: str) -> str:
+    terms = cfg.workloads.resume_terms
+    assert terms is not None
+    tc = cfg.workloads.trainer_config
+    under = terms.steps_under.format(experiment=cfg.workloads.experiment_name,
+                                     config_experiment=tc.experiment_name if tc else "")
+    return f"{checkpoint_dir}/{under}".rstrip("/")
+
+
+def overrides(cfg: StackConfig, num_nodes: int) -> list[str]:
+    """The trainer's overrides for a run over `num_nodes` whole GPU nodes."""
+    tc = cfg.workloads.trainer_config
+    if tc is None:
+        return []
+    out = list(tc.overrides)
+    gpus = cfg.gpu_nodes.instance.gpu_count
+    if tc.placement and (num_nodes > 1 or gpus != tc.gpus_per_node):
+        out += trainers.placement_overrides(tc, num_nodes, gpus)
+    return out
+
+
+def placement(cfg: StackConfig, num_nodes: int) -> Optional[dict[str, list[tuple[int, int]]]]:
+    """Component -> GPU rank ranges of a run (the config's own on one node), None without a profile."""
+    tc = cfg.workloads.trainer_config
+    if tc is None or not tc.placement:
+        return None
+    return trainers.placement(tc, num_nodes, cfg.gpu_nodes.instance.gpu_count)
+
+
+def trainer_env(cfg: StackConfig, num_nodes: int, checkpoint_dir: str) -> dict[str, str]:
+    """The env a training run's containers get from the trainer profile and resume mapping."""
+    w = cfg.workloads
+    out: dict[str, str] = {}
+    profile = w.profile
+    if profile is not None and w.venv_name:
+        out["PATH"] = profile.path(w.venv_name)
+        out["VIRTUAL_ENV"] = f"{profile.venv_root}/{w.venv_name}"
+        out.update(profile.asset_env)
+        extra = overrides(cfg, num_nodes)
+        if extra:
+            out[profile.overrides_env] = " ".join(extra)
+    terms = w.resume_terms
+    if terms is not None:
+        out[terms.checkpoint_env] = checkpoint_dir
+        out.update({
+            "RESUME_STEPS_DIR": steps_dir(cfg, checkpoint_dir),
+            "RESUME_STEP_PREFIX": terms.step_prefix,
+            "RESUME_COMPLETE_MARKS": ",".join(terms.complete_marks),
+            "RESUME_ENV": terms.resume_env,
+            "RESUME_FORMAT": terms.resume_format,
+        })
+    return out
+
+
+def node_rank_env(cfg: StackConfig) -> Optional[str]:
+    profile = cfg.workloads.profile
+    return profile.node_rank_env if profile else None
