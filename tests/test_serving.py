@@ -21,7 +21,7 @@ from test_kueue_support import load_variant, variant, write_variant
 
 from components.offline import impact, numa, policy, render, schedule
 from components.stack import topology
-from components.workloads import env, evaluation, serving
+from components.workloads import env, evaluation, serving, trainer
 
 SCRIPT = Path(__file__).resolve().parent.parent / "components" / "scripts" / "evaluate.py"
 
@@ -115,8 +115,8 @@ def test_model_path_is_the_runs_checkpoint_directory_at_the_step():
     multi = load({**serving_cfg(model={"run": "multi-node", "step": 40}),
                   "workloads": {"image": "repo/rl:1.0", "multiNode": {"enabled": True}, "validation": {"enabled": False},
                                 "serving": {"enabled": True, "model": {"run": "multi-node", "step": 40}}}})
-    assert serving.model_path(single) == f"{env.checkpoint_dir(single, 1)}/global_step_40/actor/huggingface"
-    assert serving.model_path(multi) == f"{env.checkpoint_dir(multi, 2)}/global_step_40/actor/huggingface"
+    assert serving.model_path(single) == f"{trainer.steps_dir(single, env.checkpoint_dir(single, 1))}/global_step_40/actor/huggingface"
+    assert serving.model_path(multi) == f"{trainer.steps_dir(multi, env.checkpoint_dir(multi, 2))}/global_step_40/actor/huggingface"
     assert serving.model_path(single) != serving.model_path(multi)
     fixed = load(serving_cfg(model={"path": "/fsx/models/base"}))
     assert serving.model_path(fixed) == "/fsx/models/base"
@@ -125,7 +125,7 @@ def test_model_path_is_the_runs_checkpoint_directory_at_the_step():
 def test_the_render_shows_the_served_path_and_step(served):
     d = obj(served, "Deployment", serving.NAME)
     path = serving.model_path(served.cfg)
-    assert path == f"{env.checkpoint_dir(served.cfg, 2)}/global_step_1200/actor/huggingface"
+    assert path == f"{trainer.steps_dir(served.cfg, env.checkpoint_dir(served.cfg, 2))}/global_step_1200/actor/huggingface"
     assert d["metadata"]["annotations"][serving.MODEL_ANNOTATION] == path
     assert d["metadata"]["labels"][serving.STEP_LABEL] == "1200"
     tmpl = d["spec"]["template"]

@@ -55,7 +55,7 @@ import pulumi_kubernetes as k8s
 from components.stack import versions
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
-from components.workloads import env, placement, runs, security, sizing, volumes
+from components.workloads import env, placement, runs, security, sizing, trainer, volumes
 from components.workloads.sizing import PodSizing
 
 NAME = "rltrain-serving"
@@ -106,7 +106,11 @@ def model_path(cfg: StackConfig) -> str:
     if m.path:
         return m.path
     assert m.run is not None and m.step is not None  # config refuses otherwise
-    return f"{env.checkpoint_dir(cfg, run_nodes(cfg, m.run))}/{m.checkpoint_layout.format(step=m.step)}"
+    ckpt = env.checkpoint_dir(cfg, run_nodes(cfg, m.run))
+    # Step directories sit where the trainer writes them: with a trainer profile that is below the
+    # run's directory (RLinf: <experiment>/<config experiment>/checkpoints, components/stack/trainers.py).
+    steps = trainer.steps_dir(cfg, ckpt) if cfg.workloads.resume_terms is not None else ckpt
+    return f"{steps}/{m.checkpoint_layout.format(step=m.step)}"
 
 
 def served_model_name(cfg: StackConfig) -> str:
