@@ -124,7 +124,11 @@ def _cluster(r: Row) -> list[Row]:
             _row("eks:index:VpcCniAddon", f"{name}-vpc-cni", name, {}, custom=False),
             _row("aws:eks/addon:Addon", f"{name}-vpc-cni", f"{name}-vpc-cni", {
                 "id": _id(f"{name}-vpc-cni"), "addonName": "vpc-cni", "clusterName": given.get("name"),
-                "addonVersion": cni.get("addonVersion"), "configurationValues": json.dumps(cni_values)},
+                "addonVersion": cni.get("addonVersion"), "configurationValues": json.dumps(cni_values),
+                # pulumi-eks passes the options' conflict settings to its add-on, OVERWRITE unless set
+                # (VpcCniOptionsArgs docstrings, pulumi_eks/_inputs.py at 4.4.0).
+                "resolveConflictsOnCreate": cni.get("resolveConflictsOnCreate", "OVERWRITE"),
+                "resolveConflictsOnUpdate": cni.get("resolveConflictsOnUpdate", "OVERWRITE")},
                 depends_on=[f"aws:eks/cluster:Cluster::{eks}"])]
 
 

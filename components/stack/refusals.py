@@ -50,6 +50,10 @@ def path(*loc: Any) -> str:
 
 # Every `pattern=` of the config models, as a sentence (tests/test_config.py checks none is missing).
 PATTERN_WORDS = {
+    r"^/fsx/[^\s]+$": "a path under /fsx (the shared volume), without spaces",
+    r"^/fsx/[^\s]*$": "a path under /fsx (the shared volume), without spaces",
+    r"^(\S+\s+){4}\S+$": "a cron schedule of 5 fields, such as '0 */6 * * *'",
+    r"^[^/].*\{step\}.*$": "a relative path containing {step}, such as 'global_step_{step}/actor/huggingface'",
     r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$":
         "at most 63 characters: lowercase letters, digits and '-', starting and ending with a letter or digit",
     r"^[A-Za-z][A-Za-z0-9-]{0,99}$": "at most 100 characters: letters, digits and '-', starting with a letter",
