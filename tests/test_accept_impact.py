@@ -95,4 +95,4 @@ def test_the_flags_help_names_what_it_accepts_and_what_it_never_does():
     text = " ".join(proc.stdout.split())
     assert "node roll or a run restart" in text and "Never accepted by the flag: replace (data loss) and " \
         "refused by AWS" in text
-    assert render.FLAG_ACCEPTS == (impact.NODE_ROLL, impact.RUN_RESTART)
+    assert render.FLAG_ACCEPTS == (impact.NODE_ROLL, impact.RUN_RESTART, impact.SERVING_RESTART)

@@ -5,6 +5,7 @@ the stack's namespaces, two controller replicas with a disruption budget, the co
 from __future__ import annotations
 
 import copy
+import shutil
 
 import pytest
 import yaml
@@ -13,6 +14,7 @@ from test_kueue_support import variant
 
 from components.k8s import kueue, monitoring
 from components.offline import impact, render
+from components.offline.render import ROOT
 from components.stack import versions
 
 KUEUE_TYPES = ("kubernetes:kueue.x-k8s.io/v1beta2:",)
@@ -147,7 +149,7 @@ def _kueue_rows(resources):
     return {x["name"]: x for x in resources if x["type"].startswith(KUEUE_TYPES)}
 
 
-def _render_p5_with(monkeypatch, change: str):
+def _render_p5_with(monkeypatch, change: str, tmp_path):
     if change == "flavor-label":
         labels = kueue.flavor_node_labels
         monkeypatch.setattr(kueue, "flavor_node_labels", lambda cfg: {**labels(cfg), "rltrain/pool": "a"})
@@ -156,7 +158,16 @@ def _render_p5_with(monkeypatch, change: str):
     elif change == "topology-level":
         monkeypatch.setattr(kueue, "NETWORK_LAYERS", kueue.NETWORK_LAYERS[1:])
     if change == "quota":
-        return variant("p5", {"rltrain:gpuNodes": {"count": 3}})
+        # Under the stack's own name (a variant's other name would name another cluster: a replacement).
+        proj = tmp_path / "proj"
+        proj.mkdir()
+        for f in ("__main__.py", "Pulumi.yaml"):
+            shutil.copy(ROOT / f, proj / f)
+        (proj / "components").symlink_to(ROOT / "components")
+        doc = yaml.safe_load((ROOT / "Pulumi.p5.yaml").read_text())
+        doc["config"]["rltrain:gpuNodes"]["count"] = 3
+        (proj / "Pulumi.p5.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        return render.render_stack("p5", proj)
     return render.render_stack("p5")
 
 
@@ -170,9 +181,9 @@ RENAMED = {
 
 
 @pytest.mark.parametrize("change", sorted(RENAMED))
-def test_no_kueue_object_is_replaced_under_a_fixed_name(monkeypatch, change):
+def test_no_kueue_object_is_replaced_under_a_fixed_name(monkeypatch, change, tmp_path):
     before = rendered("p5")
-    after = _render_p5_with(monkeypatch, change)
+    after = _render_p5_with(monkeypatch, change, tmp_path)
     old, new = _kueue_rows(before.resources), _kueue_rows(after.resources)
     assert set(old) == set(new) == {"kueue-topology", "kueue-flavor", "kueue-cluster-queue", "kueue-local-queue"}
     renamed = {n for n in new if new[n]["inputs"]["metadata"]["name"] != old[n]["inputs"]["metadata"]["name"]}
