@@ -34,5 +34,5 @@ if [ "${#missing[@]}" -eq 0 ]; then
 else
   output has-credentials false
   list="$(printf '%s, ' "${missing[@]}")"
-  notice "Pulumi preview skipped" "pulumi preview skipped: ${list%, } not available to this run (a fork, Dependabot, or a repository without them; README \"Reviewing a change\"). The offline job still runs the tests and the impact review."
+  notice "Pulumi preview skipped" "pulumi preview skipped: ${list%, } not available to this run (a fork, Dependabot, or a repository without them; docs/review-flow.md). The offline job still runs the tests and the impact review."
 fi

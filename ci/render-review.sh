@@ -10,7 +10,7 @@
 # ci/base_cost.py) and after, the preflight result (secrets not set) and the policy and deploy-model
 # rules; then the render diff against the base, whose full patch is a file beside it.
 # A stack whose file this change leaves alone is rendered with --accept-impact: what it shows comes
-# from the program itself, which reviewers accept in the review (README "Reviewing a change"); a
+# from the program itself, which reviewers accept in the review (docs/review-flow.md); a
 # changed stack file must opt in with its allow* keys.
 #
 # Writes $RLTRAIN_CI_OUT (default ci-out/): summary.md (appended to $GITHUB_STEP_SUMMARY when set),

@@ -15,7 +15,7 @@ The skips are generated from the pod they sit on (components/workloads/security.
   that check (REASONS);
 - the skips sit on the object checkov scans, never on a pod template; a custom resource's are split by
   pod set onto its templates' Pods;
-- the README's report block is what components.offline.scan_report prints for these renders.
+- the report block of docs/security.md is what components.offline.scan_report prints for these renders.
 
 checkov lives in its own virtual environment because its dependency pins clash with the project's
 (requirements-scan.txt). The executable: $RLTRAIN_CHECKOV, else `.venv-scan/bin/checkov` under the repo
@@ -412,16 +412,19 @@ def _assert_nothing_failed(report: dict[str, Any], name: str) -> None:
     assert not missing, f"{name}: the pods of custom resources were not scanned: {missing}"
 
 
+@pytest.mark.slow  # runs checkov over every render
 @pytest.mark.parametrize("stack", STACKS)
 def test_checkov_finds_nothing(checkov_report, stack):
     _assert_nothing_failed(checkov_report, stack)
 
 
+@pytest.mark.slow  # runs checkov over every render
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_checkov_finds_nothing_in_form_variant(checkov_report, variant):
     _assert_nothing_failed(checkov_report, variant)
 
 
+@pytest.mark.slow  # runs checkov over every render
 @pytest.mark.parametrize("name", RENDERS)
 def test_each_object_skips_exactly_what_it_fails(checkov_report, name):
     """Without the skips, checkov fails each object on exactly the checks it skips."""
@@ -447,13 +450,15 @@ def test_each_object_skips_exactly_what_it_fails(checkov_report, name):
     assert not problems, f"{name}:\n" + "\n".join(problems)
 
 
-def test_readme_reports_the_scan(checkov_report):
-    block = scan_report.readme_block((ROOT / "README.md").read_text())
-    assert block is not None, f"README.md has no scan report block: add the markers and run {REGENERATE}"
+@pytest.mark.slow  # runs checkov over every render
+def test_security_page_reports_the_scan(checkov_report):
+    block = scan_report.readme_block(scan_report.README.read_text())
+    assert block is not None, f"docs/security.md has no scan report block: add the markers and run {REGENERATE}"
     expected = scan_report.markdown(renders(), checkov_report)
-    assert block == expected, f"README.md's scan report is stale: run {REGENERATE}"
+    assert block == expected, f"docs/security.md's scan report is stale: run {REGENERATE}"
 
 
+@pytest.mark.slow  # runs checkov over every render
 @pytest.mark.parametrize("stack", STACKS)
 def test_checkov_secrets_finds_nothing(checkov_report, stack):
     """checkov's secrets framework on the manifests and the resource record: 0, no skip, no baseline."""
@@ -467,6 +472,7 @@ def test_checkov_secrets_finds_nothing(checkov_report, stack):
     assert not (ROOT / ".checkov.baseline").exists()
 
 
+@pytest.mark.slow  # runs checkov over every render
 def test_checkov_secrets_scans_yaml_and_json(checkov_report):
     """The positive control: the generated key is reported in both canary files."""
     failed = checkov_report["secrets"]["results"].get("failed_checks", [])
