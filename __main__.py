@@ -11,6 +11,7 @@ from components.stack import config
 from components.k8s.addons import ClusterAddons, ClusterAddonsArgs
 from components.k8s.namespace import TrainingNamespace, training_namespace_args
 from components.stack.outputs import cost_per_hour
+from components.aws import iam
 from components.aws.platform import build_aws_platform
 from components.k8s.volumes import DynamicClaim, storage_claim_args
 from components.k8s.kueue import build_kueue
@@ -69,6 +70,7 @@ build_workloads(cfg, namespace=training.namespace, claim_name=claim.claim_name, 
 # Prometheus, Grafana, exporters, rules, dashboards: on a created cluster by default, opt-in on byo.
 build_monitoring(cfg, secret=rl.require_secret, cluster=platform.cluster.cluster_name if platform else None,
                  after=(platform.cluster.pod_identity_agent,) if platform else (),
+                 pod_identity_role=iam.pod_identity_role,
                  opts=pulumi.ResourceOptions(provider=provider,
                                              depends_on=[training] + (platform.node_groups if platform else [])))
 

@@ -6,7 +6,7 @@ no stack file uses (FORM_VARIANTS); the pod templates inside custom resources (M
 groups), which checkov's kubernetes framework does not look into, as standalone Pods carrying the
 template's labels and the custom resource's skips for that pod set; and copies of all of it with every
 skip annotation removed.
-The skips are generated from the pod they sit on (components/workloads/security.py). Held here:
+The skips are generated from the pod they sit on (components/k8s/security.py). Held here:
 - with the skips: 0 failed, on every render;
 - without them: each object fails exactly the checks it skips (no skip for a check it passes, or for a
   check checkov does not run on its kind, and no failure hidden by anything but its own skip);
@@ -49,7 +49,8 @@ from support import STACKS, rendered
 
 from components.k8s import monitoring
 from components.offline import render, scan_report
-from components.workloads import multinode, nccl, security, validation
+from components.k8s import security
+from components.workloads import multinode, nccl, validation
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP_PREFIXES = scan_report.SKIP_PREFIXES

@@ -45,8 +45,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from components.stack import catalog, versions
 from components.stack.config import StackConfig
 from components.stack.labels import GPU_TAINT_KEY, MANAGED_BY, ROLE_LABEL
-from components.workloads import runs
-from components.workloads.sizing import EFA, GPU, HUGEPAGES
+from components.k8s.options import child_opts
+from components.stack.config import IMAGE_PULL_MARGIN_SECONDS
+from components.stack.labels import EFA, GPU, HUGEPAGES
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
@@ -71,9 +72,9 @@ INTEGRATIONS = ("batch/job", "kubeflow.org/mpijob", "ray.io/rayjob", "ray.io/ray
 # waitForPodsReady: an admitted workload whose pods are not all Ready within the timeout is evicted
 # and requeued. Before the last pod of a run is Ready, images are pulled at most twice in sequence
 # (an MPIJob's launcher is created only once its workers are ready), each bounded by the cold-pull
-# margin the Job deadlines add (runs.IMAGE_PULL_MARGIN_SECONDS). Kueue's default, 30 min, evicts slow
+# margin the Job deadlines add (IMAGE_PULL_MARGIN_SECONDS). Kueue's default, 30 min, evicts slow
 # p5 pulls (FACTS); the timeout is three times those two pulls.
-PODS_READY_TIMEOUT_SECONDS = 3 * 2 * runs.IMAGE_PULL_MARGIN_SECONDS
+PODS_READY_TIMEOUT_SECONDS = 3 * 2 * IMAGE_PULL_MARGIN_SECONDS
 # The chart's own Configuration (charts/kueue/values.yaml at v0.19.2, managerConfig), kept as is.
 CHART_CONFIG = {
     "health": {"healthProbeBindAddress": ":8081"},
@@ -268,7 +269,7 @@ class Kueue(pulumi.ComponentResource):
             self.release = k8s.helm.v3.Release(
                 f"{name}-controller", name=RELEASE, chart=chart_ref(), version=versions.KUEUE.version,
                 namespace=versions.KUEUE_NAMESPACE, create_namespace=True, values=release_values(args),
-                skip_await=False, timeout=600, opts=runs.child_opts(self, opts))
+                skip_await=False, timeout=600, opts=child_opts(self, opts))
             after.append(self.release)
         self.local_queue = LOCAL_QUEUE
         if not args.enabled:
@@ -279,7 +280,7 @@ class Kueue(pulumi.ComponentResource):
                replace: list[str]) -> k8s.apiextensions.CustomResource:
             return k8s.apiextensions.CustomResource(
                 f"{name}-{res}", api_version=API_VERSION, kind=kind, metadata=meta, spec=spec,
-                opts=runs.child_opts(self, opts, *deps, replace_on_changes=replace or None,
+                opts=child_opts(self, opts, *deps, replace_on_changes=replace or None,
                                      delete_before_replace=bool(replace)))
 
         queue_deps = list(after)

@@ -40,7 +40,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 from components.offline import render
 from components.offline.mock_engine import ROOT, run_program
 from components.stack import config as config_mod
-from components.workloads import security
+from components.k8s import security
 
 # The annotation prefixes checkov honours as skips (checkov.kubernetes.kubernetes_utils).
 SKIP_PREFIXES = ("checkov.io/skip", "bridgecrew.io/skip", "cortex.io/skip")
@@ -274,7 +274,7 @@ def markdown(renders: Mapping[str, Sequence[dict[str, Any]]], report: dict[str, 
     lines += [
         "",
         "The skips, each generated from the pod it is for (`what the pod does: why`, "
-        "components/workloads/security.py):",
+        "components/k8s/security.py):",
         "",
         "| Object | Check | Reason | Renders |",
         "|---|---|---|---|",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import math
 import re
 from typing import Any, Literal, Mapping, Optional
 
@@ -19,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from components.stack import catalog, refusals
+# Defined below this module (refusals.py reads them too, and config imports refusals): kept here by name.
+from components.stack.catalog import shm_default_gib  # noqa: F401
+from components.stack.secrets_scan import SECRET_LIKE  # noqa: F401
 NAMESPACE = "rltrain"
 SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads", "monitoring", "kueue")
 # The Grafana admin password: a secret config key (`pulumi config set --secret rltrain:grafanaAdminPassword`).
@@ -28,9 +30,6 @@ KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")  # EKS standard support, 2026-11 
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-# Env names that look like credentials must come from secret config, never plain values (D16).
-# Whole underscore-separated words, so TOKENIZERS_PARALLELISM (set by the reference) is not caught.
-SECRET_LIKE = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)", re.I)
 
 
 class _Model(BaseModel):
@@ -357,6 +356,9 @@ class Toggle(_Model):
     """create this workload"""
 
 
+# Cold pull of a 15-20 GB image (FACTS.md "Start-up latency"), added to every run's deadline (D6);
+# Kueue's waitForPodsReady timeout is derived from it (k8s/kueue.py).
+IMAGE_PULL_MARGIN_SECONDS = 10 * 60
 # PriorityClass values: the queue (Kueue orders by priority, then creation) runs validation, then
 # the NCCL test, then training. The two check classes never preempt a running run.
 TRAINING_PRIORITY = 1000000
@@ -911,15 +913,6 @@ def load(values: Mapping[str, Any], *, secret_keys: set[str] | frozenset[str] = 
         raise ConfigError(refusals.masked(problems, scanned))
     assert cfg is not None
     return cfg
-
-
-def shm_default_gib(it: catalog.InstanceType) -> int:
-    """/dev/shm size when not configured: 1/16 of node memory, 8-256 GiB.
-
-    It counts against the pod's memory limit (FACTS.md), so it is kept to a small share of the
-    node; the reference's 64 GiB sits between the p4de (72) and p5 (128) figures this gives.
-    """
-    return max(8, min(256, math.floor(it.memory_gib / 16)))
 
 
 def from_pulumi() -> StackConfig:

@@ -6,6 +6,12 @@ rules read the same names the components write.
 
 from __future__ import annotations
 
+# Extended resource names a GPU pod requests and the queue covers (NVIDIA and EFA device plugins;
+# the kubelet's 2 MiB huge pages): one spelling for the pod builders, the queue and the checks.
+GPU = "nvidia.com/gpu"
+EFA = "vpc.amazonaws.com/efa"
+HUGEPAGES = "hugepages-2Mi"
+
 # Every object the stack creates in Kubernetes.
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "rltrain"}
 

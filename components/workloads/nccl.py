@@ -30,7 +30,8 @@ from components.k8s import kueue
 from components.stack import catalog
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
-from components.workloads import placement, runs, security, sizing, volumes
+from components.k8s import security
+from components.workloads import placement, runs, sizing, volumes
 # Kubeflow MPI operator release manifest (no official Helm chart; FACTS.md). Pinned: bump the tag
 # here and nowhere else. Applied with server-side apply (the provider default), which the CRD's
 # size needs. Path checked in kubeflow/mpi-operator: deploy/v2beta1/mpi-operator.yaml.
