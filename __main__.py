@@ -11,10 +11,12 @@ from components.stack import config
 from components.k8s.addons import ClusterAddons, ClusterAddonsArgs
 from components.k8s.namespace import TrainingNamespace, training_namespace_args
 from components.stack.outputs import cost_per_hour
+from components.aws import iam
 from components.aws.platform import build_aws_platform
 from components.k8s.volumes import DynamicClaim, storage_claim_args
 from components.k8s.kueue import build_kueue
 from components.k8s.monitoring import build_monitoring
+from components.workloads import serving
 from components.workloads.build import build_workloads
 
 cfg = config.from_pulumi()  # every config problem is reported here, before any resource exists
@@ -54,7 +56,7 @@ elif cfg.storage.storage_class:
 # Kueue and the stack's queue: on a created cluster by default, opt-in on byo (rltrain:kueue). Its
 # controller runs on the system nodes (not the GPU nodes); its webhooks must answer before a queued
 # run is created.
-queue = build_kueue(cfg, namespace=training.namespace,
+queue = build_kueue(cfg, namespace=training.namespace, held=serving.reserved(cfg),
                     opts=pulumi.ResourceOptions(provider=provider,
                                                 depends_on=[training] + ([platform.cluster.system_nodes]
                                                                          if platform else [])))
@@ -71,6 +73,7 @@ workloads = build_workloads(cfg, namespace=training.namespace, claim_name=claim.
 build_monitoring(cfg, secret=rl.require_secret, cluster=platform.cluster.cluster_name if platform else None,
                  cluster_arn=platform.cluster.cluster_arn if platform else None,
                  after=(platform.cluster.pod_identity_agent,) if platform else (),
+                 pod_identity_role=iam.pod_identity_role,
                  opts=pulumi.ResourceOptions(provider=provider,
                                              depends_on=[training] + (platform.node_groups if platform else [])))
 

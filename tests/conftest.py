@@ -1,4 +1,9 @@
-"""Fixtures for the component tests."""
+"""Fixtures for the component tests, and the test tiers.
+
+The default run (`python -m pytest -q`) leaves out tests marked `slow` (pyproject.toml's addopts);
+`python -m pytest -q -m slow` runs them, `python -m pytest -q -m "slow or not slow"` (ci/test.sh)
+runs every tier. A `sim` test (the simulated cluster, tests/sim/) is always `slow` too.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,15 @@ import pytest
 from support import STACKS, rendered
 
 from components.offline import render
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection reads the markers
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("sim") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(params=STACKS)
 def any_stack(request) -> render.Rendered:
     return rendered(request.param)

@@ -6,7 +6,7 @@ no stack file uses (FORM_VARIANTS); the pod templates inside custom resources (M
 groups), which checkov's kubernetes framework does not look into, as standalone Pods carrying the
 template's labels and the custom resource's skips for that pod set; and copies of all of it with every
 skip annotation removed.
-The skips are generated from the pod they sit on (components/workloads/security.py). Held here:
+The skips are generated from the pod they sit on (components/k8s/security.py). Held here:
 - with the skips: 0 failed, on every render;
 - without them: each object fails exactly the checks it skips (no skip for a check it passes, or for a
   check checkov does not run on its kind, and no failure hidden by anything but its own skip);
@@ -15,7 +15,7 @@ The skips are generated from the pod they sit on (components/workloads/security.
   that check (REASONS);
 - the skips sit on the object checkov scans, never on a pod template; a custom resource's are split by
   pod set onto its templates' Pods;
-- the README's report block is what components.offline.scan_report prints for these renders.
+- the report block of docs/security.md is what components.offline.scan_report prints for these renders.
 
 checkov lives in its own virtual environment because its dependency pins clash with the project's
 (requirements-scan.txt). The executable: $RLTRAIN_CHECKOV, else `.venv-scan/bin/checkov` under the repo
@@ -49,7 +49,8 @@ from support import STACKS, rendered
 
 from components.k8s import monitoring
 from components.offline import render, scan_report
-from components.workloads import multinode, nccl, security, validation
+from components.k8s import security
+from components.workloads import multinode, nccl, validation
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP_PREFIXES = scan_report.SKIP_PREFIXES
@@ -412,16 +413,19 @@ def _assert_nothing_failed(report: dict[str, Any], name: str) -> None:
     assert not missing, f"{name}: the pods of custom resources were not scanned: {missing}"
 
 
+@pytest.mark.slow  # runs checkov over every render
 @pytest.mark.parametrize("stack", STACKS)
 def test_checkov_finds_nothing(checkov_report, stack):
     _assert_nothing_failed(checkov_report, stack)
 
 
+@pytest.mark.slow  # runs checkov over every render
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_checkov_finds_nothing_in_form_variant(checkov_report, variant):
     _assert_nothing_failed(checkov_report, variant)
 
 
+@pytest.mark.slow  # runs checkov over every render
 @pytest.mark.parametrize("name", RENDERS)
 def test_each_object_skips_exactly_what_it_fails(checkov_report, name):
     """Without the skips, checkov fails each object on exactly the checks it skips."""
@@ -447,13 +451,15 @@ def test_each_object_skips_exactly_what_it_fails(checkov_report, name):
     assert not problems, f"{name}:\n" + "\n".join(problems)
 
 
-def test_readme_reports_the_scan(checkov_report):
-    block = scan_report.readme_block((ROOT / "README.md").read_text())
-    assert block is not None, f"README.md has no scan report block: add the markers and run {REGENERATE}"
+@pytest.mark.slow  # runs checkov over every render
+def test_security_page_reports_the_scan(checkov_report):
+    block = scan_report.readme_block(scan_report.README.read_text())
+    assert block is not None, f"docs/security.md has no scan report block: add the markers and run {REGENERATE}"
     expected = scan_report.markdown(renders(), checkov_report)
-    assert block == expected, f"README.md's scan report is stale: run {REGENERATE}"
+    assert block == expected, f"docs/security.md's scan report is stale: run {REGENERATE}"
 
 
+@pytest.mark.slow  # runs checkov over every render
 @pytest.mark.parametrize("stack", STACKS)
 def test_checkov_secrets_finds_nothing(checkov_report, stack):
     """checkov's secrets framework on the manifests and the resource record: 0, no skip, no baseline."""
@@ -467,6 +473,7 @@ def test_checkov_secrets_finds_nothing(checkov_report, stack):
     assert not (ROOT / ".checkov.baseline").exists()
 
 
+@pytest.mark.slow  # runs checkov over every render
 def test_checkov_secrets_scans_yaml_and_json(checkov_report):
     """The positive control: the generated key is reported in both canary files."""
     failed = checkov_report["secrets"]["results"].get("failed_checks", [])

@@ -1,4 +1,4 @@
-"""checkov skips derived from the pod they sit on (components/workloads/security.py), on typed pod specs.
+"""checkov skips derived from the pod they sit on (components/k8s/security.py), on typed pod specs.
 
 tests/test_checkov.py holds the same skips to checkov itself and re-checks every claim on the renders;
 these are the generator's cases that no render exercises (several containers, a non-root user, envFrom).
@@ -9,7 +9,8 @@ from __future__ import annotations
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.workloads import nccl, security
+from components.k8s import security
+from components.workloads import nccl
 
 IMAGE = "r/i:1"
 WHY = security.Reasons(root="r", writable_root="w", no_cpu_limit="c", no_liveness="l", no_readiness="n",

@@ -18,7 +18,8 @@ from test_kueue_support import variant
 
 from components.offline import await_model as am
 from components.scripts import nccl_check
-from components.workloads import build, gate, nccl, runs, security, validation
+from components.k8s import security
+from components.workloads import build, gate, nccl, runs, validation
 
 GATED = {"rltrain:workloads": {"trainingAfterChecks": True}}
 GATE_SCRIPT = Path(gate.__file__).resolve().parents[1] / "scripts" / gate.SCRIPT

@@ -337,8 +337,8 @@ def test_gate_creates_training_after_the_checks_passed():
     assert policy.evaluate(r.resources, rules=["run-replacement", "deploy-order", "kueue-queue"]) == []
 
 
-def test_readme_says_how_to_watch_the_queue_and_what_the_gate_does():
-    text = (ROOT / "README.md").read_text()
+def test_operations_page_says_how_to_watch_the_queue_and_what_the_gate_does():
+    text = (ROOT / "docs" / "operations.md").read_text()
     assert "kubectl get workloads -n rltrain" in text and "kubectl get clusterqueue" in text
     assert "trainingAfterChecks" in text and "rltrain:kueue" in text
 

@@ -69,6 +69,7 @@ TOOL_TESTS = ("tests/test_lint.py::test_shellcheck_clean", "tests/test_workflow.
               "tests/test_checkov.py::test_checkov_finds_nothing")
 
 
+@pytest.mark.slow  # a nested pytest run per case
 @pytest.mark.parametrize("ci", [False, True], ids=["newcomer", "CI"])
 def test_tool_tests_skip_for_a_newcomer_and_fail_under_ci(ci, tmp_path):
     """On a machine without shellcheck, promtool and checkov, their tests skip; under CI they fail."""

@@ -307,7 +307,7 @@ def test_port_forward_command_names_the_chart_service():
         "kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80")
 
 
-def test_readme_picture_is_the_current_dashboard_and_says_synthetic():
+def test_monitoring_page_picture_is_the_current_dashboard_and_says_synthetic():
     from components.k8s import dashboards_picture
     committed = dashboards_picture.OUT.read_text()
     assert committed == dashboards_picture.gpu_picture(), (
@@ -315,5 +315,5 @@ def test_readme_picture_is_the_current_dashboard_and_says_synthetic():
     assert "SYNTHETIC DATA" in committed
     titles = {p.title for p in dashboards.gpu_board("rltrain").panels}
     assert all(t.replace("&", "&amp;") in committed for t in titles)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert "](docs/gpu-dashboard.svg)" in readme and monitoring.grafana_port_forward("monitoring") in readme
+    page = (Path(__file__).resolve().parents[1] / "docs" / "monitoring.md").read_text()
+    assert "](gpu-dashboard.svg)" in page and monitoring.grafana_port_forward("monitoring") in page

@@ -35,6 +35,9 @@ STACKS = ("byo", "dev", "p4de", "p5")
 PROJECT = "rltrain"
 AFTER_DEPLOY = re.compile(r"\[known after deploy: [^\]]*\]")
 PLAINTEXT = "plaintext-the-render-hides"  # what a `[secret]` of the render stands for on the wire
+# The slow tier: each analyzer call wraps every resource of a stack in pulumi-policy's proxies (seconds
+# per call, ~25 calls). The rules themselves are in the default tier (tests/test_policy.py).
+pytestmark = pytest.mark.slow
 
 
 # --- the pack, as the CLI loads it ---------------------------------------------------------------

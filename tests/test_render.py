@@ -93,6 +93,7 @@ def test_stack_outputs(p5):
     assert out["gpuNodes"] == {"instanceType": "p5.48xlarge", "count": 2, "gpus": 16, "efaDevicesPerNode": 32}
 
 
+@pytest.mark.slow  # every stack rendered twice, each in a fresh interpreter
 def test_render_all_is_byte_identical_twice(tmp_path):
     # The committed rendered/p4de came from an earlier, separate process: a fresh run must match it
     # byte for byte (test_committed_render_is_current says how to refresh it when the program changes).

@@ -250,7 +250,7 @@ def test_surges_when_a_whole_replica_fits():
     assert (r.max_surge, r.max_unavailable) == (1, 0)
     # The surge's GPUs are left out of the Kueue quota too: 24 - (1 + 1) x 4.
     from components.k8s import kueue
-    assert kueue.nominal_quota(cfg)["nvidia.com/gpu"] == "16"
+    assert kueue.nominal_quota(cfg, serving.reserved(cfg))["nvidia.com/gpu"] == "16"
 
 
 def test_a_forced_surge_onto_a_full_node_group_is_refused():
@@ -410,7 +410,7 @@ def test_evaluate_unreachable_server_and_bad_input(tmp_path):
 @pytest.mark.slow
 def test_checkov_finds_nothing_in_the_serving_objects_and_each_skip_is_a_real_failure(served, tmp_path):
     from components.offline import scan_report
-    from components.workloads import security
+    from components.k8s import security
     exe = scan_report.checkov_executable()
     if exe is None:
         pytest.skip("checkov not installed (RLTRAIN_CHECKOV)")

@@ -7,7 +7,7 @@ from components.stack import config
 from components.workloads import pod
 from components.workloads import placement
 from components.workloads import runs
-from components.workloads import security
+from components.k8s import security
 from components.workloads import sizing
 from components.workloads import volumes
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rlinf-on-eks/rlinf:20260401-085549"
@@ -218,7 +218,7 @@ def test_run_affinity_colocates_instead_of_spreading():
 
 
 def test_checkov_skips_follow_the_pod():
-    # what each pod does decides its skips (components/workloads/security.py; tests/test_checkov.py
+    # what each pod does decides its skips (components/k8s/security.py; tests/test_checkov.py
     # holds them to checkov): the trainer's, with a secret env
     t = template(make_cfg(training={"secretEnv": {"HF_TOKEN": "hfToken"}}))
     skips = security.parse(security.annotate(t, security.TRAINING, kind="Job"))

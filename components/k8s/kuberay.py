@@ -23,7 +23,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.stack import versions
-from components.workloads import runs
+from components.k8s.options import child_opts
 
 RELEASE = "kuberay-operator"
 # The operator pod's labels (chart templates/deployment.yaml: app.kubernetes.io/name is the chart
@@ -52,7 +52,7 @@ def operator_release(name: str, parent: pulumi.Resource,
         name, name=RELEASE, chart=versions.KUBERAY_OPERATOR.chart, version=versions.KUBERAY_OPERATOR.version,
         namespace=versions.KUBERAY_NAMESPACE, create_namespace=True,
         repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.KUBERAY_OPERATOR.repo),
-        values=release_values(), skip_await=False, timeout=600, opts=runs.child_opts(parent, opts))
+        values=release_values(), skip_await=False, timeout=600, opts=child_opts(parent, opts))
 
 
 def operator_peer(installed: bool) -> k8s.networking.v1.NetworkPolicyPeerArgs:

@@ -54,7 +54,7 @@ teams' Jobs, the monitoring chart's hook Jobs) and a Kueue outage blocks them al
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Mapping, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -63,9 +63,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from components.stack import catalog, versions
 from components.stack.config import StackConfig
-from components.stack.labels import GPU_TAINT_KEY, MANAGED_BY, ROLE_LABEL
-from components.workloads import runs, serving
-from components.workloads.sizing import EFA, GPU, HUGEPAGES
+from components.stack.labels import GPU_TAINT_KEY, MANAGED_BY, ROLE_LABEL, short_hash
+from components.k8s.options import child_opts
+from components.stack.config import IMAGE_PULL_MARGIN_SECONDS
+from components.stack.labels import EFA, GPU, HUGEPAGES
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
@@ -101,9 +102,9 @@ INTEGRATIONS = ("batch/job", "kubeflow.org/mpijob", "ray.io/rayjob", "ray.io/ray
 # waitForPodsReady: an admitted workload whose pods are not all Ready within the timeout is evicted
 # and requeued. Before the last pod of a run is Ready, images are pulled at most twice in sequence
 # (an MPIJob's launcher is created only once its workers are ready), each bounded by the cold-pull
-# margin the Job deadlines add (runs.IMAGE_PULL_MARGIN_SECONDS). Kueue's default, 30 min, evicts slow
+# margin the Job deadlines add (IMAGE_PULL_MARGIN_SECONDS). Kueue's default, 30 min, evicts slow
 # p5 pulls (FACTS); the timeout is three times those two pulls.
-PODS_READY_TIMEOUT_SECONDS = 3 * 2 * runs.IMAGE_PULL_MARGIN_SECONDS
+PODS_READY_TIMEOUT_SECONDS = 3 * 2 * IMAGE_PULL_MARGIN_SECONDS
 # The chart's own Configuration (charts/kueue/values.yaml at v0.19.2, managerConfig), kept as is.
 CHART_CONFIG = {
     "health": {"healthProbeBindAddress": ":8081"},
@@ -128,7 +129,7 @@ def cluster_queue_name(cfg: StackConfig) -> str:
 
 def content_name(prefix: str, spec: dict) -> str:
     """`<prefix>-<hash of the spec>`: a changed spec is a new object under a new name (module docstring)."""
-    return f"{prefix}-{runs.short_hash(json.dumps(spec, sort_keys=True, separators=(',', ':')))}"
+    return f"{prefix}-{short_hash(json.dumps(spec, sort_keys=True, separators=(',', ':')))}"
 
 
 def topology_levels() -> list[dict[str, str]]:
@@ -191,13 +192,14 @@ def node_offer(cfg: StackConfig) -> dict[str, int]:
     return offer
 
 
-def nominal_quota(cfg: StackConfig) -> dict[str, str]:
-    """The node group's offer x node count, as Kubernetes quantities, less what the serving
-    Deployment holds (its replicas and a surge: serving.reserved). Serving is not queued (Kueue
-    manages no Deployments here), so the queue must not admit training onto its GPUs."""
+def nominal_quota(cfg: StackConfig, held: Optional[Mapping[str, int]] = None) -> dict[str, str]:
+    """The node group's offer x node count, as Kubernetes quantities, less `held`: what the serving
+    Deployment holds (its replicas and a surge: workloads/serving.py reserved, handed in by the
+    caller, since k8s/ does not read workloads/). Serving is not queued (Kueue manages no
+    Deployments here), so the queue must not admit training onto its GPUs."""
     n = cfg.gpu_nodes.count
     units = {"cpu": "m", "memory": "Mi", HUGEPAGES: "Mi"}
-    held = serving.reserved(cfg)
+    held = held or {}
     return {r: f"{max(0, v * n - held.get(r, 0))}{units.get(r, '')}" for r, v in node_offer(cfg).items()}
 
 
@@ -222,13 +224,13 @@ class KueueArgs(BaseModel):
     managed_namespaces: list[str] = Field(min_length=1)
 
 
-def kueue_args(cfg: StackConfig) -> KueueArgs:
+def kueue_args(cfg: StackConfig, held: Optional[Mapping[str, int]] = None) -> KueueArgs:
     return KueueArgs(
         namespace=cfg.training.namespace, install=cfg.kueue_install, enabled=cfg.kueue_enabled,
         own_queue=cfg.kueue_enabled and cfg.kueue.cluster_queue is None,
         cluster_queue=cluster_queue_name(cfg), flavor=flavor_name(cfg), topology=topology_name(cfg),
         node_labels=flavor_node_labels(cfg),
-        quota=nominal_quota(cfg), pods_ready_timeout_seconds=pods_ready_timeout_seconds(cfg),
+        quota=nominal_quota(cfg, held), pods_ready_timeout_seconds=pods_ready_timeout_seconds(cfg),
         requeue_limit=cfg.workloads.retries, managed_namespaces=managed_namespaces(cfg))
 
 
@@ -359,7 +361,7 @@ class Kueue(pulumi.ComponentResource):
             self.release = k8s.helm.v3.Release(
                 f"{name}-controller", name=RELEASE, chart=chart_ref(), version=versions.KUEUE.version,
                 namespace=versions.KUEUE_NAMESPACE, create_namespace=True, values=release_values(args),
-                skip_await=False, timeout=600, opts=runs.child_opts(self, opts))
+                skip_await=False, timeout=600, opts=child_opts(self, opts))
             after.append(self.release)
         self.local_queue = LOCAL_QUEUE
         if not args.enabled:
@@ -370,7 +372,7 @@ class Kueue(pulumi.ComponentResource):
                replace: list[str]) -> k8s.apiextensions.CustomResource:
             return k8s.apiextensions.CustomResource(
                 f"{name}-{res}", api_version=API_VERSION, kind=kind, metadata=meta, spec=spec,
-                opts=runs.child_opts(self, opts, *deps, replace_on_changes=replace or None,
+                opts=child_opts(self, opts, *deps, replace_on_changes=replace or None,
                                      delete_before_replace=bool(replace)))
 
         queue_deps = list(after)
@@ -389,9 +391,10 @@ class Kueue(pulumi.ComponentResource):
 
 
 def build_kueue(cfg: StackConfig, *, namespace: pulumi.Input[str],
-                opts: Optional[pulumi.ResourceOptions] = None, name: str = "kueue") -> Optional[Kueue]:
+                opts: Optional[pulumi.ResourceOptions] = None, name: str = "kueue",
+                held: Optional[Mapping[str, int]] = None) -> Optional[Kueue]:
     """The Kueue component when the stack installs Kueue or queues its workloads; `opts` carries the
     Kubernetes provider and what must exist first (the training namespace, the node groups)."""
     if not (cfg.kueue_install or cfg.kueue_enabled):
         return None
-    return Kueue(name, kueue_args(cfg), namespace, opts)
+    return Kueue(name, kueue_args(cfg, held), namespace, opts)

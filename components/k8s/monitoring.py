@@ -39,13 +39,12 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.aws import iam
 from components.k8s import dashboards, kueue, monitoring_metrics, monitoring_rules
 from components.stack import versions
 from components.stack.config import GRAFANA_PASSWORD_KEY, StackConfig
 from components.stack.labels import (GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, MANAGED_BY,
                                      ROLE_LABEL)
-from components.workloads import security
+from components.k8s import security
 
 RELEASE = "kube-prometheus-stack"
 DCGM_RELEASE = "dcgm-exporter"
@@ -476,16 +475,24 @@ def ray_network_policy_args(a: MonitoringArgs) -> k8s.networking.v1.NetworkPolic
 # --- the component ----------------------------------------------------------------------------------
 
 
+# (name, managed policy ARNs, parent) -> an IAM role EKS Pod Identity can hand to a service account.
+# iam.pod_identity_role, handed in by __main__.py (k8s/ does not import aws/): (name, policies, parent,
+# cluster=(name, ARN), namespace=, service_account=) -> a role whose `arn` follows its attachments.
+RoleFactory = Callable[..., Any]
+
+
 class Monitoring(pulumi.ComponentResource):
     """See the module docstring. `cluster`: the created cluster's name as its output (None on a
-    bring-your-own cluster); `after`: what the EBS CSI add-on needs first (the Pod Identity agent)."""
+    bring-your-own cluster); `after`: what the EBS CSI add-on needs first (the Pod Identity agent);
+    `pod_identity_role(name, policy_arns, parent)`: creates the EBS CSI driver's role (aws/iam.py's
+    pod_identity_role, handed in by __main__.py: k8s/ reads nothing of aws/)."""
 
     namespace: pulumi.Output[str]
 
     def __init__(self, name: str, args: MonitoringArgs, *, grafana_password: pulumi.Input[str],
                  alert_secret: Optional[pulumi.Input[str]] = None, cluster: Optional[pulumi.Input[str]] = None,
-                 after: tuple[pulumi.Resource, ...] = (), opts: Optional[pulumi.ResourceOptions] = None,
-                 cluster_arn: Optional[pulumi.Input[str]] = None):
+                 after: tuple[pulumi.Resource, ...] = (), pod_identity_role: Optional[RoleFactory] = None,
+                 opts: Optional[pulumi.ResourceOptions] = None, cluster_arn: Optional[pulumi.Input[str]] = None):
         super().__init__("rltrain:index:Monitoring", name, None, opts)
         if args.alert_receiver and alert_secret is None:
             raise ValueError("monitoring.alertReceiver needs its secret value")
@@ -498,9 +505,11 @@ class Monitoring(pulumi.ComponentResource):
         before_release: list[pulumi.Resource] = [ns]
 
         if args.created_cluster and cluster is not None:
+            if pod_identity_role is None:
+                raise ValueError("a created cluster's monitoring needs pod_identity_role for the EBS CSI driver")
             # The role trusts only the driver's controller service account of this cluster (with the
             # cluster's ARN: its account), not every Pod Identity association in the account.
-            role = iam.pod_identity_role(
+            role = pod_identity_role(
                 f"{name}-ebs-csi-role", [EBS_CSI_POLICY], self,
                 cluster=(cluster, cluster_arn) if cluster_arn is not None else None,
                 namespace="kube-system", service_account=versions.EBS_CSI_SERVICE_ACCOUNT)
@@ -588,6 +597,7 @@ def grafana_port_forward(namespace: str) -> str:
 
 def build_monitoring(cfg: StackConfig, *, secret: Callable[[str], pulumi.Output[str]],
                      cluster: Optional[pulumi.Input[str]] = None, after: tuple[pulumi.Resource, ...] = (),
+                     pod_identity_role: Optional[RoleFactory] = None,
                      opts: Optional[pulumi.ResourceOptions] = None,
                      cluster_arn: Optional[pulumi.Input[str]] = None) -> Optional[Monitoring]:
     """The Monitoring component when the stack wants it (StackConfig.monitoring_enabled); `secret`
@@ -596,5 +606,5 @@ def build_monitoring(cfg: StackConfig, *, secret: Callable[[str], pulumi.Output[
         return None
     r = cfg.monitoring.alert_receiver
     return Monitoring("monitoring", monitoring_args(cfg), grafana_password=secret(GRAFANA_PASSWORD_KEY),
-                      alert_secret=secret(r.secret_key) if r else None, cluster=cluster, after=after, opts=opts,
-                      cluster_arn=cluster_arn)
+                      alert_secret=secret(r.secret_key) if r else None, cluster=cluster, after=after,
+                      pod_identity_role=pod_identity_role, opts=opts, cluster_arn=cluster_arn)

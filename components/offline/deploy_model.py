@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from components.offline.mock_engine import UNKNOWN
-from components.offline.policy import GPU, EFA, Violation, k8s_objects, pods, rule
+from components.offline.resources import GPU, EFA, Violation, k8s_objects, pods, rule
 
 Resource = dict[str, Any]
 _PLACEHOLDER = re.compile(r"^\[known after deploy: (?P<res>.+)\.(?P<out>[^.\]]+)\]$")

@@ -21,7 +21,7 @@ import base64
 import re
 from typing import Any, Optional
 
-from components.offline.policy import GPU, Violation, pod_requests, pods, rule
+from components.offline.resources import GPU, Violation, pod_requests, pods, rule
 from components.stack import topology
 
 _SETTING = re.compile(r"^\s*(cpuManagerPolicy|topologyManagerPolicy):\s*(\S+)\s*$", re.M)

@@ -33,6 +33,7 @@ from components.stack import config as config_mod
 from components.offline import deploy_model, policy, runs_summary
 from components.offline import checkpoints, impact, unset_secrets
 from components.workloads import serving
+from components.offline.unset_secrets import load_stack  # noqa: F401  (render.load_stack, as before)
 from components.stack import secrets_scan, stackfile
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 
@@ -116,32 +117,6 @@ def accepted_line(accepted: list[impact.Impact]) -> str:
     counts = collections.Counter(i.kind for i in accepted)
     got = ", ".join(f"{counts[k]} {k}" for k in FLAG_ACCEPTS if counts[k]) or "nothing"
     return f"--accept-impact accepted {got}; it never accepts {' or '.join(FLAG_NEVER)}"
-
-
-def load_stack(stack: str, root: Path = ROOT) -> tuple[dict[str, str], set[str], config_mod.StackConfig]:
-    """Read and validate one stack file, and as the program validates it; raises ConfigError / StackFileError.
-
-    A secret the stack needs and its file does not hold yet is no error offline: it gets the value
-    `[secret not set: <command>]` (unset_secrets.py); a real preview refuses with that command.
-    """
-    path = root / f"Pulumi.{stack}.yaml"
-    if not path.exists():
-        raise stackfile.StackFileError(
-            f"no stack file {path.name}; stacks: {', '.join(stackfile.stack_names(root)) or 'none'}")
-    cfg_values, secret = stackfile.read(path)
-    prefix = f"{config_mod.NAMESPACE}:"
-
-    def check(cfg_values: dict[str, str], secret: set[str]) -> config_mod.StackConfig:
-        return config_mod.load(
-            {k[len(prefix):]: v for k, v in cfg_values.items() if k.startswith(prefix)},
-            secret_keys={k[len(prefix):] for k in secret if k.startswith(prefix)},
-            region=cfg_values.get("aws:region"),
-        )
-
-    cfg, cfg_values, secret = unset_secrets.tolerating(check, cfg_values, secret)
-    # A secret only the running program reads (its first line, config.from_pulumi) is found there.
-    _, cfg_values, secret = unset_secrets.tolerating(unset_secrets.program_check, cfg_values, secret)
-    return cfg_values, secret, cfg
 
 
 def render_stack(stack: str, root: Path = ROOT) -> Rendered:

@@ -1,7 +1,7 @@
-"""checkov over the renders, with and without the skips, and the README's report of it.
+"""checkov over the renders, with and without the skips, and the report of it in docs/security.md.
 
     python -m components.offline.scan_report            # print the report (Markdown)
-    python -m components.offline.scan_report --readme   # rewrite its block in README.md
+    python -m components.offline.scan_report --readme   # rewrite its block in docs/security.md
 
 What checkov (`--framework kubernetes`) is given, per render (every stack, and p5 in the multi-node
 forms no stack file uses, `FORM_VARIANTS`):
@@ -16,7 +16,7 @@ checks join objects across files (a NetworkPolicy selects pods by namespace and 
 stack's policy must not stand in for another's. One checkov process scans everything: its start-up
 dominates its run time. tests/test_checkov.py runs the same scan (adding the secrets framework),
 asserts 0 failed with the skips and that each object skips exactly what it fails without them, and
-compares the README block with `markdown`. checkov: $RLTRAIN_CHECKOV, else .venv-scan/bin/checkov,
+compares the block of docs/security.md with `markdown`. checkov: $RLTRAIN_CHECKOV, else .venv-scan/bin/checkov,
 else `checkov` on PATH (requirements-scan.txt).
 """
 
@@ -40,7 +40,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 from components.offline import render
 from components.offline.mock_engine import ROOT, run_program
 from components.stack import config as config_mod
-from components.workloads import security
+from components.k8s import security
 
 # The annotation prefixes checkov honours as skips (checkov.kubernetes.kubernetes_utils).
 SKIP_PREFIXES = ("checkov.io/skip", "bridgecrew.io/skip", "cortex.io/skip")
@@ -55,7 +55,7 @@ FORM_VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "p5-statefulset": ({"enabled": True, "form": "statefulset"}, {"kueue": {"enabled": False}}),
     "p5-rayjob": ({"enabled": True, "form": "rayjob", "rayVersion": "2.60.0"}, {}),
 }
-README = ROOT / "README.md"
+README = ROOT / "docs" / "security.md"  # the page that holds the report block
 BEGIN = "<!-- scan-report: begin (python -m components.offline.scan_report --readme) -->"
 END = "<!-- scan-report: end -->"
 
@@ -274,7 +274,7 @@ def markdown(renders: Mapping[str, Sequence[dict[str, Any]]], report: dict[str, 
     lines += [
         "",
         "The skips, each generated from the pod it is for (`what the pod does: why`, "
-        "components/workloads/security.py):",
+        "components/k8s/security.py):",
         "",
         "| Object | Check | Reason | Renders |",
         "|---|---|---|---|",
@@ -293,7 +293,7 @@ def readme_block(text: str) -> Optional[str]:
 
 def with_block(text: str, block: str) -> str:
     if readme_block(text) is None:
-        raise ValueError(f"README.md has no block between {BEGIN!r} and {END!r}")
+        raise ValueError(f"{README.name} has no block between {BEGIN!r} and {END!r}")
     head, rest = text.split(BEGIN, 1)
     return f"{head}{BEGIN}\n{block}{END}{rest.split(END, 1)[1]}"
 

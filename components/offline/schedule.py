@@ -40,8 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from components.offline import deploy_model  # used at call time: it imports policy, which imports this
-from components.offline.policy import (EFA, GPU, GPU_TAINT, HUGEPAGES, Context, Pod, Violation, context, k8s_objects,
+from components.offline import deploy_model
+from components.offline.resources import (EFA, GPU, GPU_TAINT, HUGEPAGES, Context, Pod, Violation, context, k8s_objects,
                                        pod_requests, rule)
 from components.stack import catalog
 from components.stack.labels import GPU_NODES_ANNOTATION
@@ -81,7 +81,7 @@ def _amount(resource: str, value: float) -> str:
 
 def _quantity(value: Any) -> float:
     """A Kubernetes quantity, or 0 for what is not known before deploy."""
-    from components.offline.policy import quantity
+    from components.offline.resources import quantity
     try:
         return quantity(value)
     except (TypeError, ValueError):

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, Optional, TypeVar
 
+from components.offline.mock_engine import ROOT
 from components.stack import config as config_mod
 from components.stack import stackfile
 
@@ -88,16 +89,40 @@ def of(values: Mapping[str, str]) -> dict[str, str]:
     return {k: cmd for k, v in sorted(values.items()) if (cmd := command_of(v)) is not None}
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    from components.offline import render
+def load_stack(stack: str, root: Path = ROOT) -> tuple[dict[str, str], set[str], config_mod.StackConfig]:
+    """Read and validate one stack file, and as the program validates it; raises ConfigError / StackFileError.
 
+    A secret the stack needs and its file does not hold yet is no error offline: it gets the value
+    `[secret not set: <command>]` (this module); a real preview refuses with that command.
+    """
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        raise stackfile.StackFileError(
+            f"no stack file {path.name}; stacks: {', '.join(stackfile.stack_names(root)) or 'none'}")
+    cfg_values, secret = stackfile.read(path)
+    prefix = f"{config_mod.NAMESPACE}:"
+
+    def check(cfg_values: dict[str, str], secret: set[str]) -> config_mod.StackConfig:
+        return config_mod.load(
+            {k[len(prefix):]: v for k, v in cfg_values.items() if k.startswith(prefix)},
+            secret_keys={k[len(prefix):] for k in secret if k.startswith(prefix)},
+            region=cfg_values.get("aws:region"),
+        )
+
+    cfg, cfg_values, secret = tolerating(check, cfg_values, secret)
+    # A secret only the running program reads (its first line, config.from_pulumi) is found there.
+    _, cfg_values, secret = tolerating(program_check, cfg_values, secret)
+    return cfg_values, secret, cfg
+
+
+def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (1, 2):
         print("usage: python -m components.offline.unset_secrets STACK [PROJECT_DIR]", file=sys.stderr)
         return 2
-    root = Path(args[1]).resolve() if len(args) == 2 else render.ROOT
+    root = Path(args[1]).resolve() if len(args) == 2 else ROOT
     try:
-        values, _, _ = render.load_stack(args[0], root)
+        values, _, _ = load_stack(args[0], root)
     except config_mod.ConfigError as e:
         print(f"Pulumi.{args[0]}.yaml: {e.render()}", file=sys.stderr)
         return 2

@@ -276,3 +276,12 @@ HOURS_PER_MONTH = 730
 
 def fsx_usd_per_hour(capacity_gib: int, throughput: int) -> float:
     return capacity_gib * FSX_PERSISTENT_2_USD_PER_GB_MONTH[throughput] / HOURS_PER_MONTH
+
+
+def shm_default_gib(it: InstanceType) -> int:
+    """/dev/shm size when not configured: 1/16 of node memory, 8-256 GiB.
+
+    It counts against the pod's memory limit (FACTS.md), so it is kept to a small share of the
+    node; the reference's 64 GiB sits between the p4de (72) and p5 (128) figures this gives.
+    """
+    return max(8, min(256, math.floor(it.memory_gib / 16)))

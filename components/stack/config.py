@@ -3,14 +3,14 @@
 Each top-level section is one structured key of `Pulumi.<stack>.yaml` (`rltrain:gpuNodes`, ...).
 Models are frozen and reject unknown keys. `load()` collects *every* problem, each named by its key
 path as written in the stack file (`rltrain:gpuNodes.instanceType`), the bad value and what is
-allowed, and raises one `ConfigError`. The README documents every key with its default.
+allowed, and raises one `ConfigError`. docs/configuration.md, generated from these models
+(components/offline/config_reference.py), documents every key with its type and default.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import math
 import re
 from typing import Any, Literal, Mapping, Optional
 
@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from components.stack import catalog, refusals, trainers
+# Defined below this module (refusals.py reads them too, and config imports refusals): kept here by name.
+from components.stack.catalog import shm_default_gib  # noqa: F401
+from components.stack.secrets_scan import SECRET_LIKE  # noqa: F401
 NAMESPACE = "rltrain"
 SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads", "monitoring", "kueue")
 # The Grafana admin password: a secret config key (`pulumi config set --secret rltrain:grafanaAdminPassword`).
@@ -27,14 +30,14 @@ KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")  # EKS standard support, 2026-11 
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-# Env names that look like credentials must come from secret config, never plain values (D16).
-# Whole underscore-separated words, so TOKENIZERS_PARALLELISM (set by the reference) is not caught.
-SECRET_LIKE = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)", re.I)
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(
-        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True,
+        # Field docstrings are the descriptions: the configuration reference (docs/configuration.md,
+        # components/offline/config_reference.py) is generated from them.
+        use_attribute_docstrings=True,
     )
 
 
@@ -47,27 +50,43 @@ class ExistingCluster(_Model):
 
     kubeconfig_secret: str = Field("kubeconfig", description="secret config key holding the kubeconfig")
     context: Optional[str] = None
+    """kubeconfig context; none = the kubeconfig's current context"""
 
 
 class SystemNodes(_Model):
+    """The CPU node group for operators and add-ons (x86_64, not accelerated)."""
+
     instance_type: str = "m6i.xlarge"
+    """EC2 instance type of the system nodes"""
     count: int = Field(2, ge=1, le=20)
+    """number of system nodes, 1-20"""
 
 
 class ClusterConfig(_Model):
+    """The EKS cluster (or, with `existing`, the cluster you bring)."""
+
     name: Optional[str] = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9-]{0,99}$")
+    """EKS cluster name; none = `rltrain-<stack>`"""
     kubernetes_version: Literal["1.34", "1.35", "1.36"] = "1.35"
+    """Kubernetes minor version, in quotes (EKS standard support, 2026-11)"""
     endpoint_public_access: bool = True
+    """public API endpoint on; the private endpoint is always on"""
     public_access_cidrs: tuple[str, ...] = ()
+    """CIDRs allowed to reach the public endpoint; required while it is on; `0.0.0.0/0` (or CIDRs covering the internet together) refused; must be empty when the endpoint is private-only"""
     # IAM roles given cluster-admin through EKS access entries (authentication mode API).
     admin_role_arns: tuple[str, ...] = ()
+    """IAM roles given cluster-admin through EKS access entries (authentication mode API)"""
     system_nodes: SystemNodes = SystemNodes()
+    """the CPU node group for operators and add-ons"""
     existing: Optional[ExistingCluster] = None
+    """bring your own cluster: no AWS resource is created"""
     # NVIDIA and EFA device plugins (cluster-wide DaemonSets in kube-system). None = the
     # cluster-wide rule: installed on a created cluster, opt-in on a bring-your-own one.
     install_device_plugins: Optional[bool] = None
+    """install the NVIDIA and EFA device plugins (cluster-wide DaemonSets in `kube-system`); none = `true` on a created cluster, `false` (opt-in) on a bring-your-own one"""
     # Opt-in for a change that replaces the EKS cluster.
     allow_replacement: bool = False
+    """explicit opt-in for a change that replaces the EKS cluster (see [the review flow](review-flow.md))"""
 
     @field_validator("admin_role_arns")
     @classmethod
@@ -98,17 +117,28 @@ class ClusterConfig(_Model):
 
 
 class ExistingNetwork(_Model):
+    """Use an existing VPC instead of creating one."""
+
     vpc_id: str = Field(pattern=r"^vpc-[0-9a-f]+$")
+    """the VPC id (`vpc-...`)"""
     private_subnet_ids: tuple[str, ...] = Field(min_length=2)
+    """private subnets of the cluster, 2 or more"""
     gpu_subnet_id: str = Field(pattern=r"^subnet-[0-9a-f]+$")
+    """the subnet of the GPU nodes and FSx; must be one of `privateSubnetIds`"""
 
 
 class NetworkConfig(_Model):
+    """The VPC (created, or `existing`); not allowed on a bring-your-own cluster."""
+
     vpc_cidr: str = "10.0.0.0/16"
+    """VPC CIDR, /16 to /20; a quarter per private subnet (pods take VPC IPs)"""
     availability_zones: tuple[str, ...] = Field(("us-east-1a", "us-east-1b"), min_length=2, max_length=3)
+    """2-3 availability zones of `aws:region`"""
     # GPU nodes, their placement group and the FSx file system share this one AZ (EFA needs it).
     gpu_availability_zone: Optional[str] = None
+    """the one AZ of the GPU nodes, their placement group and FSx (EFA needs one AZ); none = the first of `availabilityZones`"""
     existing: Optional[ExistingNetwork] = None
+    """use an existing VPC"""
 
     @field_validator("vpc_cidr")
     @classmethod
@@ -131,16 +161,25 @@ class NetworkConfig(_Model):
 
 
 class Capacity(_Model):
+    """How the GPU instances are bought."""
+
     type: Literal["on-demand", "capacity-block", "odcr"] = "on-demand"
+    """with a reservation (`capacity-block`, `odcr`) no placement group is created: the reservation places the nodes"""
     reservation_id: Optional[str] = Field(None, pattern=r"^cr-[0-9a-f]+$")
+    """the reservation id `cr-...`: required for `capacity-block` and `odcr`, refused for `on-demand`"""
 
 
 class RootVolume(_Model):
+    """The gp3 root volume of each GPU node, sized for 15-20 GB image pulls."""
+
     # Large training images (15-20 GB) pull faster from a fast root volume; SOCI parallel pull
     # wants >= 600 MiB/s (FACTS.md "Start-up latency").
     size_gib: int = Field(500, ge=100, le=16384, alias="sizeGiB")
+    """size in GiB, 100-16384"""
     throughput_mibps: int = Field(1000, ge=125, le=1000, alias="throughputMiBps")
+    """gp3 throughput, 125-1000 MiB/s"""
     iops: int = Field(16000, ge=3000, le=16000)
+    """gp3 IOPS, 3000-16000"""
 
 
 class KubeletTopology(_Model):
@@ -153,21 +192,33 @@ class KubeletTopology(_Model):
 
 
 class GpuNodesConfig(_Model):
+    """The GPU node group: one instance type, one AZ, EFA and a placement group when it has EFA."""
+
     instance_type: str
+    """an instance type of the catalog (components/stack/catalog.py)"""
     count: int = Field(ge=1, le=256)
+    """number of GPU nodes, 1-256"""
     # None = automatic: on for EFA-capable types with two or more nodes.
     efa: Optional[bool] = None
+    """EFA devices on the nodes; none = automatic: on for EFA-capable types with 2+ nodes; `true` on a type without EFA is an error"""
     capacity: Capacity = Capacity()
+    """on-demand, a capacity block or an on-demand capacity reservation"""
     root_volume: RootVolume = RootVolume()
+    """the root volume of each GPU node"""
     local_storage: Literal["raid0", "none"] = "raid0"
+    """`raid0`: nodeadm puts containerd and the kubelet on the local NVMe disks as RAID0; `none` to skip"""
     fast_image_pull: bool = False
+    """nodeadm SOCI parallel image pull (`FastImagePull`)"""
     # Opt-in for a change that replaces the node group (running pods are killed).
     allow_replacement: bool = False
+    """explicit opt-in for a change that replaces the GPU node group (running pods are killed)"""
     # Opt-in for a change that rolls every GPU node (a new launch template version, fewer nodes):
     # running runs are killed, or the roll fails on their PodDisruptionBudgets.
     allow_node_roll: bool = False
+    """explicit opt-in for a change that rolls every GPU node (a new launch template version, fewer nodes)"""
     # Kubelet CPU / Topology Manager policies (nodeadm); unset = derived from the pod shapes.
     topology: KubeletTopology = KubeletTopology()
+    """kubelet CPU and Topology Manager policies of the GPU nodes (nodeadm); unset = derived from the pod shapes"""
 
     @field_validator("instance_type")
     @classmethod
@@ -200,18 +251,30 @@ class GpuNodesConfig(_Model):
 
 
 class FsxS3(_Model):
+    """An S3 data repository association: new, changed and deleted files imported and exported."""
+
     bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    """the S3 bucket"""
     prefix: str = "checkpoints/"
+    """the prefix in the bucket"""
     file_system_path: str = Field("/checkpoints", pattern=r"^/")
+    """where the bucket's prefix appears on the file system"""
 
 
 class FsxConfig(_Model):
+    """The FSx for Lustre file system (PERSISTENT_2), mounted by every workload at `/fsx`."""
+
     storage_capacity_gib: int = Field(1200, alias="storageCapacityGiB")
+    """capacity in GiB: 1200, 2400 or a multiple of 2400 (PERSISTENT_2)"""
     per_unit_storage_throughput: int = 250
+    """throughput per TiB: 125, 250, 500 or 1000 MB/s/TiB"""
     # None = automatic metadata mode.
     metadata_iops: Optional[int] = None
+    """metadata IOPS: 1500, 3000, 6000, 12000 or a multiple of 12000; none = automatic metadata mode"""
     backup_retention_days: int = Field(7, ge=0, le=90)
+    """days of automatic daily backups, 0-90; a final backup is taken on delete"""
     s3: Optional[FsxS3] = None
+    """an S3 data repository association"""
 
     @field_validator("storage_capacity_gib")
     @classmethod
@@ -236,14 +299,23 @@ class FsxConfig(_Model):
 
 
 class StorageConfig(_Model):
+    """The shared ReadWriteMany volume every workload mounts at `/fsx`: FSx for Lustre on a created
+    cluster, an existing claim or a storage class on a bring-your-own one."""
+
     fsx: Optional[FsxConfig] = FsxConfig()
+    """the FSx for Lustre file system of a created cluster"""
     claim_name: str = Field("fsx-claim", pattern=_DNS_LABEL)
+    """the ReadWriteMany claim every workload mounts at `/fsx`"""
     # Bring your own cluster: use this existing claim, or create one from this storage class.
     existing_claim: Optional[str] = Field(None, pattern=_DNS_LABEL)
+    """bring your own cluster: mount this existing claim"""
     storage_class: Optional[str] = None
+    """bring your own cluster: create the claim from this storage class"""
     claim_size_gib: int = Field(1200, ge=1, alias="claimSizeGiB")
+    """size of that claim in GiB (bring your own cluster; a created cluster's claim is the FSx size)"""
     # Opt-in for a change that replaces the FSx file system (its data is lost).
     allow_replacement: bool = False
+    """explicit opt-in for a change that replaces the FSx file system (its data is lost)"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,17 +323,28 @@ class StorageConfig(_Model):
 
 
 class S3Access(_Model):
+    """The only S3 location the training role (EKS Pod Identity) may read and write."""
+
     bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    """the S3 bucket"""
     prefix: str = "rltrain/"
+    """the prefix in the bucket"""
 
 
 class TrainingConfig(_Model):
+    """The training namespace, its service account and what its pods may reach."""
+
     namespace: str = Field("rltrain", pattern=_DNS_LABEL)
+    """the training namespace (not `default` or `kube-*`)"""
     service_account: str = Field("training-sa", pattern=_DNS_LABEL)
+    """its service account (API token not mounted; not `default`)"""
     pod_security: Literal["baseline", "restricted"] = "baseline"
+    """Pod Security Admission level enforced; `restricted` is always warned and audited"""
     s3: Optional[S3Access] = None
+    """the S3 location of the training role"""
     # Container env var -> name of a secret config key (`pulumi config set --secret rltrain:KEY`).
     secret_env: dict[str, str] = {}
+    """container env var -> name of a secret config key, e.g. `HF_TOKEN: hfToken` (`pulumi config set --secret rltrain:hfToken ...`); delivered through a Kubernetes Secret, never as a plain value"""
 
     @field_validator("secret_env")
     @classmethod
@@ -279,9 +362,15 @@ class TrainingConfig(_Model):
 
 
 class Toggle(_Model):
+    """A workload switched on or off."""
+
     enabled: bool = False
+    """create this workload"""
 
 
+# Cold pull of a 15-20 GB image (FACTS.md "Start-up latency"), added to every run's deadline (D6);
+# Kueue's waitForPodsReady timeout is derived from it (k8s/kueue.py).
+IMAGE_PULL_MARGIN_SECONDS = 10 * 60
 # PriorityClass values: the queue (Kueue orders by priority, then creation) runs validation, then
 # the NCCL test, then training. The two check classes never preempt a running run.
 TRAINING_PRIORITY = 1000000
@@ -291,42 +380,63 @@ _PRIORITY = dict(ge=0, le=1000000000)
 
 
 class Validation(Toggle):
+    """The cluster validation Job, one pod per GPU node."""
+
     # Value of the `<namespace>-validation` PriorityClass (queue order, no preemption).
     priority: int = Field(VALIDATION_PRIORITY, **_PRIORITY)
+    """value of the `<namespace>-validation` PriorityClass (queue order only: `preemptionPolicy: Never`)"""
 
 
 class MultiNode(_Model):
+    """Multi-node Ray training, one pod per GPU node."""
+
     enabled: bool = False
+    """create the multi-node run"""
     # indexed-job: the Ray launcher in an Indexed Job (clusters without KubeRay); statefulset: the
     # reference's form; rayjob: a KubeRay RayJob (components/workloads/rayjob.py).
     form: Literal["indexed-job", "statefulset", "rayjob"] = "indexed-job"
+    """`indexed-job` (the Ray launcher in an Indexed Job), `statefulset` (the reference's form; refused while queueing is on), `rayjob` (a KubeRay RayJob); see [operations](operations.md)"""
     # None = every GPU node.
     nodes: Optional[int] = Field(None, ge=2)
+    """number of nodes, 2 or more; none = every GPU node"""
     ray_port: int = Field(6379, ge=1024, le=65535)
+    """Ray head port (launcher forms only; refused with `rayjob`)"""
     node_wait_seconds: int = Field(300, ge=10, le=3600)
+    """how long the head waits for every node (launcher forms only; refused with `rayjob`)"""
     # Secret config key holding a Ray auth token: every pod of the run gets it as RAY_AUTH_TOKEN
     # from the training Secret and Ray refuses clients without it. None = no token.
     ray_auth_token_secret: Optional[str] = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
+    """secret config key holding a Ray auth token: every pod gets it as `RAY_AUTH_TOKEN` and Ray refuses clients without it; with `rayjob` none = KubeRay's own token per Ray cluster"""
     # form rayjob: the Ray version in workloads.image (KubeRay's rayClusterSpec.rayVersion), checked
     # against the image tag where the tag carries one (refusals.py). Required with form rayjob.
     ray_version: Optional[str] = Field(None, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
+    """the Ray version in `workloads.image` (KubeRay's `rayVersion`); required with `rayjob`, at least 2.52.0; refused when the image tag names another Ray version"""
     # form rayjob: install the pinned KubeRay operator (cluster-wide: CRDs, cluster roles).
     # None = the cluster-wide rule: installed on a created cluster, opt-in on a bring-your-own one.
     install_kuberay: Optional[bool] = Field(None, alias="installKubeRay")
+    """with `rayjob`: install the pinned KubeRay operator (cluster-wide: CRDs, cluster roles); none = `true` on a created cluster, `false` (opt-in) on a bring-your-own one"""
 
 
 class NcclTest(_Model):
+    """The NCCL all_reduce check between nodes (an MPIJob), against the instance's published bus bandwidth."""
+
     enabled: bool = False
+    """create the NCCL test (needs 2+ nodes)"""
     # None = the cluster-wide rule: installed on a created cluster, not on a bring-your-own one.
     install_mpi_operator: Optional[bool] = None
+    """install the pinned Kubeflow MPI operator (cluster-wide: CRD, cluster roles); none = `true` on a created cluster, `false` (opt-in) on a bring-your-own one"""
     image: str = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.42.0-ofiv1.16.0-ncclv2.27.5-1-testsv2.16.4"
+    """the nccl-tests image (a specific tag or digest)"""
     # The size whose bus bandwidth is checked; default: the size the instance type's reference
     # figure was published at (catalog.NcclReference), so the check compares like with like.
     message_size_bytes: Optional[int] = Field(None, ge=8)
+    """message size whose bus bandwidth is checked; none = the size the instance's reference figure was published at (p5: 2 GiB, p4de: 1 GiB); another size is labelled *not like for like*"""
     # Pass when bus bandwidth >= this fraction of the published 2-node figure of the instance type.
     min_bus_bw_fraction: float = Field(0.9, gt=0, le=1.5)
+    """the check fails below this fraction of the published 2-node bus bandwidth"""
     # Value of the `<namespace>-nccl-test` PriorityClass (queue order, no preemption).
     priority: int = Field(NCCL_TEST_PRIORITY, **_PRIORITY)
+    """value of the `<namespace>-nccl-test` PriorityClass (queue order only: `preemptionPolicy: Never`)"""
 
 
 # Serving the policy being trained (components/workloads/serving.py, docs/serving.md).
@@ -435,13 +545,17 @@ class ResumeContract(_Model):
 
 
 class WorkloadsConfig(_Model):
+    """The training runs and the checks, and what every run gets."""
+
     image: str
+    """training image with a specific tag or `@sha256:` digest; `:latest` or no tag is refused"""
     # The trainer inside the image (components/stack/trainers.py): its profile gives PATH, the
     # known configs and models, staging, placement and the resume terms. "none": only `command`
     # and `env` are passed, nothing is checked or staged.
     trainer: str = Field(trainers.RLINF.name, description="trainer profile: "
                          + ", ".join([*trainers.PROFILES, trainers.NO_TRAINER]))
     command: tuple[str, ...] = ("bash", "/workspace/eks/scripts/run_training_eks.sh")
+    """the training command"""
     config_name: str = Field(trainers.RLINF.default_config, description="the trainer's config (Hydra "
                              "--config-name), one the profile knows")
     venv_name: Optional[str] = Field(None, description="the image's virtual environment; None = the one "
@@ -449,32 +563,51 @@ class WorkloadsConfig(_Model):
     model_path: Optional[str] = Field(None, pattern=r"^/", description="model directory on /fsx; None = the "
                                       "one the profile gives for configName (staged by the staging Job)")
     experiment_name: str = "maniskill-openvlaoft-ppo"
+    """passed as `EXPERIMENT_NAME`; names the run's checkpoint directory"""
     staging: Staging = Staging()
+    """the staging Job that puts the profile's models and assets on /fsx before training"""
     # None = the trainer profile's resume terms (none: no resume mapping, every retry restarts).
     resume: Optional[ResumeContract] = None
+    """how a trainer without a profile writes checkpoints and is told to resume; None = the profile's terms"""
     mlflow_tracking_uri: Optional[str] = None
+    """passed as `MLFLOW_TRACKING_URI`"""
     env: dict[str, str] = {}
+    """extra env vars; names that look like credentials, names the program sets and values that look like secrets are refused (use `training.secretEnv`)"""
     # None = derived from the instance type (see components/workloads/pod.py).
     shm_size_gib: Optional[int] = Field(None, ge=1, alias="shmSizeGiB")
+    """memory-backed `/dev/shm` in GiB, counted against the pod's memory limit; none = 1/16 of node memory (8-256)"""
     termination_grace_period_seconds: int = Field(300, ge=30, le=3600)
+    """time the trainer gets after SIGTERM to checkpoint"""
     max_run_minutes: int = Field(1440, ge=5)
+    """the run's deadline is this plus a 10-minute image-pull margin"""
     # Size of one checkpoint: the render estimates its write time to FSx and warns when it exceeds
     # the grace period the trainer gets after SIGTERM. None = not estimated.
     checkpoint_size_gib: Optional[int] = Field(None, ge=1, alias="checkpointSizeGiB")
+    """size of one checkpoint: the render estimates its write time to FSx and warns when it exceeds `terminationGracePeriodSeconds`; none = not estimated"""
     retries: int = Field(3, ge=0, le=20)
+    """failures allowed (disruptions such as node drains never count)"""
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
+    """exit codes (1-255) that fail the run at once (usage error, not executable, not found)"""
     priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)
+    """value of the `<namespace>-training` PriorityClass (the training runs' place in the queue)"""
     single_node: Toggle = Toggle(enabled=True)
+    """the single-node training Job (on by default)"""
     multi_node: MultiNode = MultiNode()
+    """multi-node Ray training"""
     nccl_test: NcclTest = NcclTest()
+    """the NCCL all_reduce check"""
     validation: Validation = Validation(enabled=True)
+    """cluster validation, one pod per GPU node (on by default)"""
     serving: ServingConfig = ServingConfig()
+    """the vLLM server for the policy being trained (off by default)"""
     # Opt-in gate: the training runs are created only after validation and the NCCL test (those
     # enabled) succeeded; `pulumi up` then waits for the checks to finish.
     training_after_checks: bool = False
+    """opt-in gate: the training runs are created only after validation and the NCCL test (those enabled) succeeded; `pulumi up` then waits for them"""
     # Opt-in for a change that stops a running run and starts it again (a new pod template, a
     # changed MPIJob spec): the run gets SIGTERM and its grace period, then starts over.
     allow_run_restart: bool = False
+    """explicit opt-in for a change that stops a running run and starts it again (a new pod template, a changed MPIJob spec)"""
 
     @model_validator(mode="before")
     @classmethod
@@ -564,27 +697,41 @@ class AlertReceiver(_Model):
     of a Kubernetes Secret, never as a Helm value."""
 
     type: Literal["slack", "webhook", "pagerduty"]
+    """where alerts go"""
     # Name of the secret config key holding the Slack webhook URL, the webhook URL or the PagerDuty
     # routing key.
     secret_key: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
+    """secret config key holding the Slack webhook URL, the webhook URL or the PagerDuty routing key; mounted into Alertmanager as a file, never a Helm value"""
     # Slack only: the channel (default: the webhook's own).
     channel: Optional[str] = None
+    """Slack only: the channel; none = the webhook's own"""
 
 
 class MonitoringConfig(_Model):
+    """Prometheus, Grafana, Alertmanager, the DCGM and EFA exporters, Ray scraping, alerts and dashboards
+    ([monitoring](monitoring.md)). The Grafana admin password is the secret config key
+    `rltrain:grafanaAdminPassword`, required while monitoring is on."""
+
     # None = the cluster-wide rule: installed on a created cluster, opt-in on a bring-your-own one.
     enabled: Optional[bool] = None
+    """install the monitoring stack (cluster-wide: CRDs, node-exporter and DCGM DaemonSets); none = `true` on a created cluster, `false` (opt-in) on a bring-your-own one"""
     namespace: str = Field("monitoring", pattern=_DNS_LABEL)
+    """its namespace (Pod Security `privileged`: the node agents need host access); must differ from `training.namespace`"""
     retention_days: int = Field(15, ge=1, le=3650)
+    """Prometheus retention in days; retention by size is 85 % of the volume"""
     # The Prometheus volume (gp3); retention by size is set a little below it so the disk never fills.
     storage_size_gib: int = Field(100, ge=10, le=16384, alias="storageSizeGiB")
+    """the Prometheus volume in GiB (gp3, encrypted; can grow, not shrink)"""
     # Bring your own cluster: the storage class of the Prometheus volume (default: the cluster's
     # default class). A created cluster gets the stack's own gp3 class.
     storage_class: Optional[str] = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    """bring your own cluster only: the storage class of the Prometheus volume; none = the cluster's default (a created cluster uses the stack's `rltrain-gp3`)"""
     # A run pod Pending longer than this raises RltrainRunQueuedTooLong (image pulls of 15-20 GB
     # take up to ~10 minutes and count as Pending).
     queued_alert_minutes: int = Field(30, ge=5, le=10080)
+    """a run pod Pending longer than this raises `RltrainRunQueuedTooLong` (an image pull counts as Pending)"""
     alert_receiver: Optional[AlertReceiver] = None
+    """where alerts are sent; none = only in Alertmanager's UI"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -597,13 +744,17 @@ class KueueConfig(_Model):
     # Install the Kueue controller (Helm, cluster-wide). None = the cluster-wide rule: on a created
     # cluster, off (opt-in) on a bring-your-own one, or when queueing is off or clusterQueue is set.
     install: Optional[bool] = None
+    """install the pinned Kueue controller (Helm, cluster-wide: CRDs, webhooks); none = `true` on a created cluster, `false` on a bring-your-own one, or when `enabled: false` or `clusterQueue` is set"""
     # Queue the GPU workloads. None = on when the stack installs Kueue or clusterQueue is set.
     enabled: Optional[bool] = None
+    """queue the GPU workloads; none = on when the stack installs Kueue or `clusterQueue` is set; `false` falls back to the namespace quota alone (partial admission possible)"""
     # Bring your own cluster: an existing ClusterQueue (of the Kueue the cluster's owners run) the
     # stack's LocalQueue points at, instead of the stack's own ResourceFlavor/ClusterQueue/Topology.
     cluster_queue: Optional[str] = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    """bring your own cluster: an existing ClusterQueue of the cluster's Kueue; the stack then creates only its LocalQueue, pointing at it"""
     # Kueue's waitForPodsReady timeout; None = derived from the image-pull margin (kueue.py).
     pods_ready_timeout_minutes: Optional[int] = Field(None, ge=10, le=1440)
+    """Kueue's `waitForPodsReady.timeout`: an admitted run whose pods are not all Ready by then is evicted and requeued; none = 60 (6 x the 10-minute image-pull margin)"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1031,15 +1182,6 @@ def load(values: Mapping[str, Any], *, secret_keys: set[str] | frozenset[str] = 
         raise ConfigError(refusals.masked(problems, scanned))
     assert cfg is not None
     return cfg
-
-
-def shm_default_gib(it: catalog.InstanceType) -> int:
-    """/dev/shm size when not configured: 1/16 of node memory, 8-256 GiB.
-
-    It counts against the pod's memory limit (FACTS.md), so it is kept to a small share of the
-    node; the reference's 64 GiB sits between the p4de (72) and p5 (128) figures this gives.
-    """
-    return max(8, min(256, math.floor(it.memory_gib / 16)))
 
 
 def from_pulumi() -> StackConfig:

@@ -6,6 +6,14 @@ rules read the same names the components write.
 
 from __future__ import annotations
 
+import hashlib
+
+# Extended resource names a GPU pod requests and the queue covers (NVIDIA and EFA device plugins;
+# the kubelet's 2 MiB huge pages): one spelling for the pod builders, the queue and the checks.
+GPU = "nvidia.com/gpu"
+EFA = "vpc.amazonaws.com/efa"
+HUGEPAGES = "hugepages-2Mi"
+
 # Every object the stack creates in Kubernetes.
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "rltrain"}
 
@@ -22,3 +30,12 @@ CHECKS_SERVICE_ACCOUNT = "rltrain-checks"
 # The training namespace's default-deny NetworkPolicy: what no other policy allows is refused.
 DEFAULT_DENY_POLICY = "default-deny"
 GPU_NODES_ANNOTATION = "rltrain/gpu-node-count"
+
+
+def short_hash(*parts: str, length: int = 8) -> str:
+    """A stable short digest of `parts`: content names (scripts' ConfigMaps, Kueue flavors), run identities."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:length]

@@ -393,7 +393,7 @@ def _cidrs(cfg: StackConfig) -> list[Problem]:
 
 
 def _env(cfg: StackConfig) -> list[Problem]:
-    from components.stack.config import SECRET_LIKE  # the one list of credential-like names
+    from components.stack.secrets_scan import SECRET_LIKE  # the one list of credential-like names
 
     p: list[Problem] = []
     w, t = cfg.workloads, cfg.training
@@ -427,7 +427,7 @@ def max_shm_gib(it: catalog.InstanceType, efa: int) -> int:
 
 def _program(cfg: StackConfig) -> list[Problem]:
     """What the builders would refuse while the program runs."""
-    from components.stack.config import shm_default_gib
+    from components.stack.catalog import shm_default_gib
 
     p: list[Problem] = []
     g, w = cfg.gpu_nodes, cfg.workloads

@@ -29,6 +29,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
+# Env names that look like credentials must come from secret config, never plain values (D16).
+# Whole underscore-separated words, so TOKENIZERS_PARALLELISM (set by the reference) is not caught.
+SECRET_LIKE = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)", re.I)
 # Entropy findings shorter than this are not reported (git short ids, AWS ids, version strings).
 MIN_ENTROPY_LENGTH = 20
 # Shapes that are high-entropy but public: blanked before the entropy plugins look.

@@ -21,7 +21,8 @@ import pulumi_kubernetes as k8s
 from components.stack import versions
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
-from components.workloads import env, runs, security, serving, volumes
+from components.k8s import security
+from components.workloads import env, runs, serving, volumes
 
 NAME = "rltrain-evaluation"
 COMPONENT = "evaluation"

@@ -30,7 +30,8 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.stack import versions
-from components.workloads import runs, security, volumes
+from components.k8s import security
+from components.workloads import runs, volumes
 from components.workloads.script_files import Script
 
 SCRIPT = "check_gate.py"

@@ -25,7 +25,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import kueue
-from components.workloads import pod, runs, security, sizing, trainer
+from components.k8s import security
+from components.workloads import pod, runs, sizing, trainer
 from components.workloads.multinode import run_guards
 
 NAME = "rltrain-training"

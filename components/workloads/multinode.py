@@ -46,7 +46,8 @@ import pulumi_kubernetes as k8s
 
 from components.stack.config import StackConfig
 from components.k8s import kueue
-from components.workloads import env, placement, pod, runs, security, trainer, volumes
+from components.k8s import security
+from components.workloads import env, placement, pod, runs, trainer, volumes
 RUN = "rltrain-multinode"
 COMPONENT = "multinode"
 LAUNCHER = "/scripts/ray_launcher.py"

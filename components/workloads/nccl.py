@@ -38,7 +38,8 @@ from components.k8s import kueue
 from components.stack import catalog
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
-from components.workloads import gate, placement, runs, security, sizing, volumes
+from components.k8s import security
+from components.workloads import gate, placement, runs, sizing, volumes
 from components.workloads.gate import CheckGate, CheckGateArgs
 # Kubeflow MPI operator release manifest (no official Helm chart; FACTS.md). Pinned: bump the tag
 # here and nowhere else. Applied with server-side apply (the provider default), which the CRD's

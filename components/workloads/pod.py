@@ -20,7 +20,7 @@ from components.workloads.env import env_vars
 from components.workloads.placement import GPU_NODE_SELECTOR, gpu_tolerations
 from components.workloads.runs import CONTAINER, priority_class
 from components.workloads.script_files import Script
-from components.workloads.security import container_security_context, pod_security_context
+from components.k8s.security import container_security_context, pod_security_context
 from components.workloads.sizing import PodSizing, pod_sizing
 from components.workloads.volumes import scripts_annotation, volume_mounts, volumes
 

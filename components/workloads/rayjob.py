@@ -72,7 +72,8 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import kuberay, kueue
 from components.stack.config import StackConfig
-from components.workloads import env, multinode, placement, pod, runs, security, trainer
+from components.k8s import security
+from components.workloads import env, multinode, placement, pod, runs, trainer
 
 API_VERSION = "ray.io/v1"
 RUN = multinode.RUN  # the same run (label, checkpoint identity) as the other multi-node forms

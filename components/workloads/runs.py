@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Mapping, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
+from components.k8s.options import child_opts  # noqa: F401  (runs.child_opts, as before)
 from components.scripts import ray_launcher
 from components.stack.config import StackConfig
-from components.stack.labels import MANAGED_BY
+from components.stack.labels import MANAGED_BY, short_hash  # noqa: F401  (runs.short_hash, as before)
 from components.workloads.script_files import Script
 
 CONTAINER = "trainer"
@@ -20,8 +20,8 @@ CONTAINER = "trainer"
 
 RUN_LABEL = "rltrain/run"
 
-# Cold pull of a 15-20 GB image (FACTS.md "Start-up latency"), added to every deadline (D6).
-IMAGE_PULL_MARGIN_SECONDS = 10 * 60
+# Cold pull of a 15-20 GB image, added to every deadline (stack/config.py; k8s/kueue.py reads it too).
+from components.stack.config import IMAGE_PULL_MARGIN_SECONDS  # noqa: E402,F401
 
 
 def priority_class(cfg: StackConfig) -> str:
@@ -79,34 +79,6 @@ def labels(component: str, run: str) -> dict[str, str]:
 def selector_labels(run: str) -> dict[str, str]:
     return {RUN_LABEL: run}
 
-
-def short_hash(*parts: str, length: int = 8) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:length]
-
-
-def _as_list(deps) -> list:
-    if deps is None:
-        return []
-    return list(deps) if isinstance(deps, (list, tuple)) else [deps]
-
-
-def child_opts(parent: pulumi.Resource, opts: Optional[pulumi.ResourceOptions], *extra_deps: pulumi.Resource,
-               **kwargs) -> pulumi.ResourceOptions:
-    """Options of a component's child: parent, the caller's Kubernetes provider and dependencies.
-
-    depends_on is not inherited from a component by its children, so it is passed on explicitly
-    (the namespace and its service account must exist before any pod is created).
-    """
-    return pulumi.ResourceOptions(
-        parent=parent,
-        provider=opts.provider if opts else None,
-        depends_on=[*_as_list(opts.depends_on if opts else None), *extra_deps],
-        **kwargs,
-    )
 
 # pulumi-kubernetes waits for a Job to complete / a StatefulSet to be ready: `pulumi up` would
 # block for the whole training run. `pulumi.com/waitFor` replaces that wait with a condition that

@@ -55,7 +55,8 @@ import pulumi_kubernetes as k8s
 from components.stack import versions
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
-from components.workloads import env, placement, runs, security, sizing, trainer, volumes
+from components.k8s import security
+from components.workloads import env, placement, runs, sizing, trainer, volumes
 from components.workloads.sizing import PodSizing
 
 NAME = "rltrain-serving"

@@ -35,11 +35,7 @@ from components.stack import catalog
 from components.stack import config as config_mod
 from components.stack.config import StackConfig
 
-GPU = "nvidia.com/gpu"
-
-HUGEPAGES = "hugepages-2Mi"
-
-EFA = "vpc.amazonaws.com/efa"
+from components.stack.labels import EFA, GPU, HUGEPAGES  # noqa: F401  (sizing.GPU, ..., as before)
 
 CPU_HEADROOM = 0.02
 

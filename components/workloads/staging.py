@@ -28,7 +28,8 @@ import pulumi_kubernetes as k8s
 
 from components.stack import trainers
 from components.stack.config import StackConfig
-from components.workloads import env, multinode, placement, runs, security, volumes
+from components.k8s import security
+from components.workloads import env, multinode, placement, runs, volumes
 
 NAME = "rltrain-staging"
 COMPONENT = "staging"

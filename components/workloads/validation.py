@@ -39,7 +39,8 @@ from components.k8s import kueue
 from components.stack import catalog
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
-from components.workloads import placement, pod, runs, security, sizing, volumes
+from components.k8s import security
+from components.workloads import placement, pod, runs, sizing, volumes
 NAME = "rltrain-validation"
 COMPONENT = "validation"
 COMMAND = ("python3", "/scripts/validate_node.py")

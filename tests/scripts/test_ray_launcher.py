@@ -68,9 +68,14 @@ UNRELATED_IP = "127.0.0.4"
 SILENT_IP = "127.0.0.5"
 RESUME_TRAINER = Path(__file__).resolve().parent / "resume_trainer.py"
 
-needs_ray = pytest.mark.skipif(
+_ray_installed = pytest.mark.skipif(
     RAY_CLI is None, reason="the ray CLI is not installed (pip install ray==2.60.0)"
 )
+
+
+def needs_ray(test):
+    """A test that starts a real Ray cluster on loopback: the slow tier (`python -m pytest -q -m slow`)."""
+    return pytest.mark.slow(_ray_installed(test))
 
 
 def _load(name: str, path: Path):

@@ -1,0 +1,146 @@
+"""One direction of imports over components/ (DESIGN.md "Layout"), read from the source with ast:
+
+- no import circle between our modules;
+- `stack/` reads nothing of ours but `stack/`;
+- `k8s/` and `aws/` read `stack/` (and the mounted programs of `scripts/`), never `workloads/`,
+  `offline/` or each other's floor... except where ALLOWED names a known edge;
+- `workloads/` reads `k8s/`, `stack/`, `scripts/` and itself; nothing deployed reads `offline/`
+  or `cluster/`; `scripts/` are programs mounted into pods and read nothing of ours.
+
+    python -m pytest -q -o addopts= -p no:xdist tests/test_imports.py
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "components"
+
+# What each floor may read (besides itself).
+MAY_READ = {
+    "stack": set(),
+    "scripts": set(),
+    "aws": {"stack", "scripts"},
+    "k8s": {"stack", "scripts"},
+    "workloads": {"k8s", "stack", "scripts"},
+    "offline": {"stack", "aws", "k8s", "workloads", "scripts"},
+}
+# aws/storage.py and aws/platform.py build the FSx PersistentVolume and claim with k8s/volumes.py's
+# builders (the volume of a created cluster is an AWS resource): the one known edge between the two
+# middle floors, below workloads/ and above stack/, that makes no circle.
+ALLOWED = {("components.aws.storage", "components.k8s.volumes"),
+           ("components.aws.platform", "components.k8s.volumes")}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    """module -> the modules of ours it imports (anywhere in the file, lazy imports included; not the
+    type-only imports under `if TYPE_CHECKING:`)."""
+    mods = modules()
+    edges: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        deps = set()
+        tree = ast.parse(path.read_text(), str(path))
+        # `if TYPE_CHECKING:` imports name a type for the checkers only: no import at run time.
+        type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                     and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
+                     for stmt in block.body for n in ast.walk(stmt)}
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                           for a in node.names]
+            else:
+                continue
+            deps |= {t for t in targets if t.startswith("components.") and t in mods and t != name}
+        edges[name] = deps
+    return edges
+
+
+def floor(module: str) -> str:
+    return module.split(".")[1] if module.count(".") >= 1 else ""
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_is_read():
+    edges = graph()
+    assert "components.offline.render" in edges and "components.stack.config" in edges["components.offline.render"]
+
+
+def test_no_import_circle():
+    assert circles(graph()) == []
+
+
+def test_each_floor_reads_only_the_floors_below_it():
+    wrong = []
+    for module, deps in sorted(graph().items()):
+        own = floor(module)
+        if own not in MAY_READ:
+            continue
+        for dep in sorted(deps):
+            if floor(dep) != own and floor(dep) not in MAY_READ[own] and (module, dep) not in ALLOWED:
+                wrong.append(f"{module} -> {dep}")
+    assert wrong == [], "imports against the direction of DESIGN.md:\n" + "\n".join(wrong)
+
+
+def test_nothing_deployed_imports_offline_or_the_simulated_cluster():
+    deployed = {"__main__"} | {m for m in graph() if floor(m) in ("stack", "aws", "k8s", "workloads", "scripts")}
+    main = ast.parse((ROOT / "__main__.py").read_text())
+    main_deps = {n.module for n in ast.walk(main) if isinstance(n, ast.ImportFrom) and n.module} | {
+        a.name for n in ast.walk(main) if isinstance(n, ast.Import) for a in n.names}
+    edges = {**graph(), "__main__": main_deps}
+    wrong = [f"{m} -> {d}" for m in sorted(deployed) for d in sorted(edges[m])
+             if d.startswith(("components.offline", "cluster"))]
+    assert wrong == []
+
+
+def test_the_checker_finds_a_circle_and_a_wrong_direction():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert floor("components.k8s.kueue") == "k8s" and "workloads" not in MAY_READ["k8s"]
