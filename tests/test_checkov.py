@@ -50,7 +50,7 @@ from support import STACKS, rendered
 from components.k8s import monitoring
 from components.offline import render, scan_report
 from components.k8s import security
-from components.workloads import multinode, nccl, validation
+from components.workloads import multinode, nccl, staging, validation
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP_PREFIXES = scan_report.SKIP_PREFIXES
@@ -67,6 +67,7 @@ REASONS = {
     "Job/rltrain-multinode": security.TRAINING,
     "StatefulSet/rltrain-multinode": multinode.STATEFULSET_SKIP_REASONS,
     "Job/rltrain-validation": validation.SKIP_REASONS,
+    "Job/rltrain-staging": staging.SKIP_REASONS,
     "DaemonSet/rltrain-efa-metrics": monitoring.EFA_SKIP_REASONS,
     "MPIJob/rltrain-nccl-test spec.mpiReplicaSpecs.Launcher.template": nccl.SKIP_REASONS["Launcher"],
     "MPIJob/rltrain-nccl-test spec.mpiReplicaSpecs.Worker.template": nccl.SKIP_REASONS["Worker"],
