@@ -37,7 +37,7 @@ def test_no_stack_file_holds_a_fake_ciphertext(stack):
             or not (SERVICE_CIPHERTEXT.match(v) or (PROVIDER_CIPHERTEXT.match(v) and has_key_material))}
     assert not fake, (f"Pulumi.{stack}.yaml: {sorted(fake)} hold no ciphertext of any secrets provider: every real "
                       "preview fails to decrypt them. Remove them; each deployer sets its own with "
-                      "`pulumi config set --secret KEY VALUE` (README 'Running it for real').")
+                      "`pulumi config set --secret KEY VALUE` (docs/running-for-real.md).")
 
 
 def test_the_committed_stack_files_hold_no_secret_at_all():
@@ -46,7 +46,7 @@ def test_the_committed_stack_files_hold_no_secret_at_all():
     assert held == {s: [] for s in STACKS}
 
 
-# The secrets each committed stack needs (what `pulumi config set --secret` the README lists).
+# The secrets each committed stack needs (what `pulumi config set --secret` docs/running-for-real.md lists).
 NEEDED = {
     "byo": {"rltrain:kubeconfig"},
     "dev": {"rltrain:grafanaAdminPassword"},

@@ -1,4 +1,4 @@
-"""Draw a dashboard offline, as SVG, from its definition and synthetic data (the README picture).
+"""Draw a dashboard offline, as SVG, from its definition and synthetic data (the picture in docs/monitoring.md).
 
     python -m components.k8s.dashboards_picture            # writes docs/gpu-dashboard.svg
 

@@ -12,7 +12,7 @@ deployed, from the same resource view (a row of `rendered/<stack>/resources.json
   documents for the groups it creates itself, every flow a working cluster needs is derived and
   checked; the render summary prints the table.
 - **Privilege** (`least-privilege`): no role holds a `*FullAccess` managed policy or a wildcard
-  action on a wildcard resource unless `PRIVILEGE_EXCEPTIONS` (and the README) say why.
+  action on a wildcard resource unless `PRIVILEGE_EXCEPTIONS` (and docs/offline-render.md, Privilege) say why.
 
 Memory (allocatable minus the EFA huge pages, every GPU pod fits, EFA pods take huge pages) is
 checked by the `pod-fits-node` and `efa-hugepages` rules in `policy.py`.
@@ -75,7 +75,7 @@ class Graph:
         return False
 
     def order(self) -> list[list[str]]:
-        """Creation waves: each resource after everything it depends on (for the README)."""
+        """Creation waves: each resource after everything it depends on (docs/offline-render.md)."""
         known = set(self.rows)
         depth: dict[str, int] = {}
 
@@ -543,7 +543,7 @@ def flow_table(resources: list[Resource]) -> list[str]:
 
 # --- privilege ------------------------------------------------------------------------------------
 
-# Managed policies or statements allowed despite the rule, each with the README's reason.
+# Managed policies or statements allowed despite the rule, each with its reason in docs/offline-render.md (Privilege).
 PRIVILEGE_EXCEPTIONS: dict[str, str] = {}
 
 

@@ -21,7 +21,7 @@ GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
 HUGEPAGES = "hugepages-2Mi"
 GPU_TAINT = GPU_TAINT_KEY
-# What a bring-your-own cluster's GPU nodes are documented to carry (README, Pulumi.byo.yaml).
+# What a bring-your-own cluster's GPU nodes are documented to carry (docs/running-for-real.md, Pulumi.byo.yaml).
 BYO_NODE_LABELS = dict(ROLE_LABEL)
 
 

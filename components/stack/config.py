@@ -86,7 +86,7 @@ class ClusterConfig(_Model):
     """install the NVIDIA and EFA device plugins (cluster-wide DaemonSets in `kube-system`); none = `true` on a created cluster, `false` (opt-in) on a bring-your-own one"""
     # Opt-in for a change that replaces the EKS cluster.
     allow_replacement: bool = False
-    """explicit opt-in for a change that replaces the EKS cluster (see [the review flow](review-flow.md))"""
+    """explicit opt-in for a change that replaces the EKS cluster (see [the impact guard](offline-render.md#reviewing-a-change))"""
 
     @field_validator("admin_role_arns")
     @classmethod

@@ -18,7 +18,7 @@ HUGEPAGES = "hugepages-2Mi"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "rltrain"}
 
 # GPU node group: the taint every GPU pod tolerates and the label it selects on. A bring-your-own
-# cluster's GPU nodes are documented to carry the same (README, Pulumi.byo.yaml).
+# cluster's GPU nodes are documented to carry the same (docs/running-for-real.md, Pulumi.byo.yaml).
 GPU_TAINT_KEY = "nvidia.com/gpu"
 ROLE_LABEL = {"role": "gpu-training"}
 
