@@ -173,7 +173,7 @@ join() { local IFS=,; printf '%s' "$*" | sed 's/,/, /g'; }
   printf 'Commit `%s`, judged against `%s` at `%s`%s: the impact against what the base'"'"'s own program renders, the cost before from the same render. ' \
     "$(git rev-parse --short "$head_sha")" "$label" "$(git rev-parse --short "$base")" \
     "${merge:+ (the first parent of the merge commit \`$(git rev-parse --short "$merge")\`)}"
-  printf 'The full render diff is the `render-diff` artifact and the "Files changed" tab.\n\n'
+  printf 'The full render diff is `render-diff.patch` in the `review` artifact and the "Files changed" tab.\n\n'
   if [ "${#stale_base[@]}" -gt 0 ]; then
     printf '## `%s` is stale: these changes are not this PR'"'"'s\n\n' "$label"
     printf 'The committed records of %s on `%s` are not what its own program renders. ' "$(join "${stale_base[@]}")" "$label"

@@ -574,7 +574,7 @@ def _privilege(resources, ctx):
                                 f"attaches {arn.rsplit('/', 1)[-1]}, which allows every action of the service on "
                                 "every resource (e.g. deleting any file system)",
                                 "attach only the actions the role uses (or none: a static FSx volume needs no "
-                                "AWS API), or list it in PRIVILEGE_EXCEPTIONS with the README's reason", r["name"])
+                                "AWS API), or list it in PRIVILEGE_EXCEPTIONS with its reason", r["name"])
         if r["type"] in ("aws:iam/rolePolicy:RolePolicy", "aws:iam/policy:Policy"):
             for st in _statements(i.get("policy")):
                 actions, res = _as_list(st.get("Action")), _as_list(st.get("Resource"))

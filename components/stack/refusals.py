@@ -117,7 +117,7 @@ def words(error: dict[str, Any], section_keys: Optional[list[str]] = None) -> st
             found = _RESERVATION_ID.search(value)
             return ("is an ARN: use the cr-… id" + (f" ({found.group(0)})" if found else "")
                     + ", e.g. reservationId: cr-0123456789abcdef0")
-        return f"should be {PATTERN_WORDS.get(pattern, 'in the form the README gives for this key')}" + _got(value)
+        return f"should be {PATTERN_WORDS.get(pattern, 'in the form docs/configuration.md gives for this key')}" + _got(value)
     limits = {"greater_than_equal": ("at least", "ge"), "less_than_equal": ("at most", "le"),
               "greater_than": ("more than", "gt"), "less_than": ("less than", "lt")}
     if kind in limits:
