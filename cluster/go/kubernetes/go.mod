@@ -3,7 +3,7 @@
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
 // ./staging/src/... (ignored when it is a dependency), so each staging module is replaced
 // here by its published v0.35.N; the list is the replace block of k8s.io/kubernetes v1.35.4's
-// go.mod (31 modules). Regenerate with cluster/go/regen.sh kubernetes.
+// go.mod (31 modules). Another patch: change K8S_VERSION, every v0.35.N here, then `go mod tidy`.
 module rltrain.local/sim/kubernetes
 
 go 1.25.0
