@@ -21,9 +21,12 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
             "pulumi-resource-kubernetes")
 # Alternative names a build may give the operators' main packages.
 ALIASES = {"ray-operator": ("ray-operator", "kuberay-operator", "manager"), "kueue": ("kueue", "kueue-manager")}
-# Module trees, recognised by the module path in the directory name.
+# Module trees: the variable env.sh exports for each (cluster/build.sh), else the module path in a
+# directory name of the Go module cache.
 MODULES = {"kueue": "sigs.k8s.io/kueue@", "kuberay": "ray-operator@", "mpi-operator": "mpi-operator@",
            "kwok": "sigs.k8s.io/kwok@"}
+MODULE_VARS = {"kueue": "RLTRAIN_SIM_KUEUE_DIR", "kuberay": "RLTRAIN_SIM_KUBERAY_DIR",
+               "mpi-operator": "RLTRAIN_SIM_MPI_OPERATOR_DIR", "kwok": "RLTRAIN_SIM_KWOK_DIR"}
 ENABLE_HINT = "build them with cluster/build.sh (docs/simulated-cluster.md)"
 
 
@@ -32,10 +35,22 @@ def cache_root() -> Path:
 
 
 def find_env_sh() -> Optional[Path]:
+    """RLTRAIN_SIM_ENV, else <cache>/current/env.sh (build.sh points `current` at its last build),
+    else the newest env.sh under the cache."""
     explicit = os.environ.get("RLTRAIN_SIM_ENV")
     if explicit:
         return Path(explicit)
+    current = cache_root() / "current" / "env.sh"
+    if current.exists():
+        return current
     found = sorted(cache_root().glob("*/env.sh"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return found[0] if found else None
+
+
+def _newest_bin_dir() -> Optional[Path]:
+    # While a build is still running there is no env.sh yet: its bin directory already serves.
+    found = sorted((p for p in cache_root().glob("*/bin") if p.is_dir()), key=lambda p: p.stat().st_mtime,
+                   reverse=True)
     return found[0] if found else None
 
 
@@ -91,24 +106,38 @@ def _gomodcache() -> Optional[Path]:
     return Path.home() / "go" / "pkg" / "mod"
 
 
+def _versions_env() -> dict[str, str]:
+    path = Path(__file__).with_name("versions.env")
+    out = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            k, sep, v = line.partition("=")
+            if sep and not k.startswith("#"):
+                out[k.strip()] = v.strip()
+    return out
+
+
 def toolset() -> Toolset:
     env_sh = find_env_sh()
-    bin_dir = Path(os.environ["RLTRAIN_SIM_BIN"]) if os.environ.get("RLTRAIN_SIM_BIN") else None
-    modules: dict[str, Path] = {}
+    env: dict[str, str] = {}
     if env_sh and env_sh.exists():
-        bin_dir = bin_dir or env_sh.parent / "bin"
-        for value in _sourced(env_sh).values():
-            for name, marker in MODULES.items():
-                if marker in value and Path(value).is_dir() and name not in modules:
-                    modules[name] = Path(value)
+        env = _sourced(env_sh)
+    env.update({k: v for k, v in os.environ.items() if k.startswith("RLTRAIN_SIM_")})
+    bin_dir: Optional[Path] = Path(env["RLTRAIN_SIM_BIN"]) if env.get("RLTRAIN_SIM_BIN") else None
+    if bin_dir is None:
+        bin_dir = env_sh.parent / "bin" if env_sh and env_sh.exists() else _newest_bin_dir()
+    modules: dict[str, Path] = {}
+    for name, var in MODULE_VARS.items():
+        if env.get(var) and Path(env[var]).is_dir():
+            modules[name] = Path(env[var])
     cache = _gomodcache()
     if cache and cache.is_dir():
-        fallbacks = {"kueue": "sigs.k8s.io/kueue@v*", "kwok": "sigs.k8s.io/kwok@v*",
-                     "kuberay": "github.com/ray-project/kuberay/ray-operator@v*",
-                     "mpi-operator": "github.com/kubeflow/mpi-operator@v*"}
-        for name, pattern in fallbacks.items():
-            if name not in modules:
-                found = sorted(cache.glob(pattern))
-                if found:
-                    modules[name] = found[-1]
+        pins = _versions_env()
+        fallbacks = {"kueue": ("sigs.k8s.io/kueue", "KUEUE_VERSION"), "kwok": ("sigs.k8s.io/kwok", "KWOK_VERSION"),
+                     "kuberay": ("github.com/ray-project/kuberay/ray-operator", "KUBERAY_VERSION"),
+                     "mpi-operator": ("github.com/kubeflow/mpi-operator", "MPI_OPERATOR_VERSION")}
+        for name, (module, var) in fallbacks.items():
+            candidate = cache / f"{module}@v{pins.get(var, '')}"
+            if name not in modules and pins.get(var) and candidate.is_dir():
+                modules[name] = candidate
     return Toolset(bin_dir=bin_dir, env_sh=env_sh, modules=modules)

@@ -63,6 +63,12 @@ class SimError(RuntimeError):
     pass
 
 
+class ApiError(RuntimeError):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
 def state_dir(stack: str) -> Path:
     return Path(os.environ.get("RLTRAIN_SIM_STATE") or f"/tmp/rltrain-sim-{stack}")
 
@@ -100,6 +106,7 @@ class Cluster:
         self.info_file = root / "cluster.json"
         self.info: dict[str, Any] = json.loads(self.info_file.read_text()) if self.info_file.exists() else {}
         self._spawned: dict[str, float] = {}
+        self._discovery: dict[str, dict[str, dict]] = {}
 
     # --- processes -------------------------------------------------------------------------------
 
@@ -181,30 +188,51 @@ class Cluster:
         ctx.load_cert_chain(str(self.root / "pki" / "admin.crt"), str(self.root / "pki" / "admin.key"))
         return ctx
 
-    def api(self, path: str, method: str = "GET", body: Any = None, timeout: float = 10) -> Any:
+    def api(self, path: str, method: str = "GET", body: Any = None, timeout: float = 10,
+            content_type: str = "application/json") -> Any:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
-        with urllib.request.urlopen(req, context=self._ssl(), timeout=timeout) as r:
-            raw = r.read()
+                                     headers={"Content-Type": content_type, "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=self._ssl(), timeout=timeout) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")
+            try:
+                detail = json.loads(detail).get("message", detail)
+            except ValueError:
+                pass
+            raise ApiError(e.code, f"{method} {path}: {e.code} {detail}") from None
         try:
             return json.loads(raw)
         except ValueError:
             return raw.decode(errors="replace")
 
-    def kubectl(self, *args: str, input: Optional[str] = None, check: bool = True,
-                timeout: float = 120) -> subprocess.CompletedProcess:
-        r = subprocess.run([self.tools.require("kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-                           input=input, capture_output=True, text=True, timeout=timeout)
-        if check and r.returncode:
-            raise SimError(f"kubectl {' '.join(args[:3])} failed: {r.stderr.strip()[-2000:]}")
-        return r
+    def resource_path(self, api_version: str, kind: str, name: Optional[str] = None,
+                      namespace: Optional[str] = None) -> str:
+        """The REST path of a kind (from discovery), namespaced where the kind is."""
+        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        if kind not in self._discovery.get(api_version, {}):  # new CRDs: ask again
+            self._discovery[api_version] = {r["kind"]: r for r in self.api(base)["resources"] if "/" not in r["name"]}
+        r = self._discovery[api_version][kind]
+        path = base + (f"/namespaces/{namespace}" if r["namespaced"] and namespace else "") + f"/{r['name']}"
+        return path + (f"/{name}" if name else "")
 
-    def apply(self, docs: list[dict[str, Any]], server_side: bool = True) -> None:
-        text = yaml.safe_dump_all(docs, sort_keys=False)
-        args = ["apply", "-f", "-"] + (["--server-side", "--force-conflicts", "--field-manager=rltrain-sim"]
-                                       if server_side else [])
-        self.kubectl(*args, input=text)
+    def get(self, api_version: str, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
+        try:
+            return self.api(self.resource_path(api_version, kind, name, namespace))
+        except ApiError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def apply(self, docs: list[dict[str, Any]]) -> None:
+        """Server-side apply, as `kubectl apply --server-side --force-conflicts` does."""
+        for d in docs:
+            meta = d["metadata"]
+            path = self.resource_path(d["apiVersion"], d["kind"], meta["name"], meta.get("namespace"))
+            self.api(f"{path}?fieldManager=rltrain-sim&force=true", "PATCH", d, timeout=60,
+                     content_type="application/apply-patch+yaml")
 
     # --- start -----------------------------------------------------------------------------------
 
@@ -212,11 +240,12 @@ class Cluster:
               complete_after: float, timeout: float) -> None:
         t0 = time.monotonic()
         missing = self.tools.missing(("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                                      "kubectl", "kwok", "kueue", "ray-operator", "mpi-operator"))
+                                      "kwok", "kueue", "ray-operator", "mpi-operator"))
         if missing:
             raise SimError(f"missing binaries: {', '.join(missing)} (looked in "
                            f"{self.tools.bin_dir or 'the build cache'}): build them with cluster/build.sh")
         self.info.update({"stack": hw_stack, "started": time.time()})
+        self.deploy = deploy
         self._pki()
         self._etcd(timeout)
         self._apiserver(timeout)
@@ -357,6 +386,17 @@ class Cluster:
         self.wait_for(f"nodes {', '.join(names)} Ready (kwok)", kwok, ready, timeout)
         self.info["nodes"] = names
 
+    def reset_storage(self, timeout: float = 30) -> None:
+        """A fresh volume for the claim: after a destroy the Retain volume is Released, bound to the
+        deleted claim's uid, and no new claim binds it (as with a real retained FSx volume)."""
+        docs = nodes_mod.storage(self.deploy)
+        for d in docs:
+            if d["kind"] == "PersistentVolume" and self.get("v1", "PersistentVolume", d["metadata"]["name"]):
+                self.api(self.resource_path("v1", "PersistentVolume", d["metadata"]["name"]), "DELETE")
+                self.wait_for(f"PersistentVolume {d['metadata']['name']} deleted", None,
+                              lambda: self.get("v1", "PersistentVolume", d["metadata"]["name"]) is None, timeout)
+        self.apply(docs)
+
     def _kueue(self, deploy: StackConfig, timeout: float) -> None:
         src = self.tools.module("kueue")
         crds = [yaml.safe_load(f.read_text()) for f in sorted((src / "config/components/crd/bases").glob("*.yaml"))]
@@ -376,6 +416,8 @@ class Cluster:
                     "clientConfig": {"url": f"{url}/convert", "caBundle": ca_bundle},
                     "conversionReviewVersions": ["v1"]}}
         self.apply(crds)
+        self.wait_for("Kueue CRDs established", None,
+                      lambda: all(self._established(c["metadata"]["name"]) for c in crds), timeout)
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}])
         certs = self.root / "kueue-certs"
         self.pki.issue("kueue-webhook", "/CN=kueue-webhook-service.kueue-system.svc", server_sans=("IP:127.0.0.1",),
