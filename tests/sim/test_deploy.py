@@ -28,9 +28,7 @@ from conftest import ENABLE, missing_binaries, sim_requested
 
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
-if missing_binaries():
-    # Under CI (or with RLTRAIN_SIM=1) a missing binary is a failure, not a skip.
-    pytest.fail(f"simulated cluster: missing {', '.join(missing_binaries())}: run cluster/build.sh", pytrace=False)
+MISSING = missing_binaries()
 
 from cluster import sim  # noqa: E402
 from cluster.binaries import toolset  # noqa: E402
@@ -60,6 +58,9 @@ def _log(request, line: str) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
+    if MISSING:
+        # Under CI (or with RLTRAIN_SIM=1) a missing binary is a failure, not a skip.
+        pytest.fail(f"simulated cluster: missing {', '.join(MISSING)}: run cluster/build.sh", pytrace=False)
     root = tmp_path_factory.mktemp("cluster")
     t0 = time.monotonic()
     c = sim.start("p5", STACK, root=root, complete_after=10.0, timeout=180.0)
