@@ -136,6 +136,23 @@ fetch() {
   done_step "download $dir"
 }
 
+# --- env.sh for the runner -------------------------------------------------------------------------
+# Written before the builds, so the runner can start as soon as etcd and kube-apiserver exist
+# (bin/ fills in the order below; "complete" marks the end).
+moddir() { (cd "$here/go/$1" && go mod download -json "$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'); }
+{
+  echo "# Written by cluster/build.sh (key $key). Source it: binaries and upstream trees of the simulated cluster."
+  echo "export RLTRAIN_SIM_BIN='$bin'"
+  echo "export RLTRAIN_SIM_KUEUE_DIR='$(moddir kueue sigs.k8s.io/kueue)'"
+  echo "export RLTRAIN_SIM_KUBERAY_DIR='$(moddir kuberay github.com/ray-project/kuberay/ray-operator)'"
+  echo "export RLTRAIN_SIM_MPI_OPERATOR_DIR='$(moddir mpi-operator github.com/kubeflow/mpi-operator)'"
+  echo "export RLTRAIN_SIM_KWOK_DIR='$(moddir kwok sigs.k8s.io/kwok)'"
+  echo "export RLTRAIN_SIM_K8S_VERSION='$K8S_VERSION'"
+  echo "export RLTRAIN_SIM_ETCD_VERSION='$ETCD_VERSION'"
+  echo "export RLTRAIN_SIM_PULUMI_CLI_VERSION='$PULUMI_CLI_VERSION'"
+  echo "export RLTRAIN_SIM_PULUMI_KUBERNETES_PROVIDER_VERSION='$PULUMI_KUBERNETES_PROVIDER_VERSION'"
+} > "$cache/env.sh.tmp"
+mv "$cache/env.sh.tmp" "$cache/env.sh"
 gv="v$K8S_VERSION"; minor="${K8S_VERSION#1.}"; minor="${minor%%.*}"
 # Without these the binaries say v0.0.0-master: /version then reports it, and pulumi-kubernetes
 # treats such a cluster as 1.14 (provider/pkg/cluster/version.go) and waits for ServiceAccount
@@ -198,22 +215,7 @@ fi
 gobuild "$pk_src" . pulumi-resource-kubernetes \
   "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$PULUMI_KUBERNETES_PROVIDER_VERSION"
 
-# --- env.sh for the runner -------------------------------------------------------------------------
-moddir() { (cd "$here/go/$1" && go list -m -f '{{.Dir}}' "$2"); }
-{
-  echo "# Written by cluster/build.sh (key $key). Source it: binaries and upstream trees of the simulated cluster."
-  echo "export RLTRAIN_SIM_BIN='$bin'"
-  echo "export RLTRAIN_SIM_KUEUE_DIR='$(moddir kueue sigs.k8s.io/kueue)'"
-  echo "export RLTRAIN_SIM_KUBERAY_DIR='$(moddir kuberay github.com/ray-project/kuberay/ray-operator)'"
-  echo "export RLTRAIN_SIM_MPI_OPERATOR_DIR='$(moddir mpi-operator github.com/kubeflow/mpi-operator)'"
-  echo "export RLTRAIN_SIM_KWOK_DIR='$(moddir kwok sigs.k8s.io/kwok)'"
-  echo "export RLTRAIN_SIM_K8S_VERSION='$K8S_VERSION'"
-  echo "export RLTRAIN_SIM_ETCD_VERSION='$ETCD_VERSION'"
-  echo "export RLTRAIN_SIM_PULUMI_CLI_VERSION='$PULUMI_CLI_VERSION'"
-  echo "export RLTRAIN_SIM_PULUMI_KUBERNETES_PROVIDER_VERSION='$PULUMI_KUBERNETES_PROVIDER_VERSION'"
-} > "$cache/env.sh.tmp"
-mv "$cache/env.sh.tmp" "$cache/env.sh"
-# The stable path the runner and people use: <cache root>/current -> this key.
+# The stable path the runner and people use: <cache root>/current -> the last complete build.
 ln -sfn "$key" "$cache_root/current"
 touch "$cache/complete"
 
