@@ -11,6 +11,8 @@ package main
 
 import (
 	_ "embed"
+	"fmt"
+	"os"
 
 	"github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/provider"
 	"github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version"
@@ -23,5 +25,11 @@ var pulumiSchema []byte
 var terraformMapping []byte
 
 func main() {
+	// `-version` prints the version and exits: for people and the simulated-cluster tests (the
+	// engine never passes it; provider.Main itself knows only -tracing and the engine address).
+	if len(os.Args) == 2 && (os.Args[1] == "-version" || os.Args[1] == "--version") {
+		fmt.Println(version.Version)
+		return
+	}
 	provider.Serve("kubernetes", version.Version, pulumiSchema, terraformMapping)
 }
