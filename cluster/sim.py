@@ -254,6 +254,10 @@ class Cluster:
         self._kwok(complete_after, timeout)
         self._nodes(hw, hw_values, hw_stack, timeout)
         self.apply(nodes_mod.storage(deploy))
+        # The operators' CRDs before Kueue starts: Kueue defers an integration whose CRD is not served
+        # yet until it appears (kueue v0.19.2 pkg/controller/jobframework/setup.go); with the CRDs
+        # first, its MPIJob and RayJob webhooks answer from its first second.
+        self._operator_crds(timeout)
         self._kueue(deploy, timeout)
         self._kuberay(timeout)
         self._mpi_operator(timeout)
@@ -480,9 +484,14 @@ class Cluster:
         crd = self.api(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
         return any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"].get("conditions", []))
 
-    def _kuberay(self, timeout: float) -> None:
+    def _operator_crds(self, timeout: float) -> None:
         self._crds(self.tools.module("kuberay") / "config" / "crd" / "bases")
-        self.wait_for("KubeRay CRDs established", None, lambda: self._established("rayjobs.ray.io"), timeout)
+        self._crds(self.tools.module("mpi-operator") / "manifests" / "base", "kubeflow.org_*.yaml")
+        self.wait_for("KubeRay and MPIJob CRDs established", None,
+                      lambda: self._established("rayjobs.ray.io") and self._established("rayclusters.ray.io")
+                      and self._established("mpijobs.kubeflow.org"), timeout)
+
+    def _kuberay(self, timeout: float) -> None:
         probe = free_port()
         proc = self.spawn("kuberay-operator", [
             self.tools.require("ray-operator"), "--enable-leader-election=false",
@@ -495,9 +504,6 @@ class Cluster:
         self.wait_for("KubeRay operator /readyz", proc, ready, timeout)
 
     def _mpi_operator(self, timeout: float) -> None:
-        src = self.tools.module("mpi-operator")
-        self._crds(src / "manifests" / "base", "kubeflow.org_*.yaml")
-        self.wait_for("MPIJob CRD established", None, lambda: self._established("mpijobs.kubeflow.org"), timeout)
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPI_LOCK_NAMESPACE}}])
         # Its health port is fixed (:8080, mpi-operator v0.8.0 cmd/mpi-operator/app/server.go); it
         # leads through a Lease in --lock-namespace.
