@@ -152,7 +152,7 @@ class Cluster:
                 last_error = f"{type(e).__name__}: {e}"
             time.sleep(interval)
         tail = f"; last lines of {proc.log}:\n{log_tail(proc.log)}" if proc else ""
-        raise SimError(f"{what} did not come up within {timeout:.0f}s ({last_error or 'not ready'}){tail}")
+        raise SimError(f"{what}: not within {timeout:.0f}s ({last_error or 'not ready'}){tail}")
 
     def stop(self, grace: float = 10.0) -> list[str]:
         stopped = []
