@@ -39,3 +39,9 @@ else
   "$RLTRAIN_CI_VENV/bin/python" -m pip install --quiet --upgrade pip==24.3.1
   "$RLTRAIN_CI_VENV/bin/python" -m pip install --quiet -r requirements-dev.txt
 fi
+
+# The simulated cluster's binaries (issue 17: control plane, kwok, operators, Pulumi CLI and
+# Kubernetes provider), built from the Go module proxy into a cache outside the repository, or
+# reused when that cache already has them (docs/simulated-cluster.md "Building"); no Go: skipped;
+# RLTRAIN_CI_REUSE=1 (a quick rerun) only reuses, never starts the long cold build.
+if [ "$reuse" = 1 ]; then cluster/build.sh --if-go --reuse-only; else cluster/build.sh --if-go; fi

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 
 from components.offline import render
-STACKS = ("byo", "dev", "p4de", "p5")
+STACKS = ("byo", "dev", "p4de", "p5", "sim")
 
 
 @functools.lru_cache(maxsize=None)

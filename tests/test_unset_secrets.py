@@ -52,6 +52,7 @@ NEEDED = {
     "dev": {"rltrain:grafanaAdminPassword"},
     "p4de": {"rltrain:hfToken", "rltrain:grafanaAdminPassword"},
     "p5": {"rltrain:hfToken", "rltrain:grafanaAdminPassword"},
+    "sim": {"rltrain:kubeconfig", "rltrain:hfToken"},
 }
 
 

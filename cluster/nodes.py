@@ -1,0 +1,172 @@
+"""The simulated cluster's nodes and volume, derived from a stack's config and the catalog.
+
+Pure functions returning Kubernetes objects as dicts; `cluster/sim.py` creates them. Nothing is
+typed here that the catalog or the program already knows:
+
+- GPU nodes: one per `gpuNodes.count`, shaped as the program sizes its pods for
+  (`catalog.InstanceType.allocatable`: CPU after the nodeadm kube-reserved formula; memory after
+  kube-reserved, the eviction threshold, the VM overhead the catalog's conservative figure assumes
+  and, with EFA, the EFA driver's 2 MiB huge pages), GPUs and EFA devices as the device plugins
+  advertise them, `max_pods`; labelled and tainted as the GPU node group is (`stack/labels.py`,
+  `aws/gpu_nodes.py`), with the EKS network topology labels where the AWS cloud controller sets
+  them (`k8s/kueue.has_network_topology`). The nodes of one stack share one switch (layers 1-3).
+- System nodes (`cluster.systemNodes`): where the pods that select no GPU node run (an MPIJob's
+  launcher). Their instance type is not a GPU type, so not in the catalog: `SYSTEM_TYPES` below.
+- A storage class and a static volume for the claim a bring-your-own stack makes from
+  `storage.storageClass` (`k8s/volumes.py` DynamicClaim): the PV controller binds the claim to it.
+
+The DaemonSets of a real GPU node (catalog.DAEMONSET_*) do not run here: the simulated nodes have
+that much more room, which the program's fit checks already keep free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+from components.k8s.kueue import (HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, NETWORK_LAYERS,
+                                  has_network_topology)
+from components.stack import catalog
+from components.stack.config import StackConfig
+from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
+from components.workloads.sizing import EFA, GPU, HUGEPAGES
+
+# kwok manages the nodes carrying this annotation (kwok --manage-nodes-with-annotation-selector).
+KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
+# The taint's value on the GPU node group (components/aws/gpu_nodes.py: NodeGroupTaintArgs value "true").
+GPU_TAINT = {"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+# The system node group's label (components/aws/cluster.py: labels={"role": "system"}).
+SYSTEM_LABEL = {"role": "system"}
+# The CSI driver of the stack's own FSx volume (k8s/volumes.py); nothing runs it here, which is
+# fine: no kubelet mounts anything on a kwok node.
+FSX_CSI_DRIVER = "fsx.csi.aws.com"
+
+# The system node group's default type (config.SystemNodes) is no GPU type, so not in the catalog:
+# m6i.xlarge, 4 vCPU, 16 GiB (AWS instance type page, general purpose M6i); max pods 58
+# (amazon-eks-ami nodeadm eni-max-pods: 4 interfaces x 15 addresses - 1, + 2).
+SYSTEM_TYPES = {
+    "m6i.xlarge": catalog.InstanceType(
+        name="m6i.xlarge", vcpu=4, memory_gib=16, gpu_model="", gpu_count=0, gpu_memory_gib=0,
+        efa_devices=0, network_cards=1, network_gbps=12, nvme_disks=0, nvme_disk_gib=0, max_pods=58,
+        gpudirect_rdma=False, price=None),
+}
+
+
+def _quantities(cpu_milli: int, memory_mib: int, pods: int, ephemeral_gib: int) -> dict[str, str]:
+    return {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi", "pods": str(pods),
+            "ephemeral-storage": f"{ephemeral_gib}Gi"}
+
+
+def capacity_memory_mib(it: catalog.InstanceType) -> int:
+    """What the VM exposes: the instance's memory less the overhead the catalog's conservative
+    allocatable assumes (catalog.VM_MEMORY_OVERHEAD)."""
+    return math.floor(it.memory_gib * catalog.GIB_IN_MIB * (1 - catalog.VM_MEMORY_OVERHEAD))
+
+
+def _network_node(stack: str, layer: int) -> str:
+    # EKS values look like nn-<17 hex digits>; stable per stack so a restart keeps the same switch.
+    return "nn-" + hashlib.sha256(f"{stack}/{layer}".encode()).hexdigest()[:17]
+
+
+def gpu_node_name(cfg: StackConfig, index: int) -> str:
+    return f"gpu-{cfg.gpu_nodes.instance_type.replace('.', '-')}-{index}"
+
+
+def gpu_node(cfg: StackConfig, index: int, *, stack: str = "sim", zone: str | None = None,
+             region: str = "us-east-1") -> dict[str, Any]:
+    g = cfg.gpu_nodes
+    it = g.instance
+    alloc = it.allocatable(efa=g.efa_enabled)
+    name = gpu_node_name(cfg, index)
+    capacity = _quantities(it.vcpu * 1000, capacity_memory_mib(it), it.max_pods, g.root_volume.size_gib)
+    allocatable = _quantities(alloc.cpu_milli, alloc.memory_mib_conservative, it.max_pods, g.root_volume.size_gib)
+    devices = {GPU: str(it.gpu_count)}
+    if g.efa_devices_per_node:
+        devices[EFA] = str(g.efa_devices_per_node)
+        devices[HUGEPAGES] = f"{alloc.hugepages_2mi_mib}Mi"
+    capacity.update(devices)
+    allocatable.update(devices)
+    labels = {
+        **ROLE_LABEL,
+        INSTANCE_TYPE_LABEL: it.name,
+        "beta.kubernetes.io/instance-type": it.name,
+        HOSTNAME_LABEL: name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "topology.kubernetes.io/region": region,
+        "topology.kubernetes.io/zone": zone or cfg.network.gpu_az,
+        "node.kubernetes.io/exclude-from-external-load-balancers": "true",
+    }
+    if has_network_topology(it):
+        labels.update({label: _network_node(stack, i) for i, label in enumerate(NETWORK_LAYERS, 1)})
+    return _node(name, labels, [dict(GPU_TAINT)], capacity, allocatable)
+
+
+def system_node(cfg: StackConfig, index: int, *, zone: str | None = None,
+                region: str = "us-east-1") -> dict[str, Any]:
+    s = cfg.cluster.system_nodes
+    try:
+        it = SYSTEM_TYPES[s.instance_type]
+    except KeyError:
+        raise ValueError(f"rltrain:cluster.systemNodes.instanceType {s.instance_type!r}: the simulated cluster "
+                         f"knows {', '.join(SYSTEM_TYPES)} (cluster/nodes.py SYSTEM_TYPES)") from None
+    alloc = it.allocatable()
+    name = f"system-{it.name.replace('.', '-')}-{index}"
+    labels = {**SYSTEM_LABEL, INSTANCE_TYPE_LABEL: it.name, "beta.kubernetes.io/instance-type": it.name,
+              HOSTNAME_LABEL: name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              "topology.kubernetes.io/region": region,
+              "topology.kubernetes.io/zone": zone or cfg.network.availability_zones[index % len(cfg.network.availability_zones)]}
+    return _node(name, labels, [],
+                 _quantities(it.vcpu * 1000, capacity_memory_mib(it), it.max_pods, 80),
+                 _quantities(alloc.cpu_milli, alloc.memory_mib_conservative, it.max_pods, 80))
+
+
+def _node(name: str, labels: dict[str, str], taints: list[dict[str, str]], capacity: dict[str, str],
+          allocatable: dict[str, str]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"providerID": f"kwok://{name}"}
+    if taints:
+        spec["taints"] = taints
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": dict(KWOK_ANNOTATION)},
+        "spec": spec,
+        # kwok's node-initialize stage keeps capacity/allocatable as created and adds conditions.
+        "status": {"capacity": capacity, "allocatable": allocatable,
+                   "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
+                                "kubeletVersion": "fake", "kubeProxyVersion": "fake"}},
+    }
+
+
+def nodes(cfg: StackConfig, *, stack: str = "sim", region: str = "us-east-1") -> list[dict[str, Any]]:
+    """System nodes, then the GPU nodes of `gpuNodes`."""
+    return ([system_node(cfg, i, region=region) for i in range(cfg.cluster.system_nodes.count)]
+            + [gpu_node(cfg, i, stack=stack, region=region) for i in range(cfg.gpu_nodes.count)])
+
+
+def storage(deploy: StackConfig) -> list[dict[str, Any]]:
+    """The storage class a bring-your-own stack claims from, and one volume bound to its claim.
+
+    Reclaim Retain as for the stack's own FSx volume (KNOWN-FAILURES F17); the volume is reserved
+    for the claim (claimRef namespace/name) so no other claim takes it.
+    """
+    s = deploy.storage
+    if not s.storage_class or s.existing_claim:
+        return []
+    ns, claim = deploy.training.namespace, s.claim_name
+    return [
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+         "metadata": {"name": s.storage_class},
+         "provisioner": FSX_CSI_DRIVER, "reclaimPolicy": "Retain", "volumeBindingMode": "Immediate"},
+        {"apiVersion": "v1", "kind": "PersistentVolume",
+         "metadata": {"name": volume_name(deploy)},
+         "spec": {"capacity": {"storage": f"{s.claim_size_gib}Gi"}, "accessModes": ["ReadWriteMany"],
+                  "volumeMode": "Filesystem", "persistentVolumeReclaimPolicy": "Retain",
+                  "storageClassName": s.storage_class,
+                  "claimRef": {"namespace": ns, "name": claim},
+                  "csi": {"driver": FSX_CSI_DRIVER, "volumeHandle": f"fs-sim-{ns}-{claim}"}}},
+    ]
+
+
+def volume_name(deploy: StackConfig) -> str:
+    return f"sim-{deploy.training.namespace}-{deploy.storage.claim_name}"

@@ -1,0 +1,616 @@
+"""A real Kubernetes control plane with fake GPU nodes and the real operators, on 127.0.0.1.
+
+    python -m cluster.sim start --stack p5     # nodes shaped as Pulumi.p5.yaml's GPU node group
+    python -m cluster.sim env --stack p5       # how to point kubectl and the `sim` stack at it
+    python -m cluster.sim stop --stack p5
+
+What runs (each a process of this machine, each on 127.0.0.1 with a free port, logs and data under
+the state directory `$RLTRAIN_SIM_STATE` or /tmp/rltrain-sim-<stack>):
+etcd (--unsafe-no-fsync), kube-apiserver (a PKI made at start, the default admission plugins of
+the release - PodSecurity, ResourceQuota, Priority, webhooks... - plus NodeRestriction as EKS has),
+kube-controller-manager, kube-scheduler, kwok (fake nodes and pod lifecycle: its own stages read
+from its module tree, Job pods completing after `--complete-after` seconds), Kueue (its webhooks on
+127.0.0.1 with the local CA, configured with the program's own Configuration), the KubeRay operator
+and the MPI operator. Then the nodes and the storage of cluster/nodes.py.
+
+Every wait is bounded and, when it times out, names what did not come up with the tail of its log.
+`stop` ends every process the state directory records; `start` stops a previous run first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+
+from cluster import nodes as nodes_mod
+from cluster.binaries import Toolset, toolset
+from cluster.pki import API_SANS, SERVICE_CIDR, Pki, kubeconfig
+from cluster.stacks import region, stack_config
+from components.k8s import kueue as kueue_mod
+from components.stack.config import StackConfig
+
+DEFAULT_DEPLOY_STACK = "sim"
+KUEUE_NAMESPACE = "kueue-system"
+MPI_LOCK_NAMESPACE = "mpi-operator"
+# Kueue reads its metrics serving certificate from this fixed path when its internal certificate
+# management is off (kueue v0.19.2 cmd/kueue/main.go, metricsCertPath).
+KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+# kwok's stages (kwok v0.8.0 kustomize/stage/...): nodes become Ready and keep a lease; pods become
+# Running, Job pods Succeeded, deleted pods disappear.
+KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+               "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml")
+# kube-apiserver's default admission plugins (the release's defaults stay on) plus NodeRestriction,
+# which EKS enables too (EKS user guide, "Cluster platform versions": enabled admission controllers).
+EXTRA_ADMISSION = "NodeRestriction"
+
+
+def load_yaml(text: str) -> Any:
+    """The CRDs are megabytes of YAML: libyaml's loader where PyYAML has it (about 4x faster)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def load_yaml_all(text: str) -> list[Any]:
+    return list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+
+
+class SimError(RuntimeError):
+    pass
+
+
+class ApiError(RuntimeError):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def state_dir(stack: str) -> Path:
+    return Path(os.environ.get("RLTRAIN_SIM_STATE") or f"/tmp/rltrain-sim-{stack}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(text[-lines:])
+
+
+@dataclass
+class Process:
+    name: str
+    pid: int
+    log: Path
+
+
+class Cluster:
+    """One simulated cluster under `root`: its processes, PKI, kubeconfig and manifests."""
+
+    def __init__(self, root: Path, tools: Optional[Toolset] = None):
+        self.root = root
+        self.tools = tools or toolset()
+        self.logs = root / "logs"
+        self.pki = Pki(root / "pki")
+        self.kubeconfig = root / "kubeconfig"
+        self.info_file = root / "cluster.json"
+        self.info: dict[str, Any] = json.loads(self.info_file.read_text()) if self.info_file.exists() else {}
+        self._spawned: dict[str, float] = {}
+        self._discovery: dict[str, dict[str, dict]] = {}
+
+    # --- processes -------------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        self.info_file.write_text(json.dumps(self.info, indent=1))
+
+    def spawn(self, name: str, argv: list[str], env: Optional[dict[str, str]] = None) -> Process:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = self.logs / f"{name}.log"
+        with open(log, "ab") as out:
+            p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 cwd=self.root, env={**os.environ, **(env or {})}, start_new_session=True)
+        self.info.setdefault("processes", []).append({"name": name, "pid": p.pid, "log": str(log)})
+        self._spawned[name] = time.monotonic()
+        self._save()
+        return Process(name, p.pid, log)
+
+    def processes(self) -> list[Process]:
+        return [Process(p["name"], p["pid"], Path(p["log"])) for p in self.info.get("processes", [])]
+
+    @staticmethod
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        try:  # a zombie child of this process counts as gone
+            return os.waitpid(pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return True
+
+    def wait_for(self, what: str, proc: Optional[Process], check: Callable[[], bool], timeout: float,
+                 interval: float = 0.5) -> None:
+        deadline = time.monotonic() + timeout
+        last_error = ""
+        while time.monotonic() < deadline:
+            if proc and not self.alive(proc.pid):
+                raise SimError(f"{what}: {proc.name} exited; last lines of {proc.log}:\n{log_tail(proc.log)}")
+            try:
+                if check():
+                    return
+            except Exception as e:  # noqa: BLE001 - reported if the wait times out
+                last_error = f"{type(e).__name__}: {e}"
+            time.sleep(interval)
+        tail = f"; last lines of {proc.log}:\n{log_tail(proc.log)}" if proc else ""
+        raise SimError(f"{what}: not within {timeout:.0f}s ({last_error or 'not ready'}){tail}")
+
+    def stop(self, grace: float = 10.0) -> list[str]:
+        stopped = []
+        for p in reversed(self.processes()):
+            if not self.alive(p.pid):
+                continue
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except OSError:
+                continue
+            stopped.append(p.name)
+        deadline = time.monotonic() + grace
+        for p in reversed(self.processes()):
+            while self.alive(p.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if self.alive(p.pid):
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self.info["processes"] = []
+        self._save()
+        return stopped
+
+    # --- the API ---------------------------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        return self.info["server"]
+
+    def _ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca.cert))
+        ctx.load_cert_chain(str(self.root / "pki" / "admin.crt"), str(self.root / "pki" / "admin.key"))
+        return ctx
+
+    def api(self, path: str, method: str = "GET", body: Any = None, timeout: float = 10,
+            content_type: str = "application/json") -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server + path, data=data, method=method,
+                                     headers={"Content-Type": content_type, "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=self._ssl(), timeout=timeout) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")
+            try:
+                detail = json.loads(detail).get("message", detail)
+            except ValueError:
+                pass
+            raise ApiError(e.code, f"{method} {path}: {e.code} {detail}") from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode(errors="replace")
+
+    def resource_path(self, api_version: str, kind: str, name: Optional[str] = None,
+                      namespace: Optional[str] = None) -> str:
+        """The REST path of a kind (from discovery), namespaced where the kind is."""
+        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        if kind not in self._discovery.get(api_version, {}):  # new CRDs: ask again
+            self._discovery[api_version] = {r["kind"]: r for r in self.api(base)["resources"] if "/" not in r["name"]}
+        r = self._discovery[api_version][kind]
+        path = base + (f"/namespaces/{namespace}" if r["namespaced"] and namespace else "") + f"/{r['name']}"
+        return path + (f"/{name}" if name else "")
+
+    def get(self, api_version: str, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
+        try:
+            return self.api(self.resource_path(api_version, kind, name, namespace))
+        except ApiError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def create(self, docs: list[dict[str, Any]]) -> None:
+        """Create, or apply what exists. A plain create of a megabyte CRD takes about a seventh of
+        the time of a server-side apply (no managed-fields computation) on this machine."""
+        for d in docs:
+            meta = d["metadata"]
+            try:
+                self.api(self.resource_path(d["apiVersion"], d["kind"], None, meta.get("namespace")), "POST", d,
+                         timeout=60)
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+                self.apply([d])
+
+    def apply(self, docs: list[dict[str, Any]]) -> None:
+        """Server-side apply, as `kubectl apply --server-side --force-conflicts` does."""
+        for d in docs:
+            meta = d["metadata"]
+            path = self.resource_path(d["apiVersion"], d["kind"], meta["name"], meta.get("namespace"))
+            self.api(f"{path}?fieldManager=rltrain-sim&force=true", "PATCH", d, timeout=60,
+                     content_type="application/apply-patch+yaml")
+
+    # --- start -----------------------------------------------------------------------------------
+
+    def start(self, hw: StackConfig, hw_values: dict[str, str], deploy: StackConfig, *, hw_stack: str,
+              complete_after: float, timeout: float) -> None:
+        t0 = time.monotonic()
+        missing = self.tools.missing(("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                                      "kwok", "kueue", "ray-operator", "mpi-operator"))
+        if missing:
+            raise SimError(f"missing binaries: {', '.join(missing)} (looked in "
+                           f"{self.tools.bin_dir or 'the build cache'}): build them with cluster/build.sh")
+        self.info.update({"stack": hw_stack, "started": time.time()})
+        self.deploy = deploy
+        self._pki()
+        self._etcd(timeout)
+        self._apiserver(timeout)
+        self._controller_manager(timeout)
+        self._scheduler(timeout)
+        self._kwok(complete_after, timeout)
+        self._nodes(hw, hw_values, hw_stack, timeout)
+        self.apply(nodes_mod.storage(deploy))
+        # The operators' CRDs before Kueue starts: Kueue defers an integration whose CRD is not served
+        # yet until it appears (kueue v0.19.2 pkg/controller/jobframework/setup.go); with the CRDs
+        # first, its MPIJob and RayJob webhooks answer from its first second.
+        self._operator_crds(timeout)
+        self._kueue(deploy, timeout)
+        self._kuberay(timeout)
+        self._mpi_operator(timeout)
+        self.info["startSeconds"] = round(time.monotonic() - t0, 1)
+        self._save()
+
+    def _pki(self) -> None:
+        self.pki.make_ca()
+        self.pki.issue("apiserver", "/CN=kube-apiserver", server_sans=API_SANS)
+        admin = self.pki.issue("admin", "/O=system:masters/CN=rltrain-sim-admin", client=True)
+        self.pki.issue("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", client=True)
+        self.pki.service_account_keys()
+        port = free_port()
+        self.info["apiPort"] = port
+        self.info["server"] = f"https://127.0.0.1:{port}"
+        self.kubeconfig.write_text(kubeconfig(self.info["server"], self.pki.ca, admin, "rltrain-sim-admin"))
+        self.kubeconfig.chmod(0o600)
+        # One kubeconfig per component, each its own identity (RBAC as in a real cluster).
+        for comp, subject in (("controller-manager", "/CN=system:kube-controller-manager"),
+                              ("scheduler", "/CN=system:kube-scheduler")):
+            pair = self.pki.issue(comp, subject, client=True)
+            (self.root / f"{comp}.kubeconfig").write_text(kubeconfig(self.server, self.pki.ca, pair, comp))
+        self._save()
+
+    def _etcd(self, timeout: float) -> None:
+        client, peer = free_port(), free_port()
+        self.info["etcd"] = f"http://127.0.0.1:{client}"
+        proc = self.spawn("etcd", [
+            self.tools.require("etcd"), "--name", "sim", "--data-dir", str(self.root / "etcd"),
+            "--listen-client-urls", self.info["etcd"], "--advertise-client-urls", self.info["etcd"],
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer}", "--initial-cluster", f"sim=http://127.0.0.1:{peer}",
+            "--listen-metrics-urls", f"http://127.0.0.1:{free_port()}",
+            "--unsafe-no-fsync", "--log-level", "warn", "--quota-backend-bytes", str(2 << 30)])
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(self.info["etcd"] + "/health", timeout=2) as r:
+                return json.loads(r.read()).get("health") == "true"
+        self.wait_for("etcd", proc, healthy, timeout)
+
+    def _apiserver(self, timeout: float) -> None:
+        p = self.root / "pki"
+        proc = self.spawn("kube-apiserver", [
+            self.tools.require("kube-apiserver"),
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.info['apiPort']}",
+            f"--etcd-servers={self.info['etcd']}", f"--cert-dir={p}",
+            f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
+            f"--client-ca-file={p / 'ca.crt'}",
+            f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
+            f"--service-account-key-file={p / 'sa.pub'}", f"--service-account-signing-key-file={p / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC", f"--enable-admission-plugins={EXTRA_ADMISSION}",
+            "--allow-privileged=true", "--profiling=false", "--endpoint-reconciler-type=none",
+            "--storage-media-type=application/vnd.kubernetes.protobuf",
+        ])
+        self.wait_for("kube-apiserver /readyz", proc, lambda: self.api("/readyz") == "ok", timeout)
+
+    def _controller_manager(self, timeout: float) -> None:
+        p = self.root / "pki"
+        kc = str(self.root / "controller-manager.kubeconfig")
+        port = free_port()
+        proc = self.spawn("kube-controller-manager", [
+            self.tools.require("kube-controller-manager"), f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
+            "--use-service-account-credentials=true", f"--service-account-private-key-file={p / 'sa.key'}",
+            f"--root-ca-file={p / 'ca.crt'}", f"--cluster-signing-cert-file={p / 'ca.crt'}",
+            f"--cluster-signing-key-file={p / 'ca.key'}", "--controllers=*,bootstrapsigner,tokencleaner",
+            "--profiling=false",
+        ])
+        self.wait_for(f"kube-controller-manager /healthz (127.0.0.1:{port})", proc, lambda: self._healthz(port), timeout)
+        # The service account controller makes `default` in every namespace: the controllers run.
+        self.wait_for("kube-controller-manager (ServiceAccount default/default)", proc,
+                      lambda: bool(self.api("/api/v1/namespaces/default/serviceaccounts/default")), timeout)
+
+    def _scheduler(self, timeout: float) -> None:
+        kc = str(self.root / "scheduler.kubeconfig")
+        port = free_port()
+        proc = self.spawn("kube-scheduler", [
+            self.tools.require("kube-scheduler"), f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1", f"--secure-port={port}",
+            "--leader-elect=false", "--profiling=false"])
+        self.wait_for(f"kube-scheduler /healthz (127.0.0.1:{port})", proc, lambda: self._healthz(port), timeout)
+
+    def _process_up_for(self, proc: Process, seconds: float) -> bool:
+        return time.monotonic() - self._spawned.get(proc.name, time.monotonic()) >= seconds
+
+    @staticmethod
+    def _healthz(port: int) -> bool:
+        # /healthz is readable without credentials (--authorization-always-allow-paths default).
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=ctx, timeout=2) as r:
+            return r.read() == b"ok"
+
+    def _kwok(self, complete_after: float, timeout: float) -> None:
+        stages_root = self.tools.module("kwok") / "kustomize" / "stage"
+        docs: list[dict[str, Any]] = [{
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+            # As kwok's own deployment configures it (kustomize/kwok/kwok.yaml): a config file does not
+            # get the parallelism defaults (0 fails: "node leases parallelism must be greater than 0").
+            "options": {"manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
+                        "nodeLeaseDurationSeconds": 40, "nodeLeaseParallelism": 4, "podPlayStageParallelism": 4,
+                        "nodePlayStageParallelism": 4, "enablePodsOnNodeSyncStreamWatch": True,
+                        "cidr": "10.244.0.0/16", "nodeIP": "127.0.0.1"}}]
+        for rel in KWOK_STAGES:
+            stage = load_yaml((stages_root / rel).read_text())
+            if stage["metadata"]["name"] == "pod-complete" and complete_after > 0:
+                # A Job pod runs this long before it succeeds: long enough to watch the queue work.
+                stage["spec"]["delay"] = {"durationMilliseconds": int(complete_after * 1000)}
+            docs.append(stage)
+        cfg = self.root / "kwok.yaml"
+        cfg.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        proc = self.spawn("kwok", [self.tools.require("kwok"), f"--kubeconfig={self.kubeconfig}",
+                                   f"--config={cfg}"])
+        self.wait_for("kwok", proc, lambda: "Watch nodes" in log_tail(proc.log, 200)
+                      or self._process_up_for(proc, 3.0), timeout)
+
+    def _nodes(self, hw: StackConfig, hw_values: dict[str, str], hw_stack: str, timeout: float) -> None:
+        objs = nodes_mod.nodes(hw, stack=hw_stack, region=region(hw_values))
+        for node in objs:
+            self.api("/api/v1/nodes", "POST", node)
+        names = [n["metadata"]["name"] for n in objs]
+        kwok = next(p for p in self.processes() if p.name == "kwok")
+
+        def ready() -> bool:
+            items = self.api("/api/v1/nodes")["items"]
+            ok = {n["metadata"]["name"] for n in items
+                  if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))}
+            return set(names) <= ok
+        self.wait_for(f"nodes {', '.join(names)} Ready (kwok)", kwok, ready, timeout)
+        self.info["nodes"] = names
+
+    def reset_storage(self, timeout: float = 30) -> None:
+        """A fresh volume for the claim: after a destroy the Retain volume is Released, bound to the
+        deleted claim's uid, and no new claim binds it (as with a real retained FSx volume)."""
+        docs = nodes_mod.storage(self.deploy)
+        for d in docs:
+            if d["kind"] == "PersistentVolume" and self.get("v1", "PersistentVolume", d["metadata"]["name"]):
+                self.api(self.resource_path("v1", "PersistentVolume", d["metadata"]["name"]), "DELETE")
+                self.wait_for(f"PersistentVolume {d['metadata']['name']} deleted", None,
+                              lambda: self.get("v1", "PersistentVolume", d["metadata"]["name"]) is None, timeout)
+        self.apply(docs)
+
+    def _kueue(self, deploy: StackConfig, timeout: float) -> None:
+        src = self.tools.module("kueue")
+        crds = [load_yaml(f.read_text()) for f in sorted((src / "config/components/crd/bases").glob("*.yaml"))]
+        port = free_port()
+        url = f"https://127.0.0.1:{port}"
+        ca_bundle = self.pki.ca.cert_b64()
+        # The conversion webhooks the release enables (config/components/crd/kustomization.yaml patches).
+        kustom = load_yaml((src / "config/components/crd/kustomization.yaml").read_text())
+        converted = set()
+        for patch in kustom.get("patches", []):
+            doc = load_yaml((src / "config/components/crd" / patch["path"]).read_text())
+            if doc.get("spec", {}).get("conversion", {}).get("strategy") == "Webhook":
+                converted.add(doc["metadata"]["name"])
+        for crd in crds:
+            if crd["metadata"]["name"] in converted:
+                crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
+                    "clientConfig": {"url": f"{url}/convert", "caBundle": ca_bundle},
+                    "conversionReviewVersions": ["v1"]}}
+        self.create(crds)
+        self.wait_for("Kueue CRDs established", None,
+                      lambda: all(self._established(c["metadata"]["name"]) for c in crds), timeout)
+        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}])
+        certs = self.root / "kueue-certs"
+        self.pki.issue("kueue-webhook", "/CN=kueue-webhook-service.kueue-system.svc", server_sans=("IP:127.0.0.1",),
+                       directory=certs, cert_name="tls.crt", key_name="tls.key")
+        self._kueue_metrics_cert()
+        config = kueue_mod.manager_config(kueue_mod.kueue_args(deploy))
+        config.update({
+            "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
+            "metrics": {"bindAddress": f"127.0.0.1:{free_port()}"},
+            "webhook": {"host": "127.0.0.1", "port": port, "certDir": str(certs)},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+        })
+        cfg_file = self.root / "kueue-config.yaml"
+        cfg_file.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.info["kueueConfig"] = str(cfg_file)
+        proc = self.spawn("kueue", [self.tools.require("kueue"), f"--config={cfg_file}",
+                                    "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=info"],
+                          env={"KUBECONFIG": str(self.kubeconfig)})
+
+        def serving() -> bool:
+            ctx = ssl.create_default_context(cafile=str(self.pki.ca.cert))
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                with ctx.wrap_socket(s, server_hostname="127.0.0.1"):
+                    return True
+        self.wait_for(f"kueue webhook server 127.0.0.1:{port}", proc, serving, timeout)
+        hooks = (load_yaml_all((src / "config/components/webhook/manifests.yaml").read_text()))
+        for doc in hooks:
+            if not doc:
+                continue
+            doc["metadata"]["name"] = "kueue-" + doc["metadata"]["name"]
+            for hook in doc.get("webhooks", []):
+                path = hook["clientConfig"]["service"].get("path", "")
+                hook["clientConfig"] = {"url": url + path, "caBundle": ca_bundle}
+        self.apply([d for d in hooks if d])
+        # Ready when the webhook answers through the API server: a dry-run ResourceFlavor is defaulted
+        # by mresourceflavor.kb.io (a refused or unreachable webhook fails this call).
+        probe = {"apiVersion": kueue_mod.API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": "sim-probe"}}
+        self.wait_for("kueue webhooks through the API server", proc,
+                      lambda: bool(self.api("/apis/kueue.x-k8s.io/v1beta2/resourceflavors?dryRun=All", "POST", probe)),
+                      timeout)
+
+    def _kueue_metrics_cert(self) -> None:
+        crt, key = KUEUE_METRICS_CERT_DIR / "tls.crt", KUEUE_METRICS_CERT_DIR / "tls.key"
+        if crt.exists() and key.exists():
+            return
+        try:
+            self.pki.issue("kueue-metrics", "/CN=kueue-metrics", server_sans=("IP:127.0.0.1",),
+                           directory=KUEUE_METRICS_CERT_DIR, cert_name="tls.crt", key_name="tls.key")
+        except (OSError, RuntimeError) as e:
+            raise SimError(f"Kueue reads its metrics certificate from {KUEUE_METRICS_CERT_DIR} (fixed path when "
+                           f"its internal certificates are off) and it cannot be written: {e}; create "
+                           f"tls.crt and tls.key there once (any self-signed pair)") from None
+
+    def _crds(self, directory: Path, pattern: str = "*.yaml") -> None:
+        self.create([load_yaml(f.read_text()) for f in sorted(directory.glob(pattern))])
+
+    def _established(self, name: str) -> bool:
+        crd = self.api(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        return any(c["type"] == "Established" and c["status"] == "True" for c in (crd.get("status") or {}).get("conditions") or [])
+
+    def _operator_crds(self, timeout: float) -> None:
+        self._crds(self.tools.module("kuberay") / "config" / "crd" / "bases")
+        self._crds(self.tools.module("mpi-operator") / "manifests" / "base", "kubeflow.org_*.yaml")
+        self.wait_for("KubeRay and MPIJob CRDs established", None,
+                      lambda: self._established("rayjobs.ray.io") and self._established("rayclusters.ray.io")
+                      and self._established("mpijobs.kubeflow.org"), timeout)
+
+    def _kuberay(self, timeout: float) -> None:
+        probe = free_port()
+        proc = self.spawn("kuberay-operator", [
+            self.tools.require("ray-operator"), "--enable-leader-election=false",
+            f"--metrics-addr=127.0.0.1:{free_port()}", f"--health-probe-bind-address=127.0.0.1:{probe}"],
+            env={"KUBECONFIG": str(self.kubeconfig)})
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz", timeout=2) as r:
+                return r.status == 200
+        self.wait_for("KubeRay operator /readyz", proc, ready, timeout)
+
+    def _mpi_operator(self, timeout: float) -> None:
+        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPI_LOCK_NAMESPACE}}])
+        # Its health port is fixed (:8080, mpi-operator v0.8.0 cmd/mpi-operator/app/server.go); it
+        # leads through a Lease in --lock-namespace.
+        proc = self.spawn("mpi-operator", [
+            self.tools.require("mpi-operator"), f"--kubeConfig={self.kubeconfig}",
+            f"--lock-namespace={MPI_LOCK_NAMESPACE}", "--kube-api-qps=50", "--kube-api-burst=100"])
+        self.wait_for("MPI operator leading", proc, lambda: "Leading started" in log_tail(proc.log, 200), timeout)
+
+    # --- people ----------------------------------------------------------------------------------
+
+    def env_text(self, deploy_stack: str) -> str:
+        return (f"# the simulated cluster of stack {self.info.get('stack')} (state {self.root})\n"
+                f"export KUBECONFIG={self.kubeconfig}\n"
+                f"kubectl get nodes -L role,node.kubernetes.io/instance-type\n"
+                f"# deploy the bring-your-own stack {deploy_stack!r} onto it (docs/simulated-cluster.md):\n"
+                f"pulumi config set --secret rltrain:kubeconfig \"$(cat {self.kubeconfig})\" -s {deploy_stack}\n")
+
+
+def _stacks(args: argparse.Namespace) -> tuple[StackConfig, dict[str, str], StackConfig]:
+    hw, hw_values = stack_config(args.stack)
+    deploy, _ = stack_config(args.deploy_stack)
+    if deploy.gpu_nodes.model_dump() != hw.gpu_nodes.model_dump() and args.stack != args.deploy_stack:
+        print(f"note: Pulumi.{args.deploy_stack}.yaml sizes its pods for {deploy.gpu_nodes.count} x "
+              f"{deploy.gpu_nodes.instance_type}; the nodes are {hw.gpu_nodes.count} x {hw.gpu_nodes.instance_type}",
+              file=sys.stderr)
+    return hw, hw_values, deploy
+
+
+def start(stack: str, deploy_stack: str = DEFAULT_DEPLOY_STACK, *, root: Optional[Path] = None,
+          complete_after: float = 10.0, timeout: float = 90.0, tools: Optional[Toolset] = None) -> Cluster:
+    """Start (after stopping whatever the state directory still runs) and return the cluster."""
+    root = root or state_dir(stack)
+    if root.exists():
+        Cluster(root, tools).stop()
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    hw, hw_values = stack_config(stack)
+    deploy, _ = stack_config(deploy_stack)
+    cluster = Cluster(root, tools)
+    try:
+        cluster.start(hw, hw_values, deploy, hw_stack=stack, complete_after=complete_after, timeout=timeout)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cluster.sim", description=__doc__.split("\n\n")[0])
+    ap.add_argument("command", choices=("start", "env", "stop", "status"))
+    ap.add_argument("--stack", default="p5", help="the stack whose GPU node group the fake nodes copy (default p5)")
+    ap.add_argument("--deploy-stack", default=DEFAULT_DEPLOY_STACK,
+                    help="the bring-your-own stack deployed onto it: its storage class and Kueue settings (default sim)")
+    ap.add_argument("--complete-after", type=float, default=10.0, help="seconds a Job pod runs before it succeeds")
+    ap.add_argument("--timeout", type=float, default=90.0, help="seconds each piece may take to come up")
+    args = ap.parse_args(argv)
+    root = state_dir(args.stack)
+    try:
+        if args.command == "start":
+            t0 = time.monotonic()
+            cluster = start(args.stack, args.deploy_stack, root=root, complete_after=args.complete_after,
+                            timeout=args.timeout)
+            print(f"simulated cluster of stack {args.stack} up in {time.monotonic() - t0:.0f}s: "
+                  f"{', '.join(cluster.info['nodes'])}")
+            print(cluster.env_text(args.deploy_stack))
+        elif args.command == "env":
+            if not (root / "kubeconfig").exists():
+                raise SimError(f"no simulated cluster in {root}: python -m cluster.sim start --stack {args.stack}")
+            print(Cluster(root).env_text(args.deploy_stack))
+        elif args.command == "status":
+            c = Cluster(root)
+            for p in c.processes():
+                print(f"{p.name:24} pid {p.pid:>7}  {'running' if c.alive(p.pid) else 'EXITED'}  {p.log}")
+        else:
+            stopped = Cluster(root).stop() if root.exists() else []
+            print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+    except (SimError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

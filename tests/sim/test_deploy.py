@@ -1,0 +1,340 @@
+"""The first real deploy: the `sim` stack onto the simulated p5 cluster, with the real Pulumi CLI
+and Kubernetes provider, the real API server and admission, Kueue, KubeRay and the MPI operator.
+
+Per test: a copy of the program in a temporary directory (the repository's Pulumi.sim.yaml is never
+written), a local file backend and passphrase, no network (plugin acquisition off,
+--skip-plugin-pre-install; the provider is the cache's on PATH), its secrets set with
+`pulumi config set --secret`. Checked: preview and up succeed without a warning; every object of
+the render exists; Kueue admits the validation run first, then the others, each whole (no pod of a
+workload scheduled before it is admitted, then all of them); Job pods complete; a run wider than
+the free GPUs stays queued with no pod; `pulumi destroy` leaves nothing and no finalizer behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+import yaml
+
+from conftest import ENABLE, missing_binaries, sim_requested
+
+if not sim_requested():
+    pytest.skip(ENABLE, allow_module_level=True)
+MISSING = missing_binaries()
+
+from cluster import sim  # noqa: E402
+from cluster.binaries import toolset  # noqa: E402
+from components.offline import render  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.sim]
+
+ROOT = render.ROOT
+NAMESPACE = "rltrain"
+STACK = "sim"
+PASSPHRASE = "simulated-cluster-test"
+# Program files a deploy needs (Pulumi.yaml is rewritten: see _project).
+PROGRAM = ("__main__.py", "components", "requirements.txt", "Pulumi.sim.yaml")
+# Bounds: a whole `pulumi up` on a loaded 2-core machine, the runs to finish, a destroy.
+UP_TIMEOUT = 900
+RUNS_TIMEOUT = 300
+DESTROY_TIMEOUT = 600
+GPU = "nvidia.com/gpu"
+
+
+def _log(request, line: str) -> None:
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"[sim] {line}")
+    print(f"[sim] {line}", file=sys.stderr)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, request):
+    if MISSING:
+        # Under CI (or with RLTRAIN_SIM=1) a missing binary is a failure, not a skip.
+        pytest.fail(f"simulated cluster: missing {', '.join(MISSING)}: run cluster/build.sh", pytrace=False)
+    root = tmp_path_factory.mktemp("cluster")
+    t0 = time.monotonic()
+    c = sim.start("p5", STACK, root=root, complete_after=10.0, timeout=180.0)
+    _log(request, f"cluster up in {time.monotonic() - t0:.0f}s; Kubernetes /version: {c.api('/version')['gitVersion']}")
+    yield c
+    c.stop()
+
+
+class Pulumi:
+    def __init__(self, project: Path, home: Path, backend: Path, kubeconfig: Path):
+        tools = toolset()
+        self.project = project
+        self.kubeconfig = kubeconfig
+        self.env = {
+            **os.environ,
+            "PATH": f"{tools.bin_dir}:{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+            "PULUMI_HOME": str(home),
+            "PULUMI_BACKEND_URL": f"file://{backend}",
+            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "true",
+            "NO_COLOR": "1",
+        }
+        self.env.pop("KUBECONFIG", None)
+        self.env.pop("PULUMI_ACCESS_TOKEN", None)
+
+    def __call__(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        r = subprocess.run(["pulumi", *args, "--non-interactive", "--cwd", str(self.project)],
+                           env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode:
+            raise AssertionError(f"pulumi {' '.join(args)} failed ({r.returncode}):\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}")
+        return r
+
+
+def _project(tmp: Path, overrides: dict[str, Any]) -> Path:
+    """A copy of the program whose Pulumi.yaml runs it with this interpreter's environment."""
+    project = tmp / "project"
+    project.mkdir()
+    for name in PROGRAM:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, project / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, project / name)
+    meta = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    options = meta["runtime"].setdefault("options", {})
+    # Pulumi.yaml names a project venv (.venv); the test runs the program with the interpreter
+    # running the test, which has every requirement (its venv, or without one, `python` on PATH).
+    if sys.prefix != sys.base_prefix:
+        options["virtualenv"] = sys.prefix
+    else:
+        options.pop("virtualenv", None)
+    (project / "Pulumi.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+    if overrides:
+        stack_file = project / f"Pulumi.{STACK}.yaml"
+        doc = yaml.safe_load(stack_file.read_text())
+        for key, value in overrides.items():
+            section, _, rest = key.partition(".")
+            node = doc["config"].setdefault(section, {})
+            parts = rest.split(".")
+            for p in parts[:-1]:
+                node = node.setdefault(p, {})
+            node[parts[-1]] = value
+        stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return project
+
+
+class Watcher(threading.Thread):
+    """Polls the namespace's Kueue Workloads and pods every second while the stack runs."""
+
+    def __init__(self, cluster: sim.Cluster):
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.stop_event = threading.Event()
+        self.admitted_at: dict[str, float] = {}   # workload owner name -> first seen Admitted
+        self.pods_of: dict[str, set[str]] = {}    # owner name -> pods ever scheduled
+        self.violations: list[str] = []
+        self.max_gpus = 0
+        self.errors: list[str] = []
+        self.last_workloads: list[dict] = []
+        self.last_pods: list[dict] = []
+
+    @staticmethod
+    def owner(workload: dict) -> str:
+        refs = workload["metadata"].get("ownerReferences") or [{}]
+        return refs[0].get("name", workload["metadata"]["name"])
+
+    def _poll(self) -> None:
+        try:
+            wls = self.cluster.api(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/workloads")["items"]
+        except sim.ApiError:
+            wls = []
+        pods = self.cluster.api(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+        self.last_workloads, self.last_pods = wls, pods
+        now = time.monotonic()
+        owners = {}
+        for w in wls:
+            o = self.owner(w)
+            owners[o] = any(c["type"] == "Admitted" and c["status"] == "True"
+                            for c in (w.get("status") or {}).get("conditions", []))
+            if owners[o]:
+                self.admitted_at.setdefault(o, now)
+        gpus = 0
+        for p in pods:
+            run = p["metadata"].get("labels", {}).get("rltrain/run", p["metadata"]["name"])
+            owner = next((o for o in sorted(owners, key=len, reverse=True) if run.startswith(o)), None)
+            scheduled = bool(p["spec"].get("nodeName"))
+            if owner and scheduled:
+                self.pods_of.setdefault(owner, set()).add(p["metadata"]["name"])
+                if not owners[owner] and (p["status"].get("phase") not in ("Succeeded", "Failed")):
+                    self.violations.append(f"pod {p['metadata']['name']} scheduled while workload of {owner} "
+                                           "is not admitted")
+            if scheduled and p["status"].get("phase") not in ("Succeeded", "Failed"):
+                for c in p["spec"]["containers"]:
+                    gpus += int(((c.get("resources") or {}).get("requests") or {}).get(GPU, 0))
+        self.max_gpus = max(self.max_gpus, gpus)
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self._poll()
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                self.errors.append(repr(e))
+            self.stop_event.wait(1.0)
+
+    def finish(self) -> None:
+        self.stop_event.set()
+        self.join(10)
+
+
+def _rendered_objects(project: Path) -> list[tuple[str, str, Optional[str], str]]:
+    r = render.render_stack(STACK, project)
+    return sorted({(m["apiVersion"], m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"])
+                   for m in r.manifests})
+
+
+def _warnings(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "warning" in line.lower()]
+
+
+def _wait(what: str, check, timeout: float, describe=lambda: "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(2)
+    raise AssertionError(f"{what}: not within {timeout:.0f}s. {describe()}")
+
+
+def _job_complete(cluster: sim.Cluster, name: str) -> bool:
+    job = cluster.get("batch/v1", "Job", name, NAMESPACE)
+    return bool(job) and any(c["type"] == "Complete" and c["status"] == "True"
+                             for c in (job.get("status") or {}).get("conditions", []))
+
+
+def _mpijob_succeeded(cluster: sim.Cluster, name: str) -> bool:
+    job = cluster.get("kubeflow.org/v2beta1", "MPIJob", name, NAMESPACE)
+    return bool(job) and any(c["type"] == "Succeeded" and c["status"] == "True"
+                             for c in (job.get("status") or {}).get("conditions", []))
+
+
+def _namespace_warnings(cluster: sim.Cluster) -> list[str]:
+    events = cluster.api(f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
+    return [f"{e['involvedObject']['kind']}/{e['involvedObject']['name']}: {e['reason']}: {e.get('message', '')}"
+            for e in events if e.get("type") == "Warning"]
+
+
+def _deploy_and_check(cluster: sim.Cluster, request, tmp: Path, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Up, check the objects and the queue; returns what the runs did. Destroys at the end."""
+    project = _project(tmp, overrides)
+    expected = _rendered_objects(project)
+    cluster.reset_storage()
+    pulumi = Pulumi(project, tmp / "pulumi-home", tmp / "backend", cluster.kubeconfig)
+    (tmp / "backend").mkdir()
+    _log(request, "Pulumi CLI " + pulumi("version").stdout.strip())
+    provider = subprocess.run([str(toolset().require("pulumi-resource-kubernetes")), "--version"],
+                              capture_output=True, text=True)
+    _log(request, f"Kubernetes provider {(provider.stdout or provider.stderr).strip()}")
+    _log(request, f"Kubernetes /version {cluster.api('/version')['gitVersion']}")
+    pulumi("stack", "init", STACK)
+    pulumi("config", "set", "--secret", "rltrain:kubeconfig", cluster.kubeconfig.read_text())
+    pulumi("config", "set", "--secret", "rltrain:hfToken", "not-a-real-token")
+    flags = ("--skip-plugin-pre-install", "--yes", "--diff")
+    t0 = time.monotonic()
+    preview = pulumi("preview", "--skip-plugin-pre-install", "--diff", timeout=UP_TIMEOUT)
+    _log(request, f"preview {time.monotonic() - t0:.0f}s")
+    assert not _warnings(preview.stdout + preview.stderr), _warnings(preview.stdout + preview.stderr)
+    watcher = Watcher(cluster)
+    watcher.start()
+    result: dict[str, Any] = {"watcher": watcher, "pulumi": pulumi, "expected": expected}
+    try:
+        t0 = time.monotonic()
+        up = pulumi("up", *flags, timeout=UP_TIMEOUT)
+        _log(request, f"up {time.monotonic() - t0:.0f}s")
+        assert not _warnings(up.stdout + up.stderr), _warnings(up.stdout + up.stderr)
+        missing = [o for o in expected if cluster.get(o[0], o[1], o[3], o[2]) is None]
+        assert not missing, f"rendered but not in the API server: {missing}"
+        result["up"] = up
+    except BaseException:
+        watcher.finish()
+        _destroy(cluster, pulumi, expected, request)
+        raise
+    return result
+
+
+def _destroy(cluster: sim.Cluster, pulumi: Pulumi, expected, request) -> None:
+    t0 = time.monotonic()
+    out = pulumi("destroy", "--skip-plugin-pre-install", "--yes", timeout=DESTROY_TIMEOUT)
+    _log(request, f"destroy {time.monotonic() - t0:.0f}s")
+    assert not _warnings(out.stdout + out.stderr), _warnings(out.stdout + out.stderr)
+
+    def gone() -> list:
+        return [o for o in expected if cluster.get(o[0], o[1], o[3], o[2]) is not None]
+    _wait("every object of the stack deleted (no stuck finalizer)", lambda: not gone(), 60,
+          lambda: "left: " + ", ".join(f"{o[1]}/{o[3]} finalizers {(cluster.get(o[0], o[1], o[3], o[2]) or {}).get('metadata', {}).get('finalizers')}"
+                                       for o in gone()))
+    assert cluster.get("v1", "Namespace", NAMESPACE) is None
+
+
+def test_deploy_indexed_job_form(cluster, request, tmp_path):
+    r = _deploy_and_check(cluster, request, tmp_path, {})
+    watcher, pulumi = r["watcher"], r["pulumi"]
+    try:
+        t0 = time.monotonic()
+        _wait("every run finished (Jobs Complete, MPIJob Succeeded)",
+              lambda: all(_job_complete(cluster, j) for j in ("rltrain-validation", "rltrain-training",
+                                                              "rltrain-multinode"))
+              and _mpijob_succeeded(cluster, "rltrain-nccl-test"), RUNS_TIMEOUT,
+              lambda: f"workloads: {[(Watcher.owner(w), (w.get('status') or {}).get('conditions')) for w in watcher.last_workloads]}")
+        _log(request, f"runs finished {time.monotonic() - t0:.0f}s after up")
+        time.sleep(2)
+    finally:
+        watcher.finish()
+    assert not watcher.errors, watcher.errors
+    assert not watcher.violations, watcher.violations
+    admitted = sorted(watcher.admitted_at, key=watcher.admitted_at.get)
+    _log(request, f"admission order: {admitted}")
+    assert set(admitted) == {"rltrain-validation", "rltrain-nccl-test", "rltrain-multinode", "rltrain-training"}
+    assert admitted[0] == "rltrain-validation"
+    # Whole: every pod of a run was scheduled (workers and launcher of the MPIJob, both multi-node pods).
+    assert len(watcher.pods_of["rltrain-validation"]) == 2
+    assert len(watcher.pods_of["rltrain-multinode"]) == 2
+    assert len(watcher.pods_of["rltrain-training"]) == 1
+    assert len(watcher.pods_of["rltrain-nccl-test"]) == 3
+    assert watcher.max_gpus <= 16
+    assert not _namespace_warnings(cluster), _namespace_warnings(cluster)
+    _destroy(cluster, pulumi, r["expected"], request)
+
+
+def test_deploy_rayjob_form_and_a_run_wider_than_the_free_gpus_stays_queued(cluster, request, tmp_path):
+    r = _deploy_and_check(cluster, request, tmp_path, {
+        "rltrain:workloads.multiNode.form": "rayjob", "rltrain:workloads.multiNode.rayVersion": "2.60.0"})
+    watcher, pulumi = r["watcher"], r["pulumi"]
+    try:
+        # A RayJob never finishes on fake pods (its status comes from the Ray dashboard): it keeps
+        # both GPU nodes, so the single-node run (8 GPUs) cannot fit and must stay queued, whole.
+        _wait("validation, NCCL test done and the RayJob admitted with its pods",
+              lambda: _job_complete(cluster, "rltrain-validation") and _mpijob_succeeded(cluster, "rltrain-nccl-test")
+              and "rltrain-multinode" in watcher.admitted_at and len(watcher.pods_of.get("rltrain-multinode", ())) >= 2,
+              RUNS_TIMEOUT,
+              lambda: f"workloads: {[(Watcher.owner(w), (w.get('status') or {}).get('conditions')) for w in watcher.last_workloads]}")
+        time.sleep(15)
+    finally:
+        watcher.finish()
+    assert not watcher.errors, watcher.errors
+    assert not watcher.violations, watcher.violations
+    admitted = sorted(watcher.admitted_at, key=watcher.admitted_at.get)
+    _log(request, f"admission order: {admitted}")
+    assert admitted[0] == "rltrain-validation"
+    assert "rltrain-training" not in watcher.admitted_at
+    assert not watcher.pods_of.get("rltrain-training")
+    training = cluster.get("batch/v1", "Job", "rltrain-training", NAMESPACE)
+    assert training["spec"]["suspend"] is True
+    assert watcher.max_gpus <= 16
+    assert not _namespace_warnings(cluster), _namespace_warnings(cluster)
+    _destroy(cluster, pulumi, r["expected"], request)
