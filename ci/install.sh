@@ -40,8 +40,5 @@ else
   "$RLTRAIN_CI_VENV/bin/python" -m pip install --quiet -r requirements-dev.txt
 fi
 
-# The simulated cluster's binaries (issue 17: control plane, kwok, operators, Pulumi CLI and
-# Kubernetes provider), built from the Go module proxy into a cache outside the repository, or
-# reused when that cache already has them (docs/simulated-cluster.md "Building"); no Go: skipped;
-# RLTRAIN_CI_REUSE=1 (a quick rerun) only reuses, never starts the long cold build.
-if [ "$reuse" = 1 ]; then cluster/build.sh --if-go --reuse-only; else cluster/build.sh --if-go; fi
+# The simulated cluster's binaries (cluster/build.sh: about an hour cold on 2 cores) are not built
+# here yet: its deploy tests are opt-in (RLTRAIN_SIM=1) until they run green (docs/simulated-cluster.md).

@@ -1,7 +1,9 @@
 """The simulated-cluster tests (docs/simulated-cluster.md): markers, and whether they run.
 
-They run with RLTRAIN_SIM=1 or under CI (env CI set); a newcomer's `pytest -q` skips them with
-one line. Under CI a missing binary is a failure, not a skip (as with checkov).
+They run with RLTRAIN_SIM=1 only, and then a missing binary is a failure, not a skip; everyone
+else (a newcomer's `pytest -q`, and CI for now) skips them with one line. Not yet under CI: the
+deploy has not run green on the simulated cluster (docs/simulated-cluster.md "Status"), and the
+cold build (about an hour on 2 cores) is not part of ci/install.sh until it has.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ def pytest_configure(config):
 
 
 def sim_requested() -> bool:
-    return bool(os.environ.get("RLTRAIN_SIM") or os.environ.get("CI"))
+    return bool(os.environ.get("RLTRAIN_SIM"))
 
 
 def missing_binaries() -> list[str]:

@@ -59,7 +59,7 @@ def _log(request, line: str) -> None:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
     if MISSING:
-        # Under CI (or with RLTRAIN_SIM=1) a missing binary is a failure, not a skip.
+        # With RLTRAIN_SIM=1 a missing binary is a failure, not a skip.
         pytest.fail(f"simulated cluster: missing {', '.join(MISSING)}: run cluster/build.sh", pytrace=False)
     root = tmp_path_factory.mktemp("cluster")
     t0 = time.monotonic()
