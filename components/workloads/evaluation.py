@@ -118,9 +118,7 @@ def cronjob_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str]
 
 def network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
     """Out: the serving pods' port and DNS; in: nothing."""
-    dns = k8s.networking.v1.NetworkPolicyPeerArgs(
-        namespace_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"kubernetes.io/metadata.name": "kube-system"}),
-        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-dns"}))
+    dns = runs.dns_peer()
     server = k8s.networking.v1.NetworkPolicyPeerArgs(
         pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(serving.NAME)))
     return k8s.networking.v1.NetworkPolicyInitArgs(

@@ -165,11 +165,7 @@ def network_policy_args(run: str, namespace: pulumi.Input[str], obj_labels: dict
         pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(run)))
     anywhere = k8s.networking.v1.NetworkPolicyPeerArgs(
         ip_block=k8s.networking.v1.IPBlockArgs(cidr="0.0.0.0/0"))
-    dns = k8s.networking.v1.NetworkPolicyPeerArgs(
-        namespace_selector=k8s.meta.v1.LabelSelectorArgs(
-            match_labels={"kubernetes.io/metadata.name": "kube-system"}),
-        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-dns"}),
-    )
+    dns = runs.dns_peer()
     egress = [
         k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[same_run]),
         k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=[dns], ports=[_port(53, protocol="UDP"), _port(53)]),

@@ -311,9 +311,7 @@ def network_policy_args(namespace: pulumi.Input[str]) -> k8s.networking.v1.Netwo
     else in or out. The namespace's default deny refuses the rest."""
     test = k8s.meta.v1.LabelSelectorArgs(match_labels={"app.kubernetes.io/component": COMPONENT})
     same = k8s.networking.v1.NetworkPolicyPeerArgs(pod_selector=test)
-    dns = k8s.networking.v1.NetworkPolicyPeerArgs(
-        namespace_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"kubernetes.io/metadata.name": "kube-system"}),
-        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-dns"}))
+    dns = runs.dns_peer()
     return k8s.networking.v1.NetworkPolicyInitArgs(
         metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME)),
         spec=k8s.networking.v1.NetworkPolicySpecArgs(

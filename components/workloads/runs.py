@@ -128,6 +128,13 @@ class WorkloadArgs(BaseModel):
     await_seconds: Optional[int] = Field(None, ge=60)
 
 
+def dns_peer() -> k8s.networking.v1.NetworkPolicyPeerArgs:
+    """The cluster DNS pods (kube-system, k8s-app=kube-dns): every run's egress policy allows them."""
+    return k8s.networking.v1.NetworkPolicyPeerArgs(
+        namespace_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"kubernetes.io/metadata.name": "kube-system"}),
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-dns"}))
+
+
 def object_metadata(name: str, namespace: pulumi.Input[str], obj_labels: Mapping[str, str],
                     annotations: Optional[Mapping[str, str]] = None) -> k8s.meta.v1.ObjectMetaArgs:
     return k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=dict(obj_labels),

@@ -372,9 +372,7 @@ def network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.n
         namespace_selector=k8s.meta.v1.LabelSelectorArgs(
             match_labels={"kubernetes.io/metadata.name": cfg.monitoring.namespace}),
         pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(PROMETHEUS_LABELS)))
-    dns = k8s.networking.v1.NetworkPolicyPeerArgs(
-        namespace_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"kubernetes.io/metadata.name": "kube-system"}),
-        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-dns"}))
+    dns = runs.dns_peer()
     return k8s.networking.v1.NetworkPolicyInitArgs(
         metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME)),
         spec=k8s.networking.v1.NetworkPolicySpecArgs(
