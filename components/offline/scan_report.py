@@ -40,6 +40,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 from components.offline import render
 from components.offline.mock_engine import ROOT, run_program
 from components.stack import config as config_mod
+from components.stack import stackfile
 from components.k8s import security
 
 # The annotation prefixes checkov honours as skips (checkov.kubernetes.kubernetes_utils).
@@ -48,7 +49,8 @@ SKIP_PREFIXES = ("checkov.io/skip", "bridgecrew.io/skip", "cortex.io/skip")
 POD_KINDS = ("Pod", "Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "ReplicationController", "Job", "CronJob")
 # On a Pod extracted from a custom resource: which template of which object it is.
 SOURCE_ANNOTATION = "scan.rltrain.dev/pod-template-of"
-STACKS = ("byo", "dev", "p4de", "p5")
+# Every stack file (the tests scan the same: tests/support.py STACKS).
+STACKS = tuple(stackfile.stack_names(ROOT))
 # p5 in the multi-node forms no stack file uses: (workloads.multiNode, other top-level keys).
 # The StatefulSet form cannot be queued whole (config refuses it while Kueue is on).
 FORM_VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
