@@ -4,6 +4,11 @@ path as `python -m components.offline.render`."""
 from __future__ import annotations
 
 import functools
+import shutil
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
 
 from components.offline import render
 STACKS = ("byo", "dev", "p4de", "p5", "sim")
@@ -12,6 +17,21 @@ STACKS = ("byo", "dev", "p4de", "p5", "sim")
 @functools.lru_cache(maxsize=None)
 def rendered(stack: str) -> render.Rendered:
     return render.render_stack(stack)
+
+
+def stack_copy(tmp_path: Path, stack: str, edit: Optional[Callable[[dict], None]] = None) -> Path:
+    """A scratch project holding the program and Pulumi.<stack>.yaml under its own name (a renamed
+    copy would name another cluster), the stack file's document changed by `edit`."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for name in ("__main__.py", "Pulumi.yaml"):
+        shutil.copy(render.ROOT / name, proj / name)
+    (proj / "components").symlink_to(render.ROOT / "components")
+    doc = yaml.safe_load((render.ROOT / f"Pulumi.{stack}.yaml").read_text())
+    if edit:
+        edit(doc)
+    (proj / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return proj
 
 
 def objects(r: render.Rendered, kind: str) -> list[dict]:

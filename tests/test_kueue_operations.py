@@ -5,16 +5,14 @@ the stack's namespaces, two controller replicas with a disruption budget, the co
 from __future__ import annotations
 
 import copy
-import shutil
 
 import pytest
 import yaml
-from support import obj, rendered
+from support import obj, rendered, stack_copy
 from test_kueue_support import variant
 
 from components.k8s import kueue, monitoring
 from components.offline import impact, render
-from components.offline.render import ROOT
 from components.stack import versions
 
 KUEUE_TYPES = ("kubernetes:kueue.x-k8s.io/v1beta2:",)
@@ -159,14 +157,7 @@ def _render_p5_with(monkeypatch, change: str, tmp_path):
         monkeypatch.setattr(kueue, "NETWORK_LAYERS", kueue.NETWORK_LAYERS[1:])
     if change == "quota":
         # Under the stack's own name (a variant's other name would name another cluster: a replacement).
-        proj = tmp_path / "proj"
-        proj.mkdir()
-        for f in ("__main__.py", "Pulumi.yaml"):
-            shutil.copy(ROOT / f, proj / f)
-        (proj / "components").symlink_to(ROOT / "components")
-        doc = yaml.safe_load((ROOT / "Pulumi.p5.yaml").read_text())
-        doc["config"]["rltrain:gpuNodes"]["count"] = 3
-        (proj / "Pulumi.p5.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        proj = stack_copy(tmp_path, "p5", lambda doc: doc["config"]["rltrain:gpuNodes"].update(count=3))
         return render.render_stack("p5", proj)
     return render.render_stack("p5")
 

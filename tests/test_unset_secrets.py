@@ -15,7 +15,7 @@ from components.offline import mock_engine, render, unset_secrets
 from components.offline.mock_engine import ROOT, SECRET, run_program
 from components.stack import config, stackfile
 
-from support import STACKS, obj, rendered
+from support import STACKS, obj, rendered, stack_copy
 
 # What a real ciphertext looks like in a stack file: Pulumi Cloud's (base64 of the service's
 # envelope), or `v1:<nonce>:<ciphertext>` of the passphrase or a KMS provider, whose salt or data
@@ -94,14 +94,8 @@ def test_a_real_preview_refuses_with_the_same_command_before_any_resource(stack,
 
 
 def test_a_secret_that_is_set_stays_hidden(tmp_path):
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    for name in ("__main__.py", "Pulumi.yaml"):
-        shutil.copy(ROOT / name, proj / name)
-    (proj / "components").symlink_to(ROOT / "components")
-    doc = yaml.safe_load((ROOT / "Pulumi.p5.yaml").read_text())
-    doc["config"]["rltrain:hfToken"] = {"secure": "v1:bm9uY2U=:Y2lwaGVydGV4dA=="}
-    (proj / "Pulumi.p5.yaml").write_text(yaml.safe_dump(doc))
+    proj = stack_copy(tmp_path, "p5",
+                      lambda doc: doc["config"].update({"rltrain:hfToken": {"secure": "v1:bm9uY2U=:Y2lwaGVydGV4dA=="}}))
     r = render.render_stack("p5", proj)
     assert set(r.not_set) == {"rltrain:grafanaAdminPassword"}
     assert obj(r, "Secret", "training-secrets")["stringData"] == {"hfToken": SECRET}

@@ -330,6 +330,22 @@ def _short(req: dict[str, float], free: dict[str, float]) -> list[str]:
     return [r for r, v in req.items() if v > free.get(r, 0.0) + _EPS]
 
 
+def _first_fit(ps: PodSet, count: int, free: list[dict[str, float]], taken: set[int]) -> Optional[list[int]]:
+    """The nodes `count` pods of `ps` go to, first fit (one per node where it wants that, not on
+    `taken`), taking their requests out of `free`; None when one does not fit."""
+    nodes: list[int] = []
+    for _ in range(count):
+        node = next((i for i, n in enumerate(free) if not (ps.one_per_node and i in taken)
+                     and _fits(ps.requests, n)), None)
+        if node is None:
+            return None
+        taken.add(node)
+        nodes.append(node)
+        for r, v in ps.requests.items():
+            free[node][r] = free[node].get(r, 0.0) - v
+    return nodes
+
+
 def place(w: Workload, state: State) -> Optional[list[tuple[int, dict[str, float]]]]:
     """Where every pod of `w` goes (node index, requests), or None; first fit, node by node."""
     free = [dict(n) for n in state.free]
@@ -337,16 +353,10 @@ def place(w: Workload, state: State) -> Optional[list[tuple[int, dict[str, float
     for ps in w.pod_sets:
         if not ps.gpu_nodes:
             continue  # on the system nodes, not modelled
-        used: set[int] = set()
-        for _ in range(ps.count):
-            node = next((i for i, n in enumerate(free) if not (ps.one_per_node and i in used)
-                         and _fits(ps.requests, n)), None)
-            if node is None:
-                return None
-            used.add(node)
-            for r, v in ps.requests.items():
-                free[node][r] = free[node].get(r, 0.0) - v
-            placed.append((node, ps.requests))
+        nodes = _first_fit(ps, ps.count, free, set())
+        if nodes is None:
+            return None
+        placed += [(node, ps.requests) for node in nodes]
     if state.quota is not None:
         total = _total(w)
         if not _fits(total, state.quota):
@@ -542,16 +552,7 @@ def _surge_fits(w: Workload, placed: list[tuple[int, dict[str, float]]], state: 
     it wants one per node), with the serving pods and the runs that start first in place."""
     ps = w.pod_sets[0]
     free = [dict(n) for n in state.free]
-    taken = {node for node, _ in placed}
-    for _ in range(w.max_surge):
-        node = next((i for i, n in enumerate(free) if not (ps.one_per_node and i in taken)
-                     and _fits(ps.requests, n)), None)
-        if node is None:
-            return False
-        taken.add(node)
-        for r, v in ps.requests.items():
-            free[node][r] = free[node].get(r, 0.0) - v
-    return True
+    return _first_fit(ps, w.max_surge, free, {node for node, _ in placed}) is not None
 
 
 def report(resources: list[Resource]) -> list[str]:
