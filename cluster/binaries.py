@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok",
-            "kueue", "ray-operator", "mpi-operator", "pulumi", "pulumi-language-python",
-            "pulumi-resource-kubernetes")
+            "kueue", "ray-operator", "mpi-operator", "pulumi", "pulumi-resource-kubernetes")
 # Alternative names a build may give the operators' main packages.
 ALIASES = {"ray-operator": ("ray-operator", "kuberay-operator", "manager"), "kueue": ("kueue", "kueue-manager")}
 # Module trees: the variable env.sh exports for each (cluster/build.sh), else the module path in a

@@ -74,7 +74,6 @@ pins=(
   "mpi-operator github.com/kubeflow/mpi-operator v$MPI_OPERATOR_VERSION"
   "pulumi github.com/pulumi/pulumi/pkg/v3 v$PULUMI_CLI_VERSION"
   "pulumi github.com/pulumi/pulumi/sdk/v3 v$PULUMI_CLI_VERSION"
-  "pulumi-language-python github.com/pulumi/pulumi/sdk/v3 v$PULUMI_PYTHON_HOST_VERSION"
   "pulumi-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4 $PULUMI_KUBERNETES_PROVIDER_MODULE"
 )
 for p in "${pins[@]}"; do
@@ -96,7 +95,7 @@ bin="$cache/bin"
 print_versions() {
   echo "Kubernetes: $("$bin/kube-apiserver" --version) (kubectl client $("$bin/kubectl" version --client -o json | sed -n 's/.*"gitVersion": "\(.*\)".*/\1/p' | head -1))"
   echo "etcd: $("$bin/etcd" --version | head -1)"
-  echo "Pulumi CLI: $("$bin/pulumi" version) (Python SDK pin $PULUMI_PY_PIN; language host v$PULUMI_PYTHON_HOST_VERSION)"
+  echo "Pulumi CLI: $("$bin/pulumi" version) (Python SDK pin $PULUMI_PY_PIN)"
   echo "Kubernetes provider: $PULUMI_KUBERNETES_PROVIDER_VERSION ($bin/pulumi-resource-kubernetes; Python SDK pin $PULUMI_KUBERNETES_PY_PIN)"
   echo "kwok v$KWOK_VERSION, Kueue v$KUEUE_VERSION, KubeRay v$KUBERAY_VERSION, MPI operator v$MPI_OPERATOR_VERSION"
 }
@@ -117,14 +116,29 @@ mkdir -p "$bin" "$cache/src"
 echo "building into $cache (key $key); module cache $(go env GOMODCACHE)"
 
 # go build of the main package $2 inside wrapper module dir $1 into bin/$3, ldflags $4.
-# Skipped when bin/$3 exists (resume after an interruption); written via a temporary name.
+# Each binary is kept in <cache root>/pieces/<name>-<piece key>, the key hashing only what that
+# binary is built from (its wrapper module, package, ldflags, Go version): a change to one pin
+# rebuilds that binary alone, and bin/ of every build is hard links into pieces/. Written via a
+# temporary name, so an interrupted build resumes per binary.
+pieces="$cache_root/pieces"
+piece_key() {
+  { go env GOVERSION GOOS GOARCH; echo "$2|$4"
+    (cd "$1" && find . -type f ! -name '*-embed.json' | LC_ALL=C sort | while read -r f; do echo "$f"; cat "$f"; done)
+  } | sha256sum | cut -c1-16
+}
 gobuild() {
   local dir="$1" pkg="$2" out="$3" ldflags="${4:-}"
-  if [ -x "$bin/$out" ]; then echo "    $out: already built"; return; fi
-  step "build $out ($pkg)"
-  (cd "$dir" && nice -n 10 go build -ldflags "-s -w $ldflags" -o "$bin/.$out.tmp" "$pkg")
-  mv "$bin/.$out.tmp" "$bin/$out"
-  done_step "$out"
+  local piece; piece="$pieces/$out-$(piece_key "$dir" "$pkg" "$out" "$ldflags")"
+  if [ -x "$piece" ]; then
+    echo "    $out: reusing $piece"
+  else
+    step "build $out ($pkg)"
+    mkdir -p "$pieces"
+    (cd "$dir" && nice -n 10 go build -ldflags "-s -w $ldflags" -o "$piece.tmp" "$pkg")
+    mv "$piece.tmp" "$piece"
+    done_step "$out"
+  fi
+  ln -f "$piece" "$bin/$out"
 }
 
 # Module downloads first, timed on their own (the cold build's network part). Only what the
@@ -185,18 +199,11 @@ fetch pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 gobuild "$here/go/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi pulumi \
   "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_CLI_VERSION"
 
-fetch pulumi-language-python github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
-gobuild "$here/go/pulumi-language-python" github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python \
-  pulumi-language-python "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_PYTHON_HOST_VERSION"
-# The host runs the program through this script, which it looks up next to itself on PATH.
-host_sdk="$(cd "$here/go/pulumi-language-python" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
-install -m 0755 "$host_sdk/python/cmd/pulumi-language-python-exec" "$bin/pulumi-language-python-exec"
-
 # The provider: a build copy of the wrapper outside the repository plus the two embedded files the
 # module's own generate.go would write (schema with "version" set; mapping re-serialised compact).
 fetch pulumi-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/provider
 pk_src="$cache/src/pulumi-kubernetes"
-if [ ! -x "$bin/pulumi-resource-kubernetes" ]; then
+if [ ! -f "$pk_src/terraform-mapping-embed.json" ]; then
   step "prepare provider build dir $pk_src"
   rm -rf "$pk_src" && mkdir -p "$pk_src"
   cp "$here/go/pulumi-kubernetes/"{go.mod,go.sum,main.go} "$pk_src/"
@@ -208,6 +215,7 @@ schema = json.load(open(f"{src}/schema.json"))
 schema["version"] = version
 json.dump(schema, open(f"{dst}/schema-embed.json", "w"), separators=(",", ":"))
 mapping = json.load(open(f"{src}/terraform-mapping.json"))
+# Written last: its presence says the build dir is complete.
 json.dump(mapping, open(f"{dst}/terraform-mapping-embed.json", "w"), separators=(",", ":"))
 PY
   done_step "provider build dir"

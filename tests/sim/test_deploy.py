@@ -12,8 +12,7 @@ the free GPUs stays queued with no pod; `pulumi destroy` leaves nothing and no f
 
 from __future__ import annotations
 
-import os
-import shutil
+import json
 import subprocess
 import sys
 import threading
@@ -22,15 +21,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-import yaml
-
 from conftest import ENABLE, missing_binaries, sim_requested
 
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
 MISSING = missing_binaries()
 
-from cluster import sim  # noqa: E402
+from cluster import deploy, sim  # noqa: E402
 from cluster.binaries import toolset  # noqa: E402
 from components.offline import render  # noqa: E402
 
@@ -39,9 +36,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.sim]
 ROOT = render.ROOT
 NAMESPACE = "rltrain"
 STACK = "sim"
-PASSPHRASE = "simulated-cluster-test"
-# Program files a deploy needs (Pulumi.yaml is rewritten: see _project).
-PROGRAM = ("__main__.py", "components", "requirements.txt", "Pulumi.sim.yaml")
 # Bounds: a whole `pulumi up` on a loaded 2-core machine, the runs to finish, a destroy.
 UP_TIMEOUT = 900
 RUNS_TIMEOUT = 300
@@ -70,63 +64,36 @@ def cluster(tmp_path_factory, request):
 
 
 class Pulumi:
-    def __init__(self, project: Path, home: Path, backend: Path, kubeconfig: Path):
-        tools = toolset()
-        self.project = project
-        self.kubeconfig = kubeconfig
-        self.env = {
-            **os.environ,
-            "PATH": f"{tools.bin_dir}:{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-            "PULUMI_HOME": str(home),
-            "PULUMI_BACKEND_URL": f"file://{backend}",
-            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
-            "PULUMI_SKIP_UPDATE_CHECK": "true",
-            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-            "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "true",
-            "NO_COLOR": "1",
-        }
-        self.env.pop("KUBECONFIG", None)
-        self.env.pop("PULUMI_ACCESS_TOKEN", None)
+    """`python -m cluster.deploy` on one work directory: the real CLI and provider, the program as
+    an Automation API inline program (no language host is served: docs/simulated-cluster.md), in a
+    process of its own per operation (a fresh import of the program every time, as `pulumi` does)."""
 
-    def __call__(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-        r = subprocess.run(["pulumi", *args, "--non-interactive", "--cwd", str(self.project)],
-                           env=self.env, capture_output=True, text=True, timeout=timeout)
-        if check and r.returncode:
-            raise AssertionError(f"pulumi {' '.join(args)} failed ({r.returncode}):\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}")
-        return r
+    def __init__(self, workdir: Path, kubeconfig: Path, request):
+        self.workdir = workdir
+        self.kubeconfig = kubeconfig
+        self.request = request
+
+    def __call__(self, operation: str, *flags: str, timeout: float = UP_TIMEOUT, check: bool = True) -> dict[str, Any]:
+        out = self.workdir / f"{operation}-{time.monotonic_ns()}.json"
+        r = subprocess.run([sys.executable, "-m", "cluster.deploy", operation, "--stack", STACK,
+                            "--workdir", str(self.workdir), "--kubeconfig", str(self.kubeconfig),
+                            "--json", str(out), *flags],
+                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        res = json.loads(out.read_text()) if out.exists() else {"ok": False, "error": r.stderr[-6000:]}
+        res["stdout"] = r.stdout
+        _log(self.request, f"{operation}: {'ok' if res['ok'] else 'FAILED'} in {res.get('seconds')}s "
+                           f"{res.get('summary')}")
+        if check and not res["ok"]:
+            raise AssertionError(f"{operation} failed:\n{r.stdout[-6000:]}\n{r.stderr[-4000:]}")
+        return res
 
 
 def _project(tmp: Path, overrides: dict[str, Any]) -> Path:
-    """A copy of the program whose Pulumi.yaml runs it with this interpreter's environment."""
-    project = tmp / "project"
-    project.mkdir()
-    for name in PROGRAM:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, project / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(src, project / name)
-    meta = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
-    options = meta["runtime"].setdefault("options", {})
-    # Pulumi.yaml names a project venv (.venv); the test runs the program with the interpreter
-    # running the test, which has every requirement (its venv, or without one, `python` on PATH).
-    if sys.prefix != sys.base_prefix:
-        options["virtualenv"] = sys.prefix
-    else:
-        options.pop("virtualenv", None)
-    (project / "Pulumi.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
-    if overrides:
-        stack_file = project / f"Pulumi.{STACK}.yaml"
-        doc = yaml.safe_load(stack_file.read_text())
-        for key, value in overrides.items():
-            section, _, rest = key.partition(".")
-            node = doc["config"].setdefault(section, {})
-            parts = rest.split(".")
-            for p in parts[:-1]:
-                node = node.setdefault(p, {})
-            node[parts[-1]] = value
-        stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return project
+    """A deployment work directory with a copy of the program (the repository is never written)."""
+    workdir = tmp / "deploy"
+    deploy.prepare(workdir, STACK, Path(toolset().require("pulumi-resource-kubernetes")).parent,
+                   overrides=overrides)
+    return workdir
 
 
 class Watcher(threading.Thread):
@@ -198,8 +165,10 @@ def _rendered_objects(project: Path) -> list[tuple[str, str, Optional[str], str]
                    for m in r.manifests})
 
 
-def _warnings(text: str) -> list[str]:
-    return [line for line in text.splitlines() if "warning" in line.lower()]
+def _warnings(res: dict[str, Any]) -> list[str]:
+    """The engine's warnings and errors (diagnostic events: the provider's, the API server's
+    warnings it passes on, the program's)."""
+    return [f"{d['severity']}: {d['urn']}: {d['message']}" for d in res.get("diagnostics", [])]
 
 
 def _wait(what: str, check, timeout: float, describe=lambda: "") -> None:
@@ -230,33 +199,22 @@ def _namespace_warnings(cluster: sim.Cluster) -> list[str]:
 
 
 def _deploy_and_check(cluster: sim.Cluster, request, tmp: Path, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Up, check the objects and the queue; returns what the runs did. Destroys at the end."""
-    project = _project(tmp, overrides)
-    expected = _rendered_objects(project)
+    """Preview and up, check the objects; returns the watcher and the deployment. On a failure the
+    stack is destroyed before the error is raised."""
+    workdir = _project(tmp, overrides)
+    expected = _rendered_objects(workdir / "project")
     cluster.reset_storage()
-    pulumi = Pulumi(project, tmp / "pulumi-home", tmp / "backend", cluster.kubeconfig)
-    (tmp / "backend").mkdir()
-    _log(request, "Pulumi CLI " + pulumi("version").stdout.strip())
-    provider = subprocess.run([str(toolset().require("pulumi-resource-kubernetes")), "--version"],
-                              capture_output=True, text=True)
-    _log(request, f"Kubernetes provider {(provider.stdout or provider.stderr).strip()}")
-    _log(request, f"Kubernetes /version {cluster.api('/version')['gitVersion']}")
-    pulumi("stack", "init", STACK)
-    pulumi("config", "set", "--secret", "rltrain:kubeconfig", cluster.kubeconfig.read_text())
-    pulumi("config", "set", "--secret", "rltrain:hfToken", "not-a-real-token")
-    flags = ("--skip-plugin-pre-install", "--yes", "--diff")
-    t0 = time.monotonic()
-    preview = pulumi("preview", "--skip-plugin-pre-install", "--diff", timeout=UP_TIMEOUT)
-    _log(request, f"preview {time.monotonic() - t0:.0f}s")
-    assert not _warnings(preview.stdout + preview.stderr), _warnings(preview.stdout + preview.stderr)
+    pulumi = Pulumi(workdir, cluster.kubeconfig, request)
+    preview = pulumi("preview")
+    _log(request, f"Pulumi CLI {preview['versions']['pulumi']}, Kubernetes provider {preview['versions']['provider']}, "
+                  f"Kubernetes /version {cluster.api('/version')['gitVersion']}")
+    assert not _warnings(preview), _warnings(preview)
     watcher = Watcher(cluster)
     watcher.start()
     result: dict[str, Any] = {"watcher": watcher, "pulumi": pulumi, "expected": expected}
     try:
-        t0 = time.monotonic()
-        up = pulumi("up", *flags, timeout=UP_TIMEOUT)
-        _log(request, f"up {time.monotonic() - t0:.0f}s")
-        assert not _warnings(up.stdout + up.stderr), _warnings(up.stdout + up.stderr)
+        up = pulumi("up")
+        assert not _warnings(up), _warnings(up)
         missing = [o for o in expected if cluster.get(o[0], o[1], o[3], o[2]) is None]
         assert not missing, f"rendered but not in the API server: {missing}"
         result["up"] = up
@@ -268,10 +226,8 @@ def _deploy_and_check(cluster: sim.Cluster, request, tmp: Path, overrides: dict[
 
 
 def _destroy(cluster: sim.Cluster, pulumi: Pulumi, expected, request) -> None:
-    t0 = time.monotonic()
-    out = pulumi("destroy", "--skip-plugin-pre-install", "--yes", timeout=DESTROY_TIMEOUT)
-    _log(request, f"destroy {time.monotonic() - t0:.0f}s")
-    assert not _warnings(out.stdout + out.stderr), _warnings(out.stdout + out.stderr)
+    out = pulumi("destroy", timeout=DESTROY_TIMEOUT)
+    assert not _warnings(out), _warnings(out)
 
     def gone() -> list:
         return [o for o in expected if cluster.get(o[0], o[1], o[3], o[2]) is not None]
