@@ -275,7 +275,7 @@ REFUSALS = [
      "restricted refuses pods that run as root, and these enabled workloads do: workloads.singleNode (the training "
      "pod runs the image as root); workloads.multiNode (the Ray pods run the image as root); workloads.ncclTest (the "
      "MPI launcher and workers run as root, the workers add capabilities for sshd); workloads.validation (the "
-     "validation pod runs the image as root). Use baseline (restricted is always warned and audited), or disable "
+     "validation pod runs the image as root). Use baseline (restricted is always audited), or disable "
      "them"),
     # CIDRs
     ("internet in halves", "p5", lambda c: section(c, "cluster").update(publicAccessCidrs=["0.0.0.0/1", "128.0.0.0/1"]),

@@ -339,7 +339,7 @@ class TrainingConfig(_Model):
     service_account: str = Field("training-sa", pattern=_DNS_LABEL)
     """its service account (API token not mounted; not `default`)"""
     pod_security: Literal["baseline", "restricted"] = "baseline"
-    """Pod Security Admission level enforced; `restricted` is always warned and audited"""
+    """Pod Security Admission level enforced and warned; `restricted` is always audited (API server audit log)"""
     s3: Optional[S3Access] = None
     """the S3 location of the training role"""
     # Container env var -> name of a secret config key (`pulumi config set --secret rltrain:KEY`).

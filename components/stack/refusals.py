@@ -337,7 +337,7 @@ def _pod_security(cfg: StackConfig) -> list[Problem]:
         return []
     return [(path("training", "podSecurity"),
              "restricted refuses pods that run as root, and these enabled workloads do: " + "; ".join(refused)
-             + ". Use baseline (restricted is always warned and audited), or disable them")]
+             + ". Use baseline (restricted is always audited), or disable them")]
 
 
 def _intervals(nets: list[Any]) -> list[tuple[int, int]]:
