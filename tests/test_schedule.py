@@ -63,6 +63,18 @@ def test_p5_schedule_is_printed():
     assert "4. Job/rltrain-training      priority    1000000  1 pod: queued behind Job/rltrain-multinode" in lines
 
 
+def test_runs_created_together_are_flagged_where_priority_cannot_order_them():
+    # p5: one `up` creates validation and the NCCL test together (no gate), so Kueue may admit the
+    # NCCL test first (seen on the simulated cluster). Training waits for the staging Job, which the
+    # provider awaits until done: by then validation's Workload is queued, priority orders them.
+    s = schedule.simulate(rendered("p5").resources)
+    assert s.races == {"Job/rltrain-validation": ("MPIJob/rltrain-nccl-test",)}
+    assert ("created together with Job/rltrain-validation by one `up`: MPIJob/rltrain-nccl-test may be admitted "
+            "first") in render.summary(rendered("p5"))
+    # sim gates training on the checks, and the NCCL test on validation: one order, no race.
+    assert schedule.simulate(rendered("sim").resources).races == {}
+
+
 def test_swapping_two_priorities_swaps_the_order():
     r = variant("p5", {"rltrain:workloads": {"validation": {"enabled": True, "priority": 1000100},
                                              "ncclTest": {"enabled": True, "priority": 1000200}}})

@@ -253,6 +253,10 @@ def test_mpijob(p5):
     assert env(w)["FI_PROVIDER"] == "efa"
     launcher = spec["mpiReplicaSpecs"]["Launcher"]
     assert launcher["replicas"] == 1
+    # On the replica specs, never in a template: the operator overwrites the template's with the
+    # replica's (launcher default OnFailure) and records a Warning event.
+    assert launcher["restartPolicy"] == workers["restartPolicy"] == "Never"
+    assert "restartPolicy" not in launcher["template"]["spec"] and "restartPolicy" not in workers["template"]["spec"]
     lc = launcher["template"]["spec"]["containers"][0]
     script = lc["command"][2]
     # mpirun starts once every worker's sshd answers (nccl.ssh_wait_script; tests/test_gate.py).

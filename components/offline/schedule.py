@@ -461,6 +461,9 @@ class Schedule:
     # A serving Deployment's rollout: ref -> (maxSurge, whether that many more pods fit beside the
     # serving pods and the runs that start first).
     surge: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    # Runs one `up` creates together (see created_together): ref of the higher-priority run -> the
+    # lower-priority runs that may be admitted before it.
+    races: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def partial_admission(self) -> bool:
@@ -544,7 +547,44 @@ def simulate(resources: list[Resource]) -> Optional[Schedule]:
             reason = "does not fit beside nothing"
         outcomes[w.ref] = Outcome(w, NEVER, resource="nodes", reason=reason)
     first = [outcomes[w.ref] for w in sorted(serving, key=lambda w: w.ref)]
-    return Schedule(ng, tuple(first + [outcomes[w.ref] for w in order]), queue, queued, surge)
+    races = created_together(resources, order, outcomes) if queued else {}
+    return Schedule(ng, tuple(first + [outcomes[w.ref] for w in order]), queue, queued, surge, races)
+
+
+def _awaited_until_done(obj: dict[str, Any]) -> bool:
+    """A Job the provider waits for until it is Complete: no pulumi.com/waitFor or skipAwait
+    (components/workloads/runs.py: runs are awaited only until created)."""
+    ann = _meta(obj).get("annotations") or {}
+    return obj.get("kind") == "Job" and "pulumi.com/waitFor" not in ann and ann.get("pulumi.com/skipAwait") != "true"
+
+
+def created_together(resources: list[Resource], order: list[Workload],
+                     outcomes: dict[str, "Outcome"]) -> dict[str, tuple[str, ...]]:
+    """Kueue orders by priority only the workloads pending *together*: a run whose Workload appears
+    while quota is free is admitted in that scheduling cycle, before a higher-priority run created a
+    moment later. Seen on the simulated cluster: the NCCL MPIJob (priority 1000100), created by the
+    same `up` as validation (1000200), was admitted in the second both were created, and validation
+    waited behind it. A lower-priority run B may go before A unless B is created after A (it
+    depends on A) or after a Job the provider awaits until done (A's Workload exists by then);
+    runs that all start at once do not race."""
+    graph = deploy_model.Graph(resources)
+    done_jobs = {deploy_model.ref(r) for r, o in k8s_objects(resources) if _awaited_until_done(o)}
+    out: dict[str, tuple[str, ...]] = {}
+    for i, a in enumerate(order):
+        if outcomes[a.ref].status == NEVER:
+            continue
+        early = []
+        for b in order[i + 1:]:
+            if b.priority >= a.priority or outcomes[b.ref].status == NEVER:
+                continue
+            if outcomes[a.ref].status == RUNS_NOW and outcomes[b.ref].status == RUNS_NOW:
+                continue
+            if graph.reaches(b.row, {a.row} | (done_jobs - {b.row})):
+                continue
+            early.append(b.ref)
+        if early:
+            out[a.ref] = tuple(early)
+    return out
 
 
 def _surge_fits(w: Workload, placed: list[tuple[int, dict[str, float]]], state: State) -> bool:
@@ -591,6 +631,10 @@ def report(resources: list[Resource]) -> list[str]:
         w = o.workload
         lines.append(f"  {i}. {w.ref:<{width}}  priority {w.priority:>10}  {w.pods} pod{'s' if w.pods != 1 else ''}: "
                      f"{o.text(s.queued)}")
+    for ref, early in s.races.items():
+        lines.append(f"  created together with {ref} by one `up`: {', '.join(early)} may be admitted first "
+                     "(Kueue orders by priority only the runs that wait together); workloads.trainingAfterChecks "
+                     "makes training wait for the checks")
     for ref, (n, fits) in sorted(s.surge.items()):
         lines.append(f"  rollout of {ref}: maxSurge {n}: "
                      + ("fits beside what runs" if fits else "NO ROOM for a surge pod (it would stay Pending)"))

@@ -136,9 +136,13 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
         if gate:
             passed.append(out["validation"].job)
     if w.nccl_test.enabled:
+        # Gated, the checks run one after the other: the NCCL test is created once validation has
+        # passed. Created together, Kueue admits whichever Workload it sees first, not the higher
+        # priority (seen on the simulated cluster: offline/schedule.py created_together).
+        nccl_opts = runs.child_opts(parent, opts, *classes, scripts, *passed) if gate else wl_opts
         out["nccl_test"] = NcclTest(f"{name}-nccl-test",
                                     NcclTestArgs(**base, await_seconds=gate.get(nccl.COMPONENT)), namespace,
-                                    opts=wl_opts)
+                                    opts=nccl_opts)
         if gate:
             passed.append(out["nccl_test"].passed)
     if w.staging_enabled and (w.single_node.enabled or w.multi_node.enabled):

@@ -205,7 +205,6 @@ def launcher_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
         # checkov skips: on the MPIJob (skip_annotations).
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=obj_labels, annotations=volumes.scripts_annotation(scripts)),
         spec=k8s.core.v1.PodSpecArgs(
-            restart_policy="Never",
             **_pod_spec_common(cfg),
             containers=[k8s.core.v1.ContainerArgs(
                 name="launcher",
@@ -274,8 +273,13 @@ def mpijob_spec(a: NcclTestArgs) -> dict[str, Any]:
             "backoffLimit": 0,
         },
         "mpiReplicaSpecs": {
-            "Launcher": {"replicas": 1, "template": launcher_template(a)},
-            "Worker": {"replicas": cfg.gpu_nodes.count, "template": worker_template(a)},
+            # restartPolicy belongs on the replica spec: the operator overwrites the pod template's
+            # with it (default OnFailure for the launcher) and records a Warning event for a template
+            # that sets one (mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go setRestartPolicy,
+            # podTemplateRestartPolicyReason; seen on the simulated cluster). Never: a failed check
+            # is reported, not retried in place (runPolicy.backoffLimit 0).
+            "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": launcher_template(a)},
+            "Worker": {"replicas": cfg.gpu_nodes.count, "restartPolicy": "Never", "template": worker_template(a)},
         },
     }
 
