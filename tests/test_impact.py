@@ -87,8 +87,18 @@ def test_scaling_up_is_in_place_for_the_node_group(project):
     k = kinds(render_impact(project))
     assert k["gpu-nodes"] == impact.IN_PLACE
     assert "gpu-lt" not in k  # no launch template version: no roll
-    # More nodes change the runs that span every node (completions, workers): those restart.
-    assert k["workloads-validation-job"] == k["workloads-multi-node-job"] == impact.RUN_RESTART
+    # More nodes change the runs that span every node (completions, workers): the training run
+    # restarts (opt-in), the checks simply run again (no opt-in: a check loses no work).
+    assert k["workloads-multi-node-job"] == impact.RUN_RESTART
+    assert k["workloads-validation-job"] == k["workloads-nccl-test-mpijob"] == impact.CHECK_RERUN
+    checks = [i for i in render_impact(project) if i.kind == impact.CHECK_RERUN]
+    assert checks and all(i.allowed and not i.opt_in for i in checks)
+    assert all("the check runs again" in i.why for i in checks)
+
+
+def test_check_components_are_the_workloads_own():
+    from components.workloads import gate, nccl, validation
+    assert impact.CHECK_COMPONENTS == (validation.COMPONENT, nccl.COMPONENT, gate.COMPONENT)
 
 
 def test_count_in_the_launch_template_description_rolled_every_node():
@@ -154,7 +164,7 @@ def test_fsx_replacing_inputs(path, value):
 
 def test_nccl_message_size_restarts_the_mpijob_and_nothing_else(project):
     edit(project, "p5", "workloads.ncclTest", messageSizeBytes=4 << 30)
-    assert kinds(render_impact(project)) == {"workloads-nccl-test-mpijob": impact.RUN_RESTART}
+    assert kinds(render_impact(project)) == {"workloads-nccl-test-mpijob": impact.CHECK_RERUN}
 
 
 def test_a_script_change_touches_only_the_runs_that_run_it(monkeypatch):
@@ -166,7 +176,7 @@ def test_a_script_change_touches_only_the_runs_that_run_it(monkeypatch):
     monkeypatch.setattr(build, "read_scripts", lambda: changed)
     after = render.render_stack("p5")
     k = kinds(impact.classify(rows(), after.resources, after.cfg))
-    assert k.pop("workloads-nccl-test-mpijob") == impact.RUN_RESTART
+    assert k.pop("workloads-nccl-test-mpijob") == impact.CHECK_RERUN
     # The old script's ConfigMap goes, the new one comes; no other run's pod template changes.
     assert k == {"workloads-scripts-nccl-check": impact.REPLACE}
 

@@ -6,6 +6,8 @@ or the base branch's in a pull request) and classifies every changed resource:
 - *replace* (the engine deletes and recreates it; *with data loss* for FSx and the cluster),
 - *node roll* (every node of a group is replaced: a new launch template version, fewer nodes),
 - *run restart* (the running run gets SIGTERM and its grace period, then starts over),
+- *check re-runs* (a validation or NCCL check Job is replaced and runs again: it loses no work,
+  so it needs no opt-in),
 - *serving restart* (the serving Deployment's pods are replaced by a rolling update; no training
   run is touched: a new served checkpoint is this and only this),
 - *in place* (updated without touching what runs),
@@ -35,10 +37,14 @@ CREATE, DELETE, IN_PLACE = "create", "delete", "in place"
 REPLACE, DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED = (
     "replace", "replace (data loss)", "node roll", "run restart", "refused by AWS")
 SERVING_RESTART = "serving restart"
+CHECK_RERUN = "check re-runs"
+# The app.kubernetes.io/component of the check runs (workloads/validation.py, nccl.py, gate.py
+# COMPONENT; tests/test_impact.py keeps them equal): replacing one re-runs a check, no work is lost.
+CHECK_COMPONENTS = ("validation", "nccl-test", "check-gate")
 NEVER_FINISHES = "never finishes"
 # Worst first, for the table and for the one verdict per resource.
-SEVERITY = [REFUSED, NEVER_FINISHES, DATA_LOSS, NODE_ROLL, RUN_RESTART, SERVING_RESTART, REPLACE, DELETE, CREATE,
-            IN_PLACE]
+SEVERITY = [REFUSED, NEVER_FINISHES, DATA_LOSS, NODE_ROLL, RUN_RESTART, SERVING_RESTART, CHECK_RERUN, REPLACE, DELETE,
+            CREATE, IN_PLACE]
 CHANGED = "[changes on deploy]"  # a value that changes because what it is read from is replaced
 _PLACEHOLDER = re.compile(r"\[known after deploy: ([^\]]+?)\.([A-Za-z0-9_.]+)\]")
 
@@ -392,6 +398,10 @@ def _kueue_object(before, after, changes):
 
 
 def _kubernetes(before, after, changes, cfg):
+    return _run_or_check(before, after, _kubernetes_object(before, after, changes, cfg))
+
+
+def _kubernetes_object(before, after, changes, cfg):
     kind = after["inputs"].get("kind")
     if kind in _KUEUE_IN_USE and after["type"].startswith("kubernetes:kueue.x-k8s.io/"):
         return _kueue_object(before, after, changes)
@@ -470,7 +480,21 @@ def _run_opt_in(cfg: StackConfig) -> tuple[str, bool]:
     return "rltrain:workloads.allowRunRestart", cfg.workloads.allow_run_restart
 
 
-_REPLACING = {REPLACE, DATA_LOSS, RUN_RESTART}
+def _is_check(r: Resource) -> bool:
+    labels = ((r.get("inputs") or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/component") in CHECK_COMPONENTS
+
+
+def _run_or_check(before: Resource, after: Resource, verdict: tuple) -> tuple:
+    """A run restart of a check is a re-run: nothing to lose, no opt-in (issue 18: scaling the GPU
+    nodes re-runs validation and the NCCL test, whose pod counts follow the node count)."""
+    if verdict[0] == RUN_RESTART and _is_check(after) and _is_check(before):
+        return (CHECK_RERUN, verdict[1].replace("the run is stopped and started anew", "the check runs again")
+                .replace("the run is replaced", "the check runs again"), "", True)
+    return verdict
+
+
+_REPLACING = {REPLACE, DATA_LOSS, RUN_RESTART, CHECK_RERUN}
 
 
 def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], cfg: StackConfig) -> list[Impact]:

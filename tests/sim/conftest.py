@@ -7,7 +7,13 @@ not a skip; anyone else (e.g. `-m slow` without them) skips them with one line s
 
 from __future__ import annotations
 
+import fcntl
 import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from cluster.binaries import BINARIES, toolset
 
@@ -27,3 +33,39 @@ def sim_requested() -> bool:
 
 def missing_binaries() -> list[str]:
     return toolset().missing(BINARIES)
+
+
+def log(request, line: str) -> None:
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"[sim] {line}")
+    print(f"[sim] {line}", file=sys.stderr)
+
+
+# One simulated cluster at a time on a machine: the MPI operator's health port is fixed (:8080),
+# and Kueue reads its metrics certificate from a fixed path. Test modules under xdist (one per
+# worker) take turns through this lock.
+LOCK = Path(os.environ.get("RLTRAIN_SIM_LOCK", "/tmp/rltrain-sim.lock"))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, request):
+    from cluster import sim
+
+    missing = missing_binaries()
+    if missing:
+        # Requested (CI=1 or RLTRAIN_SIM=1) and not built: a failure, not a skip.
+        pytest.fail(f"simulated cluster: missing {', '.join(missing)}: run cluster/build.sh", pytrace=False)
+    root = tmp_path_factory.mktemp("cluster")
+    with open(LOCK, "w") as lock:
+        t0 = time.monotonic()
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waited = time.monotonic() - t0
+        t0 = time.monotonic()
+        c = sim.start("p5", "sim", root=root, complete_after=10.0, timeout=180.0)
+        try:
+            log(request, f"cluster up in {time.monotonic() - t0:.0f}s (waited {waited:.0f}s for the lock); "
+                         f"Kubernetes /version: {c.api('/version')['gitVersion']}")
+            yield c
+        finally:
+            c.stop()

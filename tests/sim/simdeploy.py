@@ -1,0 +1,233 @@
+"""What the simulated-cluster deploy tests share: the deployment driver (python -m cluster.deploy in a
+process of its own per operation), a watcher of Kueue's Workloads and the pods, and the checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from conftest import log as _log
+
+from cluster import deploy, sim
+from cluster.binaries import toolset
+from components.offline import render
+
+ROOT = render.ROOT
+NAMESPACE = "rltrain"
+STACK = "sim"
+# Bounds: a whole `pulumi up` on a loaded 2-core machine, the runs to finish, a destroy.
+UP_TIMEOUT = 900
+RUNS_TIMEOUT = 300
+DESTROY_TIMEOUT = 600
+GPU = "nvidia.com/gpu"
+
+
+class Pulumi:
+    """`python -m cluster.deploy` on one work directory: the real CLI and provider, the program as
+    an Automation API inline program (no language host is served: docs/simulated-cluster.md), in a
+    process of its own per operation (a fresh import of the program every time, as `pulumi` does)."""
+
+    def __init__(self, workdir: Path, kubeconfig: Path, request):
+        self.workdir = workdir
+        self.kubeconfig = kubeconfig
+        self.request = request
+
+    def __call__(self, operation: str, *flags: str, timeout: float = UP_TIMEOUT, check: bool = True) -> dict[str, Any]:
+        out = self.workdir / f"{operation}-{time.monotonic_ns()}.json"
+        r = subprocess.run([sys.executable, "-m", "cluster.deploy", operation, "--stack", STACK,
+                            "--workdir", str(self.workdir), "--kubeconfig", str(self.kubeconfig),
+                            "--json", str(out), *flags],
+                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        res = json.loads(out.read_text()) if out.exists() else {"ok": False, "error": r.stderr[-6000:]}
+        res["stdout"] = r.stdout
+        _log(self.request, f"{operation}: {'ok' if res['ok'] else 'FAILED'} in {res.get('seconds')}s "
+                           f"{res.get('summary')}")
+        if check and not res["ok"]:
+            raise AssertionError(f"{operation} failed:\n{r.stdout[-6000:]}\n{r.stderr[-4000:]}")
+        return res
+
+
+def project(tmp: Path, overrides: dict[str, Any]) -> Path:
+    """A deployment work directory with a copy of the program (the repository is never written)."""
+    workdir = tmp / "deploy"
+    deploy.prepare(workdir, STACK, Path(toolset().require("pulumi-resource-kubernetes")).parent,
+                   overrides=overrides)
+    return workdir
+
+
+class Watcher(threading.Thread):
+    """Polls the namespace's Kueue Workloads and pods every second while the stack runs."""
+
+    def __init__(self, cluster: sim.Cluster):
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.stop_event = threading.Event()
+        self.admitted_at: dict[str, float] = {}   # workload owner name -> first seen Admitted
+        self.pods_of: dict[str, set[str]] = {}    # owner name -> pods ever scheduled
+        self.violations: list[str] = []
+        self.max_gpus = 0
+        self.errors: list[str] = []
+        self.last_workloads: list[dict] = []
+        self.last_pods: list[dict] = []
+        # owner -> the admitted runs it was seen waiting behind (queued whole while they ran)
+        self.waited: dict[str, set[str]] = {}
+
+    @staticmethod
+    def pod_owner(pod: dict, owners: dict[str, bool]) -> Optional[str]:
+        """The run a pod belongs to, by the label its controller sets: the MPI operator's
+        (training.kubeflow.org/job-name), the Job controller's (batch.kubernetes.io/job-name), else
+        the program's own run label (KubeRay's pods carry it from the RayJob's templates)."""
+        labels = pod["metadata"].get("labels") or {}
+        for key in ("training.kubeflow.org/job-name", "batch.kubernetes.io/job-name", "rltrain/run"):
+            if labels.get(key) in owners:
+                return labels[key]
+        return None
+
+    @staticmethod
+    def owner(workload: dict) -> str:
+        refs = workload["metadata"].get("ownerReferences") or [{}]
+        return refs[0].get("name", workload["metadata"]["name"])
+
+    def _poll(self) -> None:
+        try:
+            wls = self.cluster.api(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/workloads")["items"]
+        except sim.ApiError:
+            wls = []
+        pods = self.cluster.api(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+        self.last_workloads, self.last_pods = wls, pods
+        now = time.monotonic()
+        owners = {}
+        for w in wls:
+            o = self.owner(w)
+            owners[o] = any(c["type"] == "Admitted" and c["status"] == "True"
+                            for c in (w.get("status") or {}).get("conditions", []))
+            if owners[o]:
+                self.admitted_at.setdefault(o, now)
+        running = {Watcher.owner(w) for w in wls if owners[Watcher.owner(w)] and not finished(w)}
+        for o, admitted in owners.items():
+            if not admitted and running - {o}:
+                self.waited.setdefault(o, set()).update(running - {o})
+        gpus = 0
+        for p in pods:
+            owner = self.pod_owner(p, owners)
+            scheduled = bool(p["spec"].get("nodeName"))
+            if owner and scheduled:
+                self.pods_of.setdefault(owner, set()).add(p["metadata"]["name"])
+                if not owners[owner] and (p["status"].get("phase") not in ("Succeeded", "Failed")):
+                    self.violations.append(f"pod {p['metadata']['name']} scheduled while workload of {owner} "
+                                           "is not admitted")
+            if scheduled and p["status"].get("phase") not in ("Succeeded", "Failed"):
+                for c in p["spec"]["containers"]:
+                    gpus += int(((c.get("resources") or {}).get("requests") or {}).get(GPU, 0))
+        self.max_gpus = max(self.max_gpus, gpus)
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self._poll()
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                self.errors.append(repr(e))
+            self.stop_event.wait(1.0)
+
+    def finish(self) -> None:
+        self.stop_event.set()
+        self.join(10)
+
+
+def finished(workload: dict) -> bool:
+    return any(c["type"] == "Finished" and c["status"] == "True"
+               for c in (workload.get("status") or {}).get("conditions", []))
+
+
+def rendered_objects(project: Path) -> list[tuple[str, str, Optional[str], str]]:
+    r = render.render_stack(STACK, project)
+    return sorted({(m["apiVersion"], m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"])
+                   for m in r.manifests})
+
+
+# The one warning expected: the provider the Go module proxy serves is 4.25.0, the SDK pin 4.34.2
+# (cluster/versions.env); the engine says so on every run.
+PROVIDER_VERSION_WARNING = "resource plugin kubernetes is expected to have version >="
+
+
+def engine_warnings(res: dict[str, Any]) -> list[str]:
+    """The engine's warnings and errors (diagnostic events: the provider's, the API server's
+    warnings it passes on, the program's), but the provider-version one."""
+    return [f"{d['severity']}: {d['urn']}: {d['message']}" for d in res.get("diagnostics", [])
+            if not d["message"].startswith(PROVIDER_VERSION_WARNING)]
+
+
+def wait(what: str, check, timeout: float, describe=lambda: "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(2)
+    raise AssertionError(f"{what}: not within {timeout:.0f}s. {describe()}")
+
+
+def job_complete(cluster: sim.Cluster, name: str) -> bool:
+    job = cluster.get("batch/v1", "Job", name, NAMESPACE)
+    return bool(job) and any(c["type"] == "Complete" and c["status"] == "True"
+                             for c in (job.get("status") or {}).get("conditions", []))
+
+
+def mpijob_succeeded(cluster: sim.Cluster, name: str) -> bool:
+    job = cluster.get("kubeflow.org/v2beta1", "MPIJob", name, NAMESPACE)
+    return bool(job) and any(c["type"] == "Succeeded" and c["status"] == "True"
+                             for c in (job.get("status") or {}).get("conditions", []))
+
+
+def namespace_warnings(cluster: sim.Cluster) -> list[str]:
+    """Warning events of the namespace, but Kueue's "Pending" on a Workload (a run waiting for quota
+    is the queue working: kueue v0.19.2 pkg/scheduler records it as a Warning)."""
+    events = cluster.api(f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
+    return [f"{e['involvedObject']['kind']}/{e['involvedObject']['name']}: {e['reason']}: {e.get('message', '')}"
+            for e in events if e.get("type") == "Warning"
+            and not (e["involvedObject"]["kind"] == "Workload" and e["reason"] == "Pending")]
+
+
+def deploy_and_check(cluster: sim.Cluster, request, tmp: Path, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Preview and up, check the objects; returns the watcher and the deployment. On a failure the
+    stack is destroyed before the error is raised."""
+    workdir = project(tmp, overrides)
+    expected = rendered_objects(workdir / "project")
+    cluster.reset_storage()
+    pulumi = Pulumi(workdir, cluster.kubeconfig, request)
+    preview = pulumi("preview")
+    _log(request, f"Pulumi CLI {preview['versions']['pulumi']}, Kubernetes provider {preview['versions']['provider']}, "
+                  f"Kubernetes /version {cluster.api('/version')['gitVersion']}")
+    assert not engine_warnings(preview), engine_warnings(preview)
+    watcher = Watcher(cluster)
+    watcher.start()
+    result: dict[str, Any] = {"watcher": watcher, "pulumi": pulumi, "expected": expected}
+    try:
+        up = pulumi("up")
+        assert not engine_warnings(up), engine_warnings(up)
+        missing = [o for o in expected if cluster.get(o[0], o[1], o[3], o[2]) is None]
+        assert not missing, f"rendered but not in the API server: {missing}"
+        result["up"] = up
+    except BaseException:
+        watcher.finish()
+        destroy(cluster, pulumi, expected, request)
+        raise
+    return result
+
+
+def destroy(cluster: sim.Cluster, pulumi: Pulumi, expected, request) -> None:
+    out = pulumi("destroy", timeout=DESTROY_TIMEOUT)
+    assert not engine_warnings(out), engine_warnings(out)
+
+    def gone() -> list:
+        return [o for o in expected if cluster.get(o[0], o[1], o[3], o[2]) is not None]
+    wait("every object of the stack deleted (no stuck finalizer)", lambda: not gone(), 60,
+          lambda: "left: " + ", ".join(f"{o[1]}/{o[3]} finalizers {(cluster.get(o[0], o[1], o[3], o[2]) or {}).get('metadata', {}).get('finalizers')}"
+                                       for o in gone()))
+    assert cluster.get("v1", "Namespace", NAMESPACE) is None
+
+
