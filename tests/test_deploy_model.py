@@ -199,7 +199,7 @@ def test_efa_pod_without_huge_pages_is_refused():
     rows = p5_record()
     job = by_name(rows, "workloads-multi-node-job")
     res = job["inputs"]["spec"]["template"]["spec"]["containers"][0]["resources"]
-    assert res["limits"]["hugepages-2Mi"] == res["requests"]["hugepages-2Mi"] == "5120Mi"
+    assert res["limits"]["hugepages-2Mi"] == res["requests"]["hugepages-2Mi"] == "5Gi"
     del res["limits"]["hugepages-2Mi"], res["requests"]["hugepages-2Mi"]
     assert [v.resource for v in violations(rows, "efa-hugepages")] == ["Job/rltrain-multinode/trainer"]
     job["inputs"]["spec"]["template"]["spec"]["containers"][0]["env"].append(

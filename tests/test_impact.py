@@ -251,3 +251,15 @@ def test_summary_lists_what_the_stack_owns_cluster_wide():
     assert "cluster-wide objects this stack owns: " in text
     assert "Helm release kube-system/aws-efa-k8s-device-plugin (aws-efa-k8s-device-plugin v0.5.30)" in text
     assert "PriorityClass rltrain-training" in text
+
+
+def test_a_quantity_written_another_way_changes_nothing():
+    """The API server stores one canonical form (5120Mi is 5Gi) and the provider diffs against it."""
+    before, after = rows(), rows()
+    for r, value in ((before, "5120Mi"), (after, "5Gi")):
+        c = find(r, "kubernetes:batch/v1:Job", "workloads-multi-node-job")["inputs"]["spec"]["template"]["spec"][
+            "containers"][0]
+        c["resources"]["limits"]["hugepages-2Mi"] = c["resources"]["requests"]["hugepages-2Mi"] = value
+    assert impact.classify(before, after, cfg()) == []
+    c["resources"]["limits"]["hugepages-2Mi"] = "6Gi"
+    assert kinds(impact.classify(before, after, cfg())) == {"workloads-multi-node-job": impact.RUN_RESTART}

@@ -53,7 +53,7 @@ def test_huge_pages_on_every_efa_pod():
     _, _, docs = _render("p5")
     for name in ("rltrain-multinode", "rltrain-validation"):
         r = container(find(docs, "Job", name))["resources"]
-        assert r["requests"]["hugepages-2Mi"] == r["limits"]["hugepages-2Mi"] == "5120Mi", name
+        assert r["requests"]["hugepages-2Mi"] == r["limits"]["hugepages-2Mi"] == "5Gi", name
     r = container(find(docs, "Job", "rltrain-training"))["resources"]  # no EFA: no huge pages
     assert "hugepages-2Mi" not in r["requests"] and "hugepages-2Mi" not in r["limits"]
 

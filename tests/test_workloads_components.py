@@ -269,7 +269,7 @@ def test_mpijob(p5):
     assert "--mca pml '^ucx' --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0,veth_def_agent" in script
     assert "-c 1 -n 100" in script
     assert env(w)["NCCL_BUFFSIZE"] == "8388608" and env(w)["NCCL_P2P_NET_CHUNKSIZE"] == "524288"
-    assert w["resources"]["limits"]["hugepages-2Mi"] == "5120Mi"
+    assert w["resources"]["limits"]["hugepages-2Mi"] == "5Gi"
     assert "nvidia.com/gpu" not in lc["resources"]["requests"]
     assert mpi["metadata"]["namespace"] == "rltrain"
     op = result.one("kubernetes:yaml/v2:ConfigFile")

@@ -92,7 +92,25 @@ def changed_paths(a: Any, b: Any, path: str = "") -> list[str]:
         return out
     if b == CHANGED or (isinstance(b, str) and CHANGED in b):
         return [path]
+    if a != b and _same_quantity(path, a, b):
+        return []
     return [] if a == b else [path]
+
+
+_QUANTITY_PATH = re.compile(r"(^|\.)resources\.(limits|requests)\.[^.\[]+$")
+
+
+def _same_quantity(path: str, a: Any, b: Any) -> bool:
+    """A container's request or limit written another way for the same amount (5120Mi, 5Gi): the
+    API server stores one canonical form and the provider diffs against it, so nothing changes
+    (seen on the simulated cluster, docs/simulated-cluster.md)."""
+    if not (isinstance(a, (str, int, float)) and isinstance(b, (str, int, float)) and _QUANTITY_PATH.search(path)):
+        return False
+    from components.offline.resources import quantity
+    try:
+        return quantity(a) == quantity(b)
+    except (TypeError, ValueError):
+        return False
 
 
 def _under(path: str, prefixes: Iterable[str]) -> bool:

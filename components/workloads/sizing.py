@@ -76,16 +76,24 @@ class PodSizing:
     def memory_gib(self) -> int:
         return self.memory_mib // catalog.GIB_IN_MIB
 
+    @staticmethod
+    def quantity_mib(mib: int) -> str:
+        """A size in MiB as the API server writes it back: the largest binary unit that holds it
+        exactly (5120Mi is stored as 5Gi). Written any other way, the live MPIJob differs from
+        the program's input and its replace-on-change spec replaced the NCCL test on every
+        `up` (seen on the simulated cluster: hugepages-2Mi "5Gi" => "5120Mi")."""
+        return f"{mib // catalog.GIB_IN_MIB}Gi" if mib % catalog.GIB_IN_MIB == 0 else f"{mib}Mi"
+
     def extended(self) -> dict[str, str]:
         """GPU, EFA and the EFA huge pages, requests == limits; EFA and huge pages omitted when 0."""
         out = {GPU: str(self.gpus)}
         if self.efa > 0:
             out[EFA] = str(self.efa)
-            out[HUGEPAGES] = f"{self.hugepages_mib}Mi"
+            out[HUGEPAGES] = self.quantity_mib(self.hugepages_mib)
         return out
 
     def resources(self) -> k8s.core.v1.ResourceRequirementsArgs:
-        memory = f"{self.memory_gib}Gi" if self.memory_mib % catalog.GIB_IN_MIB == 0 else f"{self.memory_mib}Mi"
+        memory = self.quantity_mib(self.memory_mib)
         cpu = {"cpu": str(self.cpu)}
         return k8s.core.v1.ResourceRequirementsArgs(
             requests={**cpu, "memory": memory, **self.extended()},
