@@ -11,8 +11,9 @@ CLI, the engine, the state backend and the Kubernetes provider are the real ones
 Pulumi install from pulumi.com can run `pulumi up -s sim` instead (docs/simulated-cluster.md).
 
 Each deployment lives in a work directory (default: `<cluster state>/pulumi/<stack>`): a copy of
-the program (the repository is never written: `pulumi config set` writes the stack file), a local
-file backend, a PULUMI_HOME of its own, and a fixed passphrase for this throwaway local state. The
+the program, refreshed from the repository on every run (the repository is never written:
+`pulumi config set` writes into the copy's stack file), a local file backend, a PULUMI_HOME of its
+own, and a fixed passphrase for this throwaway local state. The
 Kubernetes provider is the one cluster/build.sh built, named as a project plugin in the copy's
 Pulumi.yaml (`plugins.providers`), so the engine neither downloads nor warns about it. Nothing is
 fetched from the network: no plugin acquisition, no update check, no Helm chart.
@@ -61,20 +62,39 @@ def _set(doc: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def _copy_program(source: Path, project: Path) -> None:
+    for name in PROGRAM:
+        src, dst = source / name, project / name
+        if dst.is_dir():
+            shutil.rmtree(dst)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, dst)
+
+
 def prepare(workdir: Path, stack: str, provider_dir: Path, source: Path = ROOT,
-            overrides: Optional[dict[str, Any]] = None) -> Path:
-    """Copy the program into workdir/project (once) and return it. `overrides` edit the copy's
-    stack file (dotted keys, as in `pulumi config set --path`)."""
+            overrides: Optional[dict[str, Any]] = None, sync: bool = True) -> Path:
+    """The deployment's copy of the program in workdir/project. With `sync` (what a person wants:
+    deploy what the repository holds now) the program and the stack file are copied afresh on
+    every run, keeping what `pulumi config set` wrote into the copy (the passphrase salt, secure
+    values); without it (the tests, which edit the copy) an existing copy is left as it is.
+    `overrides` edit the copy's stack file (dotted keys, as in `pulumi config set --path`)."""
     project = workdir / "project"
-    if not project.exists():
-        project.mkdir(parents=True)
-        for name in PROGRAM:
-            src = source / name
-            if src.is_dir():
-                shutil.copytree(src, project / name, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy(src, project / name)
-        shutil.copy(source / f"Pulumi.{stack}.yaml", project / f"Pulumi.{stack}.yaml")
+    stack_file = project / f"Pulumi.{stack}.yaml"
+    fresh = not project.exists()
+    if fresh or sync:
+        project.mkdir(parents=True, exist_ok=True)
+        _copy_program(source, project)
+        old = yaml.safe_load(stack_file.read_text()) if stack_file.exists() else {}
+        doc = yaml.safe_load((source / f"Pulumi.{stack}.yaml").read_text())
+        doc.setdefault("config", {})
+        if old.get("encryptionsalt"):
+            doc["encryptionsalt"] = old["encryptionsalt"]
+        for key, value in (old.get("config") or {}).items():
+            if isinstance(value, dict) and "secure" in value and key not in doc["config"]:
+                doc["config"][key] = value
+        stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     meta = yaml.safe_load((source / "Pulumi.yaml").read_text())
     # The inline program runs in this interpreter: no virtualenv for a language host to make.
     meta["runtime"] = {"name": "python"}
@@ -84,7 +104,6 @@ def prepare(workdir: Path, stack: str, provider_dir: Path, source: Path = ROOT,
     meta["plugins"] = {"providers": [{"name": "kubernetes", "path": str(provider_dir)}]}
     (project / "Pulumi.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     if overrides:
-        stack_file = project / f"Pulumi.{stack}.yaml"
         doc = yaml.safe_load(stack_file.read_text())
         for key, value in overrides.items():
             _set(doc, key, value)
@@ -158,6 +177,10 @@ def run(operation: str, workdir: Path, stack: str, kubeconfig: Path, *, refresh:
         raise DeployError(f"{workdir} has no program copy: prepare() it first")
 
     def program() -> None:
+        # The copy's program, not the repository's: this process imported the repository's
+        # `components` for itself (cluster.sim), and the copy may be edited (the day-two tests).
+        for name in [m for m in sys.modules if m == "components" or m.startswith("components.")]:
+            del sys.modules[name]
         sys.path.insert(0, str(project))
         try:
             runpy.run_path(str(project / "__main__.py"), run_name="__main__")
@@ -235,6 +258,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--policy-pack", action="append", default=[], help="run this policy pack (preview/up)")
     ap.add_argument("--json", type=Path, help="write the operations, diagnostics and summary here")
     ap.add_argument("--quiet", action="store_true", help="do not echo the engine's output")
+    ap.add_argument("--no-sync", action="store_true",
+                    help="deploy the work directory's copy as it is (default: copy the repository's program and "
+                         "stack file afresh first)")
     args = ap.parse_args(argv)
     kubeconfig = args.kubeconfig or sim.state_dir(args.cluster) / "kubeconfig"
     if not kubeconfig.exists():
@@ -250,7 +276,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         overrides[key] = yaml.safe_load(value)
     try:
         provider_dir = Path(toolset().require("pulumi-resource-kubernetes")).parent
-        project = prepare(workdir, args.stack, provider_dir, overrides=overrides)
+        project = prepare(workdir, args.stack, provider_dir, overrides=overrides, sync=not args.no_sync)
         res = run(args.operation, workdir, args.stack, kubeconfig, refresh=args.refresh,
                   policy_packs=tuple(args.policy_pack), secrets=default_secrets(project, args.stack),
                   echo=not args.quiet)

@@ -41,7 +41,7 @@ class Pulumi:
         out = self.workdir / f"{operation}-{time.monotonic_ns()}.json"
         r = subprocess.run([sys.executable, "-m", "cluster.deploy", operation, "--stack", STACK,
                             "--workdir", str(self.workdir), "--kubeconfig", str(self.kubeconfig),
-                            "--json", str(out), *flags],
+                            "--json", str(out), "--no-sync", *flags],
                            cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         res = json.loads(out.read_text()) if out.exists() else {"ok": False, "error": r.stderr[-6000:]}
         res["stdout"] = r.stdout
