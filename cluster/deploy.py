@@ -228,6 +228,22 @@ def run(operation: str, workdir: Path, stack: str, kubeconfig: Path, *, refresh:
     return res
 
 
+def analyzer(workdir: Path, pack: Path) -> Path:
+    """An executable that serves a Python policy pack, for `--policy-pack`. The engine runs a pack
+    directory through the language host's RunPlugin, which no served Pulumi module provides (and
+    an inline program's runtime does not implement); an executable path it launches directly as
+    an analyzer plugin (pkg/v3 v3.274.0 resource/plugin/analyzer_plugin.go NewPolicyAnalyzer),
+    and pulumi-policy's PolicyPack serves the analyzer protocol as soon as it is built."""
+    pack = pack.resolve()
+    if not (pack / "PulumiPolicy.yaml").exists() or not (pack / "__main__.py").exists():
+        raise DeployError(f"{pack} is not a Python policy pack (PulumiPolicy.yaml and __main__.py)")
+    shim = workdir / "analyzers" / pack.name / "analyzer"
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    shim.write_text(f'#!/bin/sh\ncd "{pack}" && exec "{sys.executable}" "{pack / "__main__.py"}" "$@"\n')
+    shim.chmod(0o755)
+    return shim
+
+
 def _provider_version(provider: Path) -> str:
     import subprocess
     r = subprocess.run([str(provider), "-version"], capture_output=True, text=True, timeout=30)
@@ -255,7 +271,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="edit the copy's stack file before the first run, e.g. rltrain:workloads.multiNode.form=rayjob")
     ap.add_argument("--refresh", action="store_true", help="refresh the state first (preview/up)")
-    ap.add_argument("--policy-pack", action="append", default=[], help="run this policy pack (preview/up)")
+    ap.add_argument("--policy-pack", action="append", default=[],
+                    help="run this Python policy pack directory, e.g. policy (preview/up)")
     ap.add_argument("--json", type=Path, help="write the operations, diagnostics and summary here")
     ap.add_argument("--quiet", action="store_true", help="do not echo the engine's output")
     ap.add_argument("--no-sync", action="store_true",
@@ -277,8 +294,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         provider_dir = Path(toolset().require("pulumi-resource-kubernetes")).parent
         project = prepare(workdir, args.stack, provider_dir, overrides=overrides, sync=not args.no_sync)
+        packs = tuple(str(analyzer(workdir, Path(p))) for p in args.policy_pack)
         res = run(args.operation, workdir, args.stack, kubeconfig, refresh=args.refresh,
-                  policy_packs=tuple(args.policy_pack), secrets=default_secrets(project, args.stack),
+                  policy_packs=packs, secrets=default_secrets(project, args.stack),
                   echo=not args.quiet)
     except (DeployError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
