@@ -181,6 +181,21 @@ def test_a_script_change_touches_only_the_runs_that_run_it(monkeypatch):
     assert k == {"workloads-scripts-nccl-check": impact.REPLACE}
 
 
+def test_a_change_to_a_part_of_the_launcher_restarts_only_the_run_that_runs_it(monkeypatch):
+    """The launcher's package (_ray_launcher/) travels in the launcher's ConfigMap: editing one part
+    is a new launcher ConfigMap and a restart of the multi-node run, nothing else."""
+    scripts = read_scripts()
+    launcher = scripts["ray_launcher.py"]
+    parts = dict(launcher.parts)
+    parts["_ray_launcher/worker.py"] += "# a comment\n"
+    changed = {**scripts, "ray_launcher.py": launcher.model_copy(update={"parts": tuple(parts.items())})}
+    from components.workloads import build
+    monkeypatch.setattr(build, "read_scripts", lambda: changed)
+    after = render.render_stack("p5")
+    k = kinds(impact.classify(rows(), after.resources, after.cfg))
+    assert k == {"workloads-multi-node-job": impact.RUN_RESTART, "workloads-scripts-ray-launcher": impact.REPLACE}
+
+
 def test_crd_spec_change_without_replace_on_changes_is_only_patched():
     after = rows()
     mpi = find(after, "kubernetes:kubeflow.org/v2beta1:MPIJob")

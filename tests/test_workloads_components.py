@@ -13,7 +13,7 @@ from components.offline import render
 from components.offline.mock_engine import run_program
 from components.workloads import nccl
 from components.workloads.build import build_workloads
-from components.workloads.script_files import read_scripts, scripts_digest
+from components.workloads.script_files import SCRIPTS_DIR, read_scripts, scripts_digest
 
 
 def _render(stack: str, mutate=None, kueue=None):
@@ -197,7 +197,12 @@ def test_each_script_in_its_own_immutable_configmap(p5):
     scripts = read_scripts()
     launcher = scripts["ray_launcher.py"]
     cm = find(docs, "ConfigMap", launcher.configmap)
-    assert cm["data"] == {"ray_launcher.py": launcher.text} and cm["immutable"] is True
+    # The launcher and its package _ray_launcher/ in one ConfigMap: one key per file, `/` as `.`.
+    parts = sorted(p.name for p in (SCRIPTS_DIR / "_ray_launcher").glob("*.py"))
+    assert [path for path, _ in launcher.parts] == [f"_ray_launcher/{name}" for name in parts]
+    assert cm["data"] == {"ray_launcher.py": launcher.text,
+                          **{f"_ray_launcher.{name}": text for (_, text), name in zip(launcher.parts, parts)}}
+    assert cm["immutable"] is True
     assert launcher.configmap.startswith("rltrain-script-ray-launcher-")
     cms = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
     assert cms == {scripts[f].configmap for f in ("ray_launcher.py", "validate_node.py", "nccl_check.py",
@@ -209,7 +214,9 @@ def test_each_script_in_its_own_immutable_configmap(p5):
     [vol] = [v for v in pod["spec"]["volumes"] if v["name"] == "scripts"]
     wrapper = scripts["resume_wrapper.py"]
     assert vol["projected"] == {"defaultMode": 0o755, "sources": [
-        {"configMap": {"name": launcher.configmap, "items": [{"key": "ray_launcher.py", "path": "ray_launcher.py"}]}},
+        {"configMap": {"name": launcher.configmap, "items": [
+            {"key": "ray_launcher.py", "path": "ray_launcher.py"},
+            *({"key": f"_ray_launcher.{name}", "path": f"_ray_launcher/{name}"} for name in parts)]}},
         {"configMap": {"name": wrapper.configmap, "items": [{"key": "resume_wrapper.py", "path": "resume_wrapper.py"}]}}]}
 
 

@@ -31,7 +31,7 @@ import yaml
 
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy, runs_summary
-from components.offline import checkpoints, impact, unset_secrets
+from components.offline import checkpoints, impact, unset_secrets, yaml_emit
 from components.workloads import serving
 from components.offline.unset_secrets import load_stack  # noqa: F401  (render.load_stack, as before)
 from components.stack import secrets_scan, stackfile
@@ -42,7 +42,13 @@ _HEAD_KEYS = ("apiVersion", "kind", "metadata")
 
 
 class _Dumper(yaml.SafeDumper):
-    pass
+    # PyYAML's own scalar analysis and literal writer, with regular expressions instead of a loop per
+    # character (yaml_emit.py): the same bytes written.
+    def analyze_scalar(self, scalar: str):
+        return yaml_emit.analyze(scalar, bool(self.allow_unicode))
+
+    def write_literal(self, text: str) -> None:
+        yaml_emit.write_literal(self, text)
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:

@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 
 from components.stack.labels import MANAGED_BY
 from components.workloads.runs import child_opts
-from components.workloads.script_files import Script
+from components.workloads.script_files import Script, configmap_key
 
 def configmap_args(script: Script, namespace: pulumi.Input[str]) -> k8s.core.v1.ConfigMapInitArgs:
     return k8s.core.v1.ConfigMapInitArgs(
@@ -30,7 +30,7 @@ def configmap_args(script: Script, namespace: pulumi.Input[str]) -> k8s.core.v1.
             annotations={"rltrain/script-sha256": script.digest},
         ),
         immutable=True,
-        data={script.file: script.text},
+        data={configmap_key(path): text for path, text in script.files.items()},
     )
 
 

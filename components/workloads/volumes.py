@@ -8,7 +8,7 @@ from typing import Sequence
 
 import pulumi_kubernetes as k8s
 
-from components.workloads.script_files import Script, scripts_digest
+from components.workloads.script_files import Script, configmap_key, scripts_digest
 
 
 
@@ -27,11 +27,13 @@ TMP_SIZE = "64Mi"
 
 
 def scripts_volume(scripts: Sequence[Script]) -> k8s.core.v1.VolumeArgs:
-    """/scripts: exactly the given scripts, each from its own ConfigMap, mode 0755."""
+    """/scripts: exactly the given scripts (each with its parts, if any), each from its own ConfigMap,
+    mode 0755."""
     return k8s.core.v1.VolumeArgs(name="scripts", projected=k8s.core.v1.ProjectedVolumeSourceArgs(
         default_mode=SCRIPTS_MODE,
         sources=[k8s.core.v1.VolumeProjectionArgs(config_map=k8s.core.v1.ConfigMapProjectionArgs(
-            name=s.configmap, items=[k8s.core.v1.KeyToPathArgs(key=s.file, path=s.file)]))
+            name=s.configmap, items=[k8s.core.v1.KeyToPathArgs(key=configmap_key(path), path=path)
+                                     for path in s.files]))
             for s in sorted(scripts, key=lambda s: s.file)]))
 
 

@@ -54,6 +54,9 @@ import time
 from pathlib import Path
 
 import pytest
+from support import rendered
+
+from components.scripts import ray_launcher as launcher
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHER_PATH = REPO / "components" / "scripts" / "ray_launcher.py"
@@ -87,7 +90,6 @@ def _load(name: str, path: Path):
     return module
 
 
-launcher = _load("ray_launcher", LAUNCHER_PATH)
 resume_trainer = _load("resume_trainer", RESUME_TRAINER)
 
 
@@ -1149,6 +1151,53 @@ def test_trainer_with_another_checkpoint_dir_starts_from_step_0(launchers, tmp_p
 
 
 # --------------------------------------------------------------------------
+# The program as the pod gets it
+# --------------------------------------------------------------------------
+
+
+def test_the_launcher_runs_from_exactly_the_files_its_configmap_mounts(tmp_path):
+    """The rendered pod's /scripts, rebuilt from the rendered objects alone: each ConfigMap key of the
+    scripts volume written to the path the volume maps it to (the launcher and its package
+    _ray_launcher/). The head runs the rendered command from there, away from the repo, with
+    PYTHONSAFEPATH set (no script directory on sys.path, as an image may set it), and gets as far as
+    its node-wait child (the entry script again, from the mount) importing `ray`, which a stand-in
+    refuses: every part loaded from the mount."""
+    docs = rendered("p5").manifests
+    job = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "rltrain-multinode")
+    pod = job["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "scripts"]
+    data = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
+    scripts = tmp_path / "scripts"
+    for source in volume["projected"]["sources"]:
+        for item in source["configMap"]["items"]:
+            path = scripts / item["path"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(data[source["configMap"]["name"]][item["key"]])
+    assert sorted(p.relative_to(scripts).as_posix() for p in scripts.rglob("*.py")) == sorted(
+        ["ray_launcher.py", "resume_wrapper.py", "_ray_launcher/__init__.py",
+         *(f"_ray_launcher/{p.name}" for p in (LAUNCHER_PATH.parent / "_ray_launcher").glob("*.py")
+           if p.name != "__init__.py")])
+    [trainer] = [c for c in pod["containers"] if c["name"] == "trainer"]
+    command = [arg.replace("/scripts/", f"{scripts}/") for arg in trainer["command"]]
+    assert command[:2] == ["python3", f"{scripts}/ray_launcher.py"]
+    bin_dir, stand_in = tmp_path / "bin", tmp_path / "site"
+    (bin_dir).mkdir()
+    (bin_dir / "ray").write_text("#!/bin/sh\necho \"stand-in ray $*\"\n")
+    (bin_dir / "ray").chmod(0o755)
+    (stand_in / "ray").mkdir(parents=True)
+    (stand_in / "ray" / "__init__.py").write_text("raise ImportError('stand-in: no Ray here')\n")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(stand_in), "PYTHONSAFEPATH": "1",
+           "NUM_NODES": "2", "JOB_COMPLETION_INDEX": "0", "RAY_HEAD_HOST": "127.0.0.1"}
+    run = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=60)
+
+    assert run.returncode == launcher.EXIT_RAY_CONNECT_FAILED, run.stdout + run.stderr
+    assert "stand-in ray start --head --port=6379" in run.stdout
+    assert f"cannot import ray in {sys.executable}: stand-in: no Ray here" in run.stderr
+    assert "stand-in ray stop --force" in run.stdout
+
+
+# --------------------------------------------------------------------------
 # The pure parts, imported
 # --------------------------------------------------------------------------
 
@@ -1163,7 +1212,7 @@ def test_trainer_with_another_checkpoint_dir_starts_from_step_0(launchers, tmp_p
     ],
 )
 def test_parse_rank(env, rank):
-    assert launcher.parse_rank(env) == rank
+    assert launcher.config.parse_rank(env) == rank
 
 
 @pytest.mark.parametrize(
@@ -1176,14 +1225,14 @@ def test_parse_rank(env, rank):
     ],
 )
 def test_parse_rank_rejects(env, message):
-    with pytest.raises(launcher.ConfigError, match=re.escape(message)):
-        launcher.parse_rank(env)
+    with pytest.raises(launcher.common.ConfigError, match=re.escape(message)):
+        launcher.config.parse_rank(env)
 
 
 def test_load_config_defaults():
-    cfg = launcher.load_config({"NUM_NODES": "1", "JOB_COMPLETION_INDEX": "0", "RAY_HEAD_HOST": "run-0.svc"})
+    cfg = launcher.config.load_config({"NUM_NODES": "1", "JOB_COMPLETION_INDEX": "0", "RAY_HEAD_HOST": "run-0.svc"})
 
-    assert cfg == launcher.Config(
+    assert cfg == launcher.config.Config(
         num_nodes=1,
         rank=0,
         head_host="run-0.svc",
@@ -1211,7 +1260,7 @@ def test_load_config_defaults():
     ],
 )
 def test_head_connects_to_an_explicit_address(env, address):
-    cfg = launcher.load_config({"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "0", **env})
+    cfg = launcher.config.load_config({"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "0", **env})
 
     assert cfg.ray_address == address
 
@@ -1228,7 +1277,7 @@ def test_head_connects_to_an_explicit_address(env, address):
     ],
 )
 def test_auth_mode(env, mode):
-    assert launcher.auth_mode(env) == mode
+    assert launcher.auth.auth_mode(env) == mode
 
 
 def test_exit_codes_are_distinct_module_constants():
@@ -1268,7 +1317,7 @@ def test_pulumi_program_imports_the_exit_codes_without_ray():
 
 
 def test_load_config_worker_values():
-    cfg = launcher.load_config(
+    cfg = launcher.config.load_config(
         {
             "NUM_NODES": "4",
             "HOSTNAME": "training-2",
@@ -1288,8 +1337,8 @@ def test_load_config_worker_values():
 
 
 def test_unbalanced_extra_args_are_rejected():
-    with pytest.raises(launcher.ConfigError, match="RAY_START_EXTRA_ARGS is not valid shell quoting"):
-        launcher.load_config({"NUM_NODES": "1", "JOB_COMPLETION_INDEX": "0", "RAY_START_EXTRA_ARGS": "--x='a"})
+    with pytest.raises(launcher.common.ConfigError, match="RAY_START_EXTRA_ARGS is not valid shell quoting"):
+        launcher.config.load_config({"NUM_NODES": "1", "JOB_COMPLETION_INDEX": "0", "RAY_START_EXTRA_ARGS": "--x='a"})
 
 
 def _last_value(command, option):
@@ -1298,7 +1347,7 @@ def _last_value(command, option):
 
 
 def test_head_command_keeps_the_dashboard_private_whatever_extra_args_say():
-    cfg = launcher.load_config(
+    cfg = launcher.config.load_config(
         {
             "NUM_NODES": "2",
             "JOB_COMPLETION_INDEX": "0",
@@ -1306,7 +1355,7 @@ def test_head_command_keeps_the_dashboard_private_whatever_extra_args_say():
             "RAY_START_EXTRA_ARGS": "--include-dashboard=true --dashboard-host=0.0.0.0 --num-gpus=8",
         }
     )
-    command = launcher.head_start_command(cfg)
+    command = launcher.start.head_start_command(cfg)
 
     assert command[:4] == ["ray", "start", "--head", "--port=6379"]
     assert "--num-gpus=8" in command
@@ -1316,7 +1365,7 @@ def test_head_command_keeps_the_dashboard_private_whatever_extra_args_say():
 
 
 def test_worker_command_joins_the_head_and_blocks():
-    cfg = launcher.load_config(
+    cfg = launcher.config.load_config(
         {
             "NUM_NODES": "2",
             "JOB_COMPLETION_INDEX": "1",
@@ -1324,7 +1373,7 @@ def test_worker_command_joins_the_head_and_blocks():
         }
     )
 
-    assert launcher.worker_start_command(cfg)[:4] == [
+    assert launcher.start.worker_start_command(cfg)[:4] == [
         "ray",
         "start",
         "--address=run-0.run-svc.ns.svc.cluster.local:6379",
@@ -1333,9 +1382,9 @@ def test_worker_command_joins_the_head_and_blocks():
 
 
 def test_split_command():
-    assert launcher.split_command(["--", "python", "train.py", "--", "-x"]) == ["python", "train.py", "--", "-x"]
-    assert launcher.split_command(["--"]) == []
-    assert launcher.split_command([]) == []
+    assert launcher.config.split_command(["--", "python", "train.py", "--", "-x"]) == ["python", "train.py", "--", "-x"]
+    assert launcher.config.split_command(["--"]) == []
+    assert launcher.config.split_command([]) == []
 
 
 # run_and_mark replaces the SIGTERM/SIGINT handlers of the process it runs in;
@@ -1358,7 +1407,7 @@ def restore_signals():
 def test_failed_training_returns_its_code_and_writes_no_marker(tmp_path, code, expected):
     marker = tmp_path / "DONE"
 
-    assert launcher.run_and_mark(launcher.Launcher("0"), python_command(code), str(marker)) == expected
+    assert launcher.marker.run_and_mark(launcher.common.Launcher("0"), python_command(code), str(marker)) == expected
     assert not marker.exists()
 
 
@@ -1384,7 +1433,7 @@ def test_trainer_stopped_by_sigterm_is_not_marked_done_even_if_it_exits_0(tmp_pa
     thread = threading.Thread(target=kubelet)
     thread.start()
     try:
-        code = launcher.run_and_mark(launcher.Launcher("0"), trainer, str(marker))
+        code = launcher.marker.run_and_mark(launcher.common.Launcher("0"), trainer, str(marker))
     finally:
         thread.join()
 

@@ -221,14 +221,14 @@ def test_newest_complete_orders_steps_numerically(tmp_path, marks, expected):
 
 def test_launcher_dashboard_and_node_rank_settings():
     base = {"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "0", "RAY_HEAD_HOST": "run-0.svc"}
-    cfg = ray_launcher.load_config(base)
+    cfg = ray_launcher.config.load_config(base)
     assert cfg.dashboard == "off" and cfg.node_rank_env is None
-    assert "--include-dashboard=false" in ray_launcher.head_start_command(cfg)
-    cfg = ray_launcher.load_config({**base, "RAY_DASHBOARD": "loopback", "NODE_RANK_ENV": "RLINF_NODE_RANK"})
-    cmd = ray_launcher.head_start_command(cfg)
+    assert "--include-dashboard=false" in ray_launcher.start.head_start_command(cfg)
+    cfg = ray_launcher.config.load_config({**base, "RAY_DASHBOARD": "loopback", "NODE_RANK_ENV": "RLINF_NODE_RANK"})
+    cmd = ray_launcher.start.head_start_command(cfg)
     assert cmd[-3:-1] == ["--include-dashboard=true", "--dashboard-host=127.0.0.1"]
     assert cfg.node_rank_env == "RLINF_NODE_RANK"
-    with pytest.raises(ray_launcher.ConfigError, match="RAY_DASHBOARD='public'"):
-        ray_launcher.load_config({**base, "RAY_DASHBOARD": "public"})
-    with pytest.raises(ray_launcher.ConfigError, match="NODE_RANK_ENV='1X'"):
-        ray_launcher.load_config({**base, "NODE_RANK_ENV": "1X"})
+    with pytest.raises(ray_launcher.common.ConfigError, match="RAY_DASHBOARD='public'"):
+        ray_launcher.config.load_config({**base, "RAY_DASHBOARD": "public"})
+    with pytest.raises(ray_launcher.common.ConfigError, match="NODE_RANK_ENV='1X'"):
+        ray_launcher.config.load_config({**base, "NODE_RANK_ENV": "1X"})

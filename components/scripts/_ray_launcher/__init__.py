@@ -1,0 +1,21 @@
+"""The parts of ray_launcher.py, the program every pod of a multi-node Ray run executes.
+
+The ConfigMap of ray_launcher.py carries this package with it: the pod sees /scripts/ray_launcher.py
+and /scripts/_ray_launcher/*.py (components/workloads/script_files.py), and the entry script puts
+its own directory on sys.path. Only the standard library is imported here; `ray` itself only in the
+head's node-wait child (node_wait.py).
+
+    common.py     exit codes, the configuration error, the log lines
+    config.py     the environment contract, read and checked before anything starts
+    auth.py       which Ray this pod talks to (an explicit address) and how (token authentication)
+    start.py      the `ray start` command lines and the ray CLI around them
+    head.py       rank 0: start the head, wait for the nodes, run the training command
+    node_wait.py  the head's wait for NUM_NODES nodes, in a child process it can abandon
+    worker.py     every other rank: wait for the head, join it, tell a lost head from a failure
+    marker.py     the run-done marker: idle when the run already finished, write it on success
+    processes.py  PID-1 duties: signals, passing them on, stopping and reaping children
+
+Imports run one way, without a circle: common and processes import nothing of the package; auth
+reads common; config reads auth; start, marker and node_wait read those; head and worker read them
+all; nothing here imports the entry script.
+"""

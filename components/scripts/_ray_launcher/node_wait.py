@@ -1,0 +1,201 @@
+"""The head's wait for NUM_NODES alive Ray nodes, in a child process it can abandon.
+
+The child is the entry script again (`python ray_launcher.py NODE_WAIT_FLAG <address> <num_nodes>`):
+it connects to the head's Ray, the only place `ray` is imported, and reports on stdout in lines
+starting with NODE_WAIT_TAG; the parent (wait_for_nodes) enforces RAY_CONNECT_TIMEOUT_SECONDS and
+RAY_NODE_WAIT_SECONDS and kills it at either deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import select
+import subprocess
+import sys
+import time
+from typing import Optional
+
+from .common import EXIT_NODES_TIMEOUT, EXIT_RAY_CONNECT_FAILED, PROGRESS_EVERY_SECONDS, Launcher
+from .config import Config
+from .processes import CHILD_STOP_GRACE_SECONDS
+
+# The child's command line and its protocol lines on stdout.
+NODE_WAIT_FLAG = "--internal-node-wait"
+NODE_WAIT_TAG = "@ray-launcher-node-wait@"
+# The entry script beside this package: the ConfigMap mounts both under one directory (/scripts).
+PROGRAM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ray_launcher.py")
+
+# How often the head asks Ray how many nodes are alive. Each poll is one cheap
+# GCS request, so a short interval only shortens the time to start training.
+NODE_POLL_SECONDS = 2.0
+
+
+def report_nodes(address: str, num_nodes: int) -> int:
+    """Child process of the head: connect to Ray, report alive nodes.
+
+    Runs in its own process so the head can abandon it: `ray.init` on an
+    address that does not answer retries on its own schedule, and a GCS that
+    accepts connections but never replies could hold it (or ray.nodes())
+    indefinitely. The parent enforces RAY_CONNECT_TIMEOUT_SECONDS and
+    RAY_NODE_WAIT_SECONDS and kills this process at either deadline.
+    """
+
+    def report(kind: str, detail: str = "") -> None:
+        # One line per message; Ray's own errors may span several.
+        detail = " | ".join(part.strip() for part in detail.splitlines() if part.strip())
+        print(f"{NODE_WAIT_TAG} {kind} {detail}".rstrip(), flush=True)
+
+    try:
+        # Imported here, not at module level: the launcher must import (and
+        # its tests run) without Ray, and workers never need the package.
+        import ray
+    except ImportError as exc:
+        report("error", f"cannot import ray in {sys.executable}: {exc}")
+        return 1
+    try:
+        # The explicit address: never "auto", which would take an inherited
+        # RAY_ADDRESS, the temp dir's last cluster or any GCS on this host.
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    except Exception as exc:  # Ray raises several unrelated types here.
+        report("error", f"{type(exc).__name__}: {exc}")
+        return 1
+    try:
+        report("connected")
+        while True:
+            # ray.nodes() also lists nodes that joined and died since.
+            alive = sum(1 for node in ray.nodes() if node.get("Alive"))
+            report("alive", str(alive))
+            if alive >= num_nodes:
+                return 0
+            time.sleep(NODE_POLL_SECONDS)
+    except Exception as exc:
+        report("error", f"{type(exc).__name__}: {exc}")
+        return 1
+    finally:
+        # Disconnect before the trainer starts, so it is this driver and not
+        # the trainer's that Ray sees end.
+        ray.shutdown()
+
+
+class LineReader:
+    """Lines from a pipe, each read bounded by a deadline."""
+
+    def __init__(self, stream) -> None:
+        self.fd = stream.fileno()
+        self.buffer = b""
+        self.closed = False
+
+    def readline(self, timeout: float) -> Optional[str]:
+        """A line, or None on timeout or end of file (then .closed is set)."""
+        end = time.monotonic() + max(0.0, timeout)
+        while b"\n" not in self.buffer and not self.closed:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([self.fd], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if chunk:
+                self.buffer += chunk
+            else:
+                self.closed = True
+        if b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+        elif self.buffer:
+            line, self.buffer = self.buffer, b""
+        else:
+            return None
+        return line.decode("utf-8", errors="replace")
+
+
+def wait_for_nodes(log: Launcher, cfg: Config) -> tuple:
+    """Connect to the head's Ray and wait for NUM_NODES alive nodes.
+
+    Returns (exit code, alive nodes, problem): 0 once all nodes are alive,
+    EXIT_RAY_CONNECT_FAILED when the connection fails or does not succeed
+    within RAY_CONNECT_TIMEOUT_SECONDS, EXIT_NODES_TIMEOUT when too few nodes
+    are alive after RAY_NODE_WAIT_SECONDS more.
+    """
+    command = [
+        sys.executable,
+        PROGRAM,
+        NODE_WAIT_FLAG,
+        cfg.ray_address,
+        str(cfg.num_nodes),
+    ]
+    started = time.monotonic()
+    try:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        return EXIT_RAY_CONNECT_FAILED, 0, f"cannot run {sys.executable}: {exc}"
+    reader = LineReader(child.stdout)
+    deadline = started + cfg.connect_timeout_seconds
+    connected = False
+    alive = 0
+    last_report = None
+    last_alive = -1
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                if not connected:
+                    return (
+                        EXIT_RAY_CONNECT_FAILED,
+                        0,
+                        f"no connection within {cfg.connect_timeout_seconds} s "
+                        "(RAY_CONNECT_TIMEOUT_SECONDS)",
+                    )
+                return EXIT_NODES_TIMEOUT, alive, None
+            line = reader.readline(deadline - now)
+            if line is None:
+                if reader.closed:
+                    code = child.wait()
+                    return (
+                        EXIT_RAY_CONNECT_FAILED,
+                        alive,
+                        f"the connection process exited with code {code} "
+                        "without a result",
+                    )
+                continue
+            if not line.startswith(NODE_WAIT_TAG + " "):
+                # Anything Ray printed to stdout: pass it on.
+                print(line, flush=True)
+                continue
+            kind, _, detail = line[len(NODE_WAIT_TAG) + 1 :].partition(" ")
+            if kind == "error":
+                return EXIT_RAY_CONNECT_FAILED, alive, detail
+            if kind == "connected":
+                connected = True
+                log.say(
+                    f"connected to Ray at {cfg.ray_address}; waiting up to "
+                    f"{cfg.node_wait_seconds} s for {cfg.num_nodes} nodes"
+                )
+                deadline = time.monotonic() + cfg.node_wait_seconds
+            elif kind == "alive":
+                alive = int(detail)
+                if alive >= cfg.num_nodes:
+                    return 0, alive, None
+                now = time.monotonic()
+                if (
+                    alive != last_alive
+                    or last_report is None
+                    or now - last_report >= PROGRESS_EVERY_SECONDS
+                ):
+                    log.say(
+                        f"{alive} of {cfg.num_nodes} Ray nodes alive; waiting "
+                        f"up to {math.ceil(max(0.0, deadline - now))} s more"
+                    )
+                    last_report, last_alive = now, alive
+    finally:
+        # A child that reached the count exits by itself after ray.shutdown();
+        # one that is stuck is abandoned: killed, not waited for.
+        try:
+            child.wait(timeout=CHILD_STOP_GRACE_SECONDS if alive >= cfg.num_nodes else 0.1)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+
