@@ -25,6 +25,7 @@ render's resource view (a row of rendered/<stack>/resources.json):
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections import Counter
@@ -88,13 +89,74 @@ def _plain(value: Any, path: str, found: list[str]) -> Any:
     return value
 
 
-def resource_view(r: PolicyResource, unknowns: Optional[Unknowns] = None) -> dict[str, Any]:
+# pulumi-kubernetes applies with server-side apply under a field manager of its own; its entry in
+# metadata.managedFields names the fields the program set (provider/pkg/provider/provider.go,
+# fieldManager "pulumi-kubernetes-<random>").
+PULUMI_MANAGER = "pulumi-kubernetes"
+
+
+def _owned(value: Any, fields: dict[str, Any]) -> Any:
+    """The part of a live value named by a managedFields FieldsV1 set (Kubernetes structured-merge-
+    diff: `f:<field>` a field, `k:{...}` a list item by its keys, `v:<json>` a set item, `.` the node
+    itself); a field with nothing below it is owned whole."""
+    if not fields or set(fields) == {"."}:
+        return value
+    if isinstance(value, dict):
+        return {k[2:]: _owned(value[k[2:]], sub) for k, sub in fields.items()
+                if k.startswith("f:") and k[2:] in value}
+    if isinstance(value, list):
+        out = []
+        for item in value:
+            for k, sub in fields.items():
+                if k.startswith("k:") and isinstance(item, dict) and all(
+                        item.get(kk) == vv for kk, vv in json.loads(k[2:]).items()):
+                    out.append(_owned(item, sub))
+                    break
+                if k.startswith("v:") and json.loads(k[2:]) == item:
+                    out.append(item)
+                    break
+        return out
+    return value
+
+
+def declared(obj: dict[str, Any]) -> dict[str, Any]:
+    """A live Kubernetes object (what the engine hands a policy: the resource's outputs, with
+    status, server defaults and what controllers wrote) cut down to what the program applied, by
+    the Pulumi field manager's managedFields entry. Kueue, for one, sets a queued Job's
+    spec.suspend and adds its flavor's node labels to the pod template: read as the program's,
+    every queued run broke `kueue-queue` and `schedules-on-gpu-nodes` in a real preview (the
+    simulated cluster). An object without that entry (a create in preview: its inputs) is kept."""
+    meta = obj.get("metadata") or {}
+    entries = [m for m in meta.get("managedFields") or []
+               if str(m.get("manager", "")).startswith(PULUMI_MANAGER) and m.get("operation") == "Apply"]
+    if not entries:
+        return obj
+    out: dict[str, Any] = {}
+    for m in entries:
+        part = _owned(obj, m.get("fieldsV1") or {})
+        out = _merge(out, part)
+    out["apiVersion"], out["kind"] = obj.get("apiVersion"), obj.get("kind")
+    keep = {k: meta[k] for k in ("name", "namespace") if k in meta}
+    out["metadata"] = {**keep, **(out.get("metadata") or {})}
+    return out
+
+
+def _merge(a: Any, b: Any) -> Any:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {**a, **{k: _merge(a[k], v) if k in a else v for k, v in b.items()}}
+    return b
+
+
+def resource_view(r: PolicyResource, unknowns: Optional[Unknowns] = None, live: bool = False) -> dict[str, Any]:
     """A CrossGuard PolicyResource as a row of rendered/<stack>/resources.json.
 
     Unknown values become `[unknown before deploy]`; their paths are appended to `unknowns`.
+    A Kubernetes object is cut down to what the program applied (`declared`), unless `live`.
     """
     found: list[str] = []
     inputs = _plain(r.props if r.props is not None else {}, "", found)
+    if r.resource_type.startswith("kubernetes:") and isinstance(inputs, dict) and not live:
+        inputs = declared(inputs)
     if unknowns is not None:
         unknowns.extend((r.name, p) for p in found)
     opts = getattr(r, "opts", None)
