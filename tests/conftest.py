@@ -7,10 +7,20 @@ runs every tier. A `sim` test (the simulated cluster, tests/sim/) is always `slo
 
 from __future__ import annotations
 
+import functools
+
+import kubernetes_validate.utils
 import pytest
 from support import STACKS, rendered
 
 from components.offline import render
+
+
+# kubernetes-validate reads the kind's schema and the version's 1.5 MB _definitions.json from disk on
+# every validate() call (kubernetes_validate/utils.py: validate -> schema_contents, version 1.37.0);
+# the tests validate some 400 objects. The files do not change during a run: parse each once per process.
+# Only the file reads are cached; validate() itself (version choice, strict schema, errors) is the library's.
+kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection reads the markers
