@@ -7,10 +7,29 @@ runs every tier. A `sim` test (the simulated cluster, tests/sim/) is always `slo
 
 from __future__ import annotations
 
-import pytest
-from support import STACKS, rendered
+import functools
+from typing import TYPE_CHECKING
 
-from components.offline import render
+import pytest
+from support import STACKS, rendered  # imports no SDK (support.py): the xdist controller loads this file too
+
+if TYPE_CHECKING:
+    from components.offline import render
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _schema_files_read_once():
+    """kubernetes-validate reads the kind's schema and the version's 1.5 MB _definitions.json from disk
+    on every validate() call (kubernetes_validate/utils.py: validate -> schema_contents, version
+    1.37.0), some 400 calls in the tests. The files do not change during a run: each is parsed once per
+    test process. Only the reads are cached; validate() (version choice, strict schema, errors) is the
+    library's. A fixture, not an import-time patch: the xdist controller runs no test."""
+    import kubernetes_validate.utils as kv
+
+    read = kv.schema_contents
+    kv.schema_contents = functools.lru_cache(maxsize=None)(read)
+    yield
+    kv.schema_contents = read
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection reads the markers

@@ -1,21 +1,30 @@
 """Helpers shared by the component tests: one offline render per stack per session, the same code
-path as `python -m components.offline.render`."""
+path as `python -m components.offline.render`.
+
+The render module (and with it the Pulumi SDKs, ~1.4 s of CPU) is imported on first use, not when this
+module is: tests/conftest.py imports this module, and under xdist the controller, which runs no test,
+loads conftest.py before it starts the workers."""
 
 from __future__ import annotations
 
 import functools
 import shutil
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import yaml
 
-from components.offline import render
+if TYPE_CHECKING:
+    from components.offline import render
+
+ROOT = Path(__file__).resolve().parents[1]
 STACKS = ("byo", "dev", "p4de", "p5", "sim")
 
 
 @functools.lru_cache(maxsize=None)
 def rendered(stack: str) -> render.Rendered:
+    from components.offline import render
+
     return render.render_stack(stack)
 
 
@@ -25,9 +34,9 @@ def stack_copy(tmp_path: Path, stack: str, edit: Optional[Callable[[dict], None]
     proj = tmp_path / "proj"
     proj.mkdir()
     for name in ("__main__.py", "Pulumi.yaml"):
-        shutil.copy(render.ROOT / name, proj / name)
-    (proj / "components").symlink_to(render.ROOT / "components")
-    doc = yaml.safe_load((render.ROOT / f"Pulumi.{stack}.yaml").read_text())
+        shutil.copy(ROOT / name, proj / name)
+    (proj / "components").symlink_to(ROOT / "components")
+    doc = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
     if edit:
         edit(doc)
     (proj / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -3,9 +3,12 @@ never data loss: an FSx file system or the cluster replaced needs the stack's ow
 flag says (before: every impact but "refused by AWS" was accepted, data loss included). The flag's
 help and the render's summary say which impacts it accepted.
 
-Each case renders p5 as a subprocess (the CLI, its exit code and stderr) against a base record made
-from the committed one so that the current program is the change: a larger FSx before (a shrink now),
-another cluster name before (a new cluster now), one more GPU node before (a node removed now)."""
+Each case runs the CLI's main() with its arguments (its exit code, stdout and stderr) against a base
+record made from the committed one so that the current program is the change: a larger FSx before (a
+shrink now), another cluster name before (a new cluster now), one more GPU node before (a node removed
+now). The node-roll refusal runs the CLI as a program (a fresh interpreter, exit code 1 through the
+CLI's own exit); the other cases run main() in this process, which has the SDKs loaded already (a
+fresh interpreter spends some 3 s of CPU per render importing them)."""
 
 from __future__ import annotations
 
@@ -46,19 +49,27 @@ def more_gpu_nodes(rows):
     scaling["desiredSize"] += 1
 
 
-def render_cli(tmp_path: Path, stack: str, base: Path, *extra: str, project: Path = ROOT):
+def render_cli(tmp_path: Path, stack: str, base: Path, *extra: str, project: Path = ROOT, capsys=None):
+    """The CLI with these arguments: as a program, or, given pytest's capsys, its main() in this process."""
     md = tmp_path / "summary.md"
-    proc = subprocess.run([sys.executable, "-m", "components.offline.render", "--stack", stack,
-                           "--project-dir", str(project), "--out", str(tmp_path / "out"), "--base", str(base),
-                           "--summary-md", str(md), *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    argv = ["--stack", stack, "--project-dir", str(project), "--out", str(tmp_path / "out"), "--base", str(base),
+            "--summary-md", str(md), *extra]
+    if capsys is None:
+        proc = subprocess.run([sys.executable, "-m", "components.offline.render", *argv], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+    else:
+        capsys.readouterr()
+        code = render.main(argv)
+        out, err = capsys.readouterr()
+        proc = subprocess.CompletedProcess(["render.main", *argv], code, out, err)
     return proc, (md.read_text() if md.exists() else "")
 
 
 @pytest.mark.parametrize("edit,opt_in", [(bigger_fsx, "rltrain:storage.allowReplacement"),
                                          (other_cluster, "rltrain:cluster.allowReplacement")],
                          ids=["fsx", "cluster"])
-def test_data_loss_is_refused_whatever_the_flag_says(tmp_path, edit, opt_in):
-    proc, md = render_cli(tmp_path, "p5", base_with(tmp_path, "p5", edit), "--accept-impact")
+def test_data_loss_is_refused_whatever_the_flag_says(tmp_path, capsys, edit, opt_in):
+    proc, md = render_cli(tmp_path, "p5", base_with(tmp_path, "p5", edit), "--accept-impact", capsys=capsys)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     refused = next(line for line in proc.stderr.splitlines() if "REFUSED: replace (data loss)" in line)
     assert f"set {opt_in}: true" in refused and "--accept-impact never accepts replace (data loss)" in refused
@@ -67,21 +78,22 @@ def test_data_loss_is_refused_whatever_the_flag_says(tmp_path, edit, opt_in):
     assert "refused: set `" + opt_in + ": true`" in md
 
 
-def test_the_stacks_own_opt_in_accepts_data_loss(tmp_path):
+def test_the_stacks_own_opt_in_accepts_data_loss(tmp_path, capsys):
     proj = write_variant("p5", "p5-fsx-optin", {"rltrain:storage": {"allowReplacement": True}})
     own = json.loads(json.dumps(render.render_stack("p5-fsx-optin", proj).resources))  # its own record
     proc, _ = render_cli(tmp_path, "p5-fsx-optin", base_with(tmp_path, "p5-fsx-optin", bigger_fsx, own),
-                         "--accept-impact", project=proj)
+                         "--accept-impact", project=proj, capsys=capsys)
     assert proc.returncode == 0, proc.stderr
     assert "warning: replace (data loss): LustreFileSystem storage-fs" in proc.stderr
     assert "(accepted by rltrain:storage.allowReplacement) (allowed)" in proc.stderr
 
 
-def test_a_node_roll_is_accepted_and_the_summary_says_so(tmp_path):
+def test_a_node_roll_is_accepted_and_the_summary_says_so(tmp_path, capsys):
     base = base_with(tmp_path, "p5", more_gpu_nodes)
-    proc, _ = render_cli(tmp_path, "p5", base)
+    proc, _ = render_cli(tmp_path, "p5", base)  # the program
     assert proc.returncode == 1 and "REFUSED: node roll: NodeGroup gpu-nodes" in proc.stderr
-    proc, md = render_cli(tmp_path, "p5", base, "--accept-impact")
+    assert not (tmp_path / "out").exists()
+    proc, md = render_cli(tmp_path, "p5", base, "--accept-impact", capsys=capsys)
     assert proc.returncode == 0, proc.stderr
     assert "accepted (--accept-impact): node roll: NodeGroup gpu-nodes" in proc.stderr
     said = "--accept-impact accepted 1 node roll; it never accepts replace (data loss) or refused by AWS"
@@ -89,10 +101,12 @@ def test_a_node_roll_is_accepted_and_the_summary_says_so(tmp_path):
     assert "Accepted by `--accept-impact`" in md and "- node roll: NodeGroup gpu-nodes" in md
 
 
-def test_the_flags_help_names_what_it_accepts_and_what_it_never_does():
-    proc = subprocess.run([sys.executable, "-m", "components.offline.render", "--help"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    text = " ".join(proc.stdout.split())
+def test_the_flags_help_names_what_it_accepts_and_what_it_never_does(capsys):
+    # main()'s argparse help (the program's `--help`: tests/test_render_cli.py)
+    with pytest.raises(SystemExit) as exited:
+        render.main(["--help"])
+    assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
     assert "node roll or a run restart" in text and "Never accepted by the flag: replace (data loss) and " \
         "refused by AWS" in text
     assert render.FLAG_ACCEPTS == (impact.NODE_ROLL, impact.RUN_RESTART, impact.SERVING_RESTART)

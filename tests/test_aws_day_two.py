@@ -7,6 +7,7 @@ was) is refused with the reason, and the new program passes.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import shutil
 
@@ -17,7 +18,7 @@ from test_impact import edit, find, kinds, render_impact
 
 from components.aws import gpu_nodes
 from components.aws.gpu_nodes import GpuNodeGroupArgs
-from components.offline import deploy_model, impact, policy
+from components.offline import deploy_model, impact, policy, render
 from components.offline.mock_engine import ROOT
 
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
@@ -35,6 +36,26 @@ def project(tmp_path):
         shutil.copy(ROOT / name, proj / name)
     (proj / "components").symlink_to(ROOT / "components")
     return proj
+
+
+_P5_BY_STACK_FILE: dict[str, render.Rendered] = {}
+
+
+def render_p5(project) -> render.Rendered:
+    """render.render_stack("p5", project), once per distinct Pulumi.p5.yaml: every scratch project holds
+    the same program (components/ links to this one), so its stack file decides the render. Each caller
+    gets its own Rendered (tests set .base)."""
+    text = (project / "Pulumi.p5.yaml").read_text()
+    if text not in _P5_BY_STACK_FILE:
+        _P5_BY_STACK_FILE[text] = render.render_stack("p5", project)
+    return dataclasses.replace(_P5_BY_STACK_FILE[text])
+
+
+def impact_of_p5(project) -> list[impact.Impact]:
+    """test_impact.render_impact through render_p5: against the project's base record."""
+    r = render_p5(project)
+    base = json.loads((project / "rendered" / "p5" / "resources.json").read_text())
+    return impact.classify(base, r.resources, r.cfg)
 
 
 def rows(stack: str = "p5") -> list[dict]:
@@ -216,7 +237,7 @@ def test_kubernetes_upgrade_order_control_plane_then_nodes_then_addons(project):
 
 def test_gpu_roll_refused_without_opt_in_says_how_it_proceeds(project):
     edit(project, "p5", "cluster", kubernetesVersion="1.36")
-    [ng] = [i for i in render_impact(project) if i.name == "gpu-nodes"]
+    [ng] = [i for i in impact_of_p5(project) if i.name == "gpu-nodes"]
     assert ng.refused and ng.opt_in == "rltrain:gpuNodes.allowNodeRoll"
     assert "terminates 1 old node(s) first, then launches the replacement, until 2 node(s) are new" in ng.why
 
@@ -236,7 +257,7 @@ def test_skipping_a_minor_is_refused_with_the_reason(project):
     find(base, "eks:index:Cluster")["inputs"]["version"] = "1.34"
     (project / "rendered" / "p5" / "resources.json").write_text(json.dumps(base))
     edit(project, "p5", "cluster", kubernetesVersion="1.36")
-    [cl] = [i for i in render_impact(project) if i.name == "cluster-eks"]
+    [cl] = [i for i in impact_of_p5(project) if i.name == "cluster-eks"]
     assert cl.kind == impact.REFUSED and "set 1.35 first" in cl.why
 
 
@@ -389,9 +410,8 @@ def test_root_volume_sized_for_what_stays_on_it_with_raid0():
 
 
 def test_pull_request_summary_shows_the_update_order(project):
-    from components.offline import render
     edit(project, "p5", "cluster", kubernetesVersion="1.36")
-    r = render.render_stack("p5", project)
+    r = render_p5(project)
     r.base = json.loads((project / "rendered" / "p5" / "resources.json").read_text())
     md = render.summary_markdown(r)
     assert "**Order of the update (each step after what it depends on)**:" in md

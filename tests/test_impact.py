@@ -126,13 +126,14 @@ def test_root_volume_change_is_a_node_roll_refused_until_opted_in(project, capsy
 
 def test_vpc_cidr_change_replaces_network_fsx_and_nodes_and_aws_refuses_the_cluster(project):
     edit(project, "p5", "network", vpcCidr="10.8.0.0/16")
-    k = kinds(render_impact(project))
+    impacts = render_impact(project)
+    k = kinds(impacts)
     assert k["network-vpc"] == impact.REPLACE
     assert k["network-private-us-east-1a"] == k["network-public-us-east-1b"] == impact.REPLACE
     assert k["storage-fs"] == impact.DATA_LOSS
     assert k["gpu-nodes"] == impact.NODE_ROLL
     assert k["cluster-eks"] == impact.REFUSED
-    [eks] = [i for i in render_impact(project) if i.name == "cluster-eks"]
+    [eks] = [i for i in impacts if i.name == "cluster-eks"]
     assert "EKS refuses" in eks.why and not eks.allowed and eks.opt_in == ""
 
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +46,12 @@ def modules() -> dict[str, Path]:
 
 def graph() -> dict[str, set[str]]:
     """module -> the modules of ours it imports (anywhere in the file, lazy imports included; not the
-    type-only imports under `if TYPE_CHECKING:`)."""
+    type-only imports under `if TYPE_CHECKING:`). A copy: the tests may change what they get."""
+    return {name: set(deps) for name, deps in _parsed_graph().items()}
+
+
+@functools.lru_cache(maxsize=1)  # the source does not change during a run: parse every module once, not per test
+def _parsed_graph() -> dict[str, set[str]]:
     mods = modules()
     edges: dict[str, set[str]] = {}
     for name, path in mods.items():

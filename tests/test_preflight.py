@@ -21,12 +21,16 @@ ZONE_ID = "use1-az4"
 PINNED = versions.eks_addons("1.35")
 
 
+# One session for the module: its loader parses each service model once (ec2's is megabytes of JSON;
+# a session per test parsed it again in every test). Each Account still gets clients of its own.
+SESSION = boto3.Session(aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="example", region_name=REGION)
+
+
 class Account:
     """Clients with dummy credentials, every call answered by a Stubber (no network)."""
 
     def __init__(self):
-        self.session = boto3.Session(aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="example",
-                                     region_name=REGION)
+        self.session = SESSION
         self.clients: dict[tuple[str, str], object] = {}
         self.stubs: dict[tuple[str, str], Stubber] = {}
 

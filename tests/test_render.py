@@ -18,6 +18,15 @@ def run_render(*args):
                           capture_output=True, text=True, timeout=120)
 
 
+def main_of_render(capsys, *args) -> subprocess.CompletedProcess:
+    """The CLI's main() in this process (its SDKs are loaded already; a fresh interpreter spends ~2 s
+    importing them). The CLI as a program: tests/test_render_cli.py and test_render_all_is_byte_identical_twice."""
+    capsys.readouterr()
+    code = render.main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["render.main", *args], code, out, err)
+
+
 def test_namespace_in_every_stack(any_stack):
     ns = obj(any_stack, "Namespace", "rltrain")
     labels = ns["metadata"]["labels"]
@@ -120,7 +129,7 @@ def _bad_stack(tmp_path, stack, mutate):
     (lambda c: c["rltrain:gpuNodes"].update(instanceType="p5.48xlarg"), "rltrain:gpuNodes.instanceType"),
     (lambda c: c["rltrain:gpuNodes"].update(cuont=2), "rltrain:gpuNodes.cuont"),
 ])
-def test_invalid_config_exits_2_and_writes_nothing(tmp_path, mutate, needle):
+def test_invalid_config_exits_2_and_writes_nothing(tmp_path, capsys, mutate, needle):
     # Run the renderer on a copy of the project whose stack file is broken.
     proj = tmp_path / "proj"
     proj.mkdir()
@@ -129,7 +138,7 @@ def test_invalid_config_exits_2_and_writes_nothing(tmp_path, mutate, needle):
     (proj / "components").symlink_to(ROOT / "components")
     _bad_stack(proj, "p5", mutate)
     out = tmp_path / "out"
-    res = run_render("--stack", "p5", "--out", str(out), "--project-dir", str(proj))
+    res = main_of_render(capsys, "--stack", "p5", "--out", str(out), "--project-dir", str(proj))
     assert res.returncode == 2
     assert needle in res.stderr
     if "instanceType" in needle:
@@ -138,8 +147,8 @@ def test_invalid_config_exits_2_and_writes_nothing(tmp_path, mutate, needle):
     assert res.stdout == ""
 
 
-def test_unknown_stack_exits_2():
-    res = run_render("--stack", "nope", "--out", "/nonexistent/x")
+def test_unknown_stack_exits_2(capsys):
+    res = main_of_render(capsys, "--stack", "nope", "--out", "/nonexistent/x")
     assert res.returncode == 2 and "no stack file Pulumi.nope.yaml" in res.stderr
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import contextvars
 import os
 import runpy
@@ -23,8 +24,9 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 from google.protobuf import json_format, struct_pb2
+from pulumi.runtime import resource as sdk_resource
 from pulumi.runtime import rpc
-from pulumi.runtime.proto import resource_pb2
+from pulumi.runtime.proto import resource_pb2, source_pb2
 
 from components.stack.stackfile import NOT_SET_PREFIX, ROOT, SECRET
 
@@ -297,6 +299,25 @@ class RunResult:
         return found[0]
 
 
+@contextlib.contextmanager
+def _no_source_positions() -> Iterator[None]:
+    """The SDK captures the Python stack of every resource it registers, a file URI per frame, to tell
+    the engine where in the program the resource was made (pulumi 3.272.0, pulumi/runtime/resource.py
+    `_get_stack_trace`, called by register_resource and read_resource). The recording engine never
+    reads it (RecordingMonitor keeps type, name, inputs and options), and it was about a sixth of a
+    render's CPU: while a program runs here the SDK gets an empty stack trace, as for a resource whose
+    caller it cannot find. If the SDK no longer has that function, nothing is replaced."""
+    saved = getattr(sdk_resource, "_get_stack_trace", None)
+    if saved is None:
+        yield
+        return
+    sdk_resource._get_stack_trace = source_pb2.StackTrace
+    try:
+        yield
+    finally:
+        sdk_resource._get_stack_trace = saved
+
+
 def run_program(
     *,
     stack: str,
@@ -347,7 +368,8 @@ def run_program(
             loop.close()
             asyncio.set_event_loop(None)
 
-    return contextvars.Context().run(_run)
+    with _no_source_positions():
+        return contextvars.Context().run(_run)
 
 
 def _run_main(project_dir: Path) -> None:

@@ -55,13 +55,33 @@ def make_device(ib, i, counters=COUNTERS):
     return hw
 
 
-@pytest.fixture
-def node(tmp_path):
-    root = tmp_path / "root"
+def make_sysfs(root):
     ib = root / "sys" / "class" / "infiniband"
     ib.mkdir(parents=True)
     for i in range(DEVICES):
         make_device(ib, i)
+    return root
+
+
+@pytest.fixture(scope="module")
+def shared_sysfs(tmp_path_factory):
+    """One fake sysfs (some 740 files) for the tests that only read it; a test that changes it uses
+    `own_node` and builds its own."""
+    return make_sysfs(tmp_path_factory.mktemp("efa-sysfs") / "root")
+
+
+@pytest.fixture
+def node(shared_sysfs, tmp_path):
+    return node_at(shared_sysfs, tmp_path)
+
+
+@pytest.fixture
+def own_node(tmp_path):
+    return node_at(make_sysfs(tmp_path / "root"), tmp_path)
+
+
+def node_at(root, tmp_path):
+    ib = root / "sys" / "class" / "infiniband"
     out = tmp_path / "textfile"
     out.mkdir()
     env = {
@@ -178,7 +198,8 @@ def test_output_is_deterministic(node):
     assert lines == sorted(lines)
 
 
-def test_non_integer_counter_skipped_and_counted(node):
+def test_non_integer_counter_skipped_and_counted(own_node):
+    node = own_node
     hw = node["ib"] / device_name(3) / "ports" / "1" / "hw_counters"
     (hw / "retrans_pkts").write_text("n/a\n")
     (hw / "rx_drops").write_text("-5\n")
@@ -197,7 +218,8 @@ def test_non_integer_counter_skipped_and_counted(node):
     assert "retrans_pkts" in proc.stderr and "skipped 2" in proc.stderr
 
 
-def test_vanished_device_skipped_and_counted(node):
+def test_vanished_device_skipped_and_counted(own_node):
+    node = own_node
     # A device removed while being read: its /sys/class/infiniband entry is
     # still listed but points nowhere.
     (node["ib"] / "rdmap99s0").symlink_to(node["root"] / "sys" / "devices" / "gone")
@@ -211,7 +233,8 @@ def test_vanished_device_skipped_and_counted(node):
     assert "rdmap99s0" in proc.stderr
 
 
-def test_no_infiniband_dir_is_zero_devices(node):
+def test_no_infiniband_dir_is_zero_devices(own_node):
+    node = own_node
     shutil.rmtree(node["root"] / "sys")
     proc = run(node["env"], "--once")
     assert proc.returncode == 0, proc.stderr
@@ -267,7 +290,8 @@ def test_bad_argument_exits_2(node):
     assert "--twice" in proc.stderr
 
 
-def test_loop_rewrites_and_exits_0_on_sigterm(node):
+def test_loop_rewrites_and_exits_0_on_sigterm(own_node):
+    node = own_node
     env = dict(node["env"], INTERVAL_SECONDS="0.2")
     out = node["out"] / "efa.prom"
     hw = node["ib"] / device_name(5) / "ports" / "1" / "hw_counters"
@@ -322,7 +346,8 @@ def test_loop_exits_0_on_sigterm_during_long_interval(node):
     assert proc.returncode == 0, stderr
 
 
-def test_promtool_accepts_output(node):
+def test_promtool_accepts_output(own_node):
+    node = own_node
     promtool = shutil.which("promtool")
     if promtool is None:
         if os.environ.get("CI"):
