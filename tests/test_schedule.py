@@ -214,6 +214,17 @@ def test_a_queued_run_must_come_after_its_queue_and_kueue():
     assert any("not ordered after the Kueue installation" in m for m in found)
 
 
+def test_a_gpu_run_without_the_queue_label_is_refused_when_the_stack_queues():
+    rows = record()
+    labels = row(rows, "Job", "rltrain-training")["inputs"]["metadata"]["labels"]
+    del labels["kueue.x-k8s.io/queue-name"]
+    [v] = policy.evaluate(rows, rules=["gpu-runs-queued"])
+    assert v.resource == "Job/rltrain-training" and v.pulumi_name == "workloads-single-node-job"
+    assert "without the label kueue.x-k8s.io/queue-name while the stack queues on LocalQueue training" in v.message
+    # Without Kueue (no LocalQueue: byo) nothing is queued and the rule has nothing to say.
+    assert policy.evaluate(rendered("byo").resources, rules=["gpu-runs-queued"]) == []
+
+
 def test_a_queue_the_stack_does_not_create_is_refused():
     rows = [r for r in record() if r["inputs"].get("kind") != "LocalQueue"]
     found = {v.resource for v in policy.evaluate(rows, rules=["kueue-queue"])}

@@ -710,3 +710,19 @@ def _kueue_queue(resources, ctx):
             if not _reaches(graph, w.row, targets):
                 yield Violation("kueue-queue", w.ref, f"is not ordered after {what}: created first, Kueue's webhook "
                                 "refuses it or it is never admitted", f"add depends_on on {what}", w.pulumi_name)
+
+
+@rule("gpu-runs-queued", "with a LocalQueue in the stack (Kueue on), every GPU run names it: an unqueued run "
+                         "is not admitted whole and takes GPUs past the queue")
+def _gpu_runs_queued(resources, ctx):
+    local = sorted({_meta(o).get("name") for _, o in k8s_objects(resources) if o.get("kind") == "LocalQueue"})
+    if not local:
+        return
+    for w in workloads(resources, ctx):
+        if w.permanent or w.queue or not w.requests_gpu():
+            continue
+        yield Violation("gpu-runs-queued", w.ref, f"requests GPUs without the label kueue.x-k8s.io/queue-name while "
+                        f"the stack queues on LocalQueue {', '.join(local)}: Kueue never sees it, so it starts pod "
+                        "by pod beside the queued runs and can take their GPUs",
+                        f"label it kueue.x-k8s.io/queue-name: {local[0]} (components/k8s/kueue.py queue_labels)",
+                        w.pulumi_name)

@@ -23,7 +23,7 @@ from conftest import ENABLE, log, sim_requested
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
 
-from simdeploy import (NAMESPACE, RUNS_TIMEOUT, STACK, Pulumi, engine_warnings, job_complete,  # noqa: E402
+from simdeploy import (NAMESPACE, ROOT, RUNS_TIMEOUT, STACK, Pulumi, engine_warnings, job_complete,  # noqa: E402
                        mpijob_succeeded, project, wait)
 
 from components.offline import impact, render  # noqa: E402
@@ -211,3 +211,34 @@ def test_7_a_run_deleted_by_hand_comes_back_with_up_refresh(live):
                 if r["type"].startswith("kubernetes:") and "kind" in r["inputs"]}
     missing = [o for o in sorted(expected, key=str) if live.cluster.get(o[0], o[1], o[3], o[2]) is None]
     assert not missing, missing
+
+
+# (file, text, replaced by, the rule that must refuse it, words of its message)
+BROKEN = (
+    ("components/workloads/job.py", "{**obj_labels, **kueue.queue_labels(cfg)}", "obj_labels", "gpu-runs-queued",
+     "Job/rltrain-training: requests GPUs without the label kueue.x-k8s.io/queue-name"),
+    ("components/workloads/pod.py", "            tolerations=gpu_tolerations(),", "            tolerations=[],",
+     "schedules-on-gpu-nodes", "does not tolerate taint nvidia.com/gpu"),
+)
+
+
+def test_8_the_policy_pack_in_a_real_preview(live):
+    """The pack through the real CLI (`--policy-pack`, as a binary analyzer: cluster/deploy.py), on
+    what the engine really sends (a deployed stack's outputs): the stack passes; a GPU run without
+    the queue label, and runs without the GPU toleration, fail with the rule's message."""
+    pack = str(ROOT / "policy")
+    ok = live.pulumi("preview", "--policy-pack", pack)
+    assert not [p for p in ok["policy"] if p["level"] == "mandatory"], ok["policy"]
+    for rel, old, new, rule, words in BROKEN:
+        path = live.project / rel
+        text = path.read_text()
+        assert text.count(old) == 1, (rel, old)
+        path.write_text(text.replace(old, new))
+        try:
+            res = live.pulumi("preview", "--policy-pack", pack, check=False)
+        finally:
+            path.write_text(text)
+        hits = [p for p in res["policy"] if p["policy"] == rule]
+        log(live.request, f"broken ({rel}): {rule}: {[p['message'][:160] for p in hits]}")
+        assert not res["ok"] and any(words in p["message"] for p in hits), res["policy"]
+        assert all(p["level"] == "mandatory" for p in hits)
