@@ -134,6 +134,18 @@ class Watcher(threading.Thread):
                 self.errors.append(repr(e))
             self.stop_event.wait(1.0)
 
+    def describe(self) -> str:
+        return f"workloads: {[(Watcher.owner(w), (w.get('status') or {}).get('conditions')) for w in self.last_workloads]}"
+
+    def checked_order(self, request) -> list[str]:
+        """The runs in the order Kueue admitted them, after checking the watcher saw no error and
+        no pod scheduled before its workload was admitted."""
+        assert not self.errors, self.errors
+        assert not self.violations, self.violations
+        admitted = sorted(self.admitted_at, key=self.admitted_at.get)
+        _log(request, f"admission order: {admitted}; queued whole behind: {self.waited}")
+        return admitted
+
     def finish(self) -> None:
         self.stop_event.set()
         self.join(10)

@@ -20,7 +20,7 @@ from conftest import ENABLE, log as _log, sim_requested
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
 
-from simdeploy import (NAMESPACE, RUNS_TIMEOUT, Watcher, deploy_and_check, destroy, job_complete,  # noqa: E402
+from simdeploy import (NAMESPACE, RUNS_TIMEOUT, deploy_and_check, destroy, job_complete,  # noqa: E402
                        mpijob_succeeded, namespace_warnings, wait)
 
 pytestmark = [pytest.mark.slow, pytest.mark.sim]
@@ -36,16 +36,13 @@ def test_deploy_indexed_job_form(cluster, request, tmp_path):
                   lambda: all(job_complete(cluster, j) for j in ("rltrain-validation", "rltrain-training",
                                                                   "rltrain-multinode"))
                   and mpijob_succeeded(cluster, "rltrain-nccl-test"), RUNS_TIMEOUT,
-                  lambda: f"workloads: {[(Watcher.owner(w), (w.get('status') or {}).get('conditions')) for w in watcher.last_workloads]}")
+                  watcher.describe)
             _log(request, f"runs finished {time.monotonic() - t0:.0f}s after up")
             time.sleep(2)
         finally:
             watcher.finish()
-        assert not watcher.errors, watcher.errors
         # Whole: no pod of a run was scheduled before its workload was admitted.
-        assert not watcher.violations, watcher.violations
-        admitted = sorted(watcher.admitted_at, key=watcher.admitted_at.get)
-        _log(request, f"admission order: {admitted}; queued whole behind: {watcher.waited}")
+        admitted = watcher.checked_order(request)
         assert set(admitted) == {"rltrain-validation", "rltrain-nccl-test", "rltrain-multinode", "rltrain-training"}
         # trainingAfterChecks (Pulumi.sim.yaml): validation, then the NCCL test, then training.
         assert admitted[:2] == ["rltrain-validation", "rltrain-nccl-test"]
@@ -75,14 +72,11 @@ def test_deploy_rayjob_form_and_a_run_wider_than_the_free_gpus_stays_queued(clus
                   lambda: job_complete(cluster, "rltrain-validation") and mpijob_succeeded(cluster, "rltrain-nccl-test")
                   and "rltrain-multinode" in watcher.admitted_at and len(watcher.pods_of.get("rltrain-multinode", ())) >= 2,
                   RUNS_TIMEOUT,
-                  lambda: f"workloads: {[(Watcher.owner(w), (w.get('status') or {}).get('conditions')) for w in watcher.last_workloads]}")
+                  watcher.describe)
             time.sleep(15)
         finally:
             watcher.finish()
-        assert not watcher.errors, watcher.errors
-        assert not watcher.violations, watcher.violations
-        admitted = sorted(watcher.admitted_at, key=watcher.admitted_at.get)
-        _log(request, f"admission order: {admitted}; queued whole behind: {watcher.waited}")
+        admitted = watcher.checked_order(request)
         assert admitted[:2] == ["rltrain-validation", "rltrain-nccl-test"]
         training = cluster.get("batch/v1", "Job", "rltrain-training", NAMESPACE)
         if "rltrain-training" in watcher.admitted_at and watcher.admitted_at["rltrain-training"] < watcher.admitted_at["rltrain-multinode"]:
