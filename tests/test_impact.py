@@ -279,3 +279,25 @@ def test_a_quantity_written_another_way_changes_nothing():
     assert impact.classify(before, after, cfg()) == []
     c["resources"]["limits"]["hugepages-2Mi"] = "6Gi"
     assert kinds(impact.classify(before, after, cfg())) == {"workloads-multi-node-job": impact.RUN_RESTART}
+
+
+# --- a claim from a storage class (bring your own cluster) --------------------------------------
+# What the API server does was measured on the simulated cluster (tests/sim/test_day_two.py,
+# scenario 5): it grows a bound claim only when the class sets allowVolumeExpansion, never shrinks one.
+
+
+def test_growing_a_claim_from_a_storage_class_needs_the_class_opt_in(project):
+    edit(project, "byo", "storage", claimSizeGiB=2400)
+    [c] = [i for i in render_impact(project, "byo") if i.name == "storage-claim"]
+    assert (c.kind, c.allowed, c.opt_in) == (impact.REFUSED, False, "rltrain:storage.allowClaimExpansion")
+    assert "1200Gi -> 2400Gi" in c.why and "allowVolumeExpansion: true" in c.why
+    edit(project, "byo", "storage", claimSizeGiB=2400, allowClaimExpansion=True)
+    [c] = [i for i in render_impact(project, "byo") if i.name == "storage-claim"]
+    assert (c.kind, c.allowed) == (impact.IN_PLACE, True)
+
+
+def test_shrinking_a_claim_from_a_storage_class_is_refused_even_with_the_opt_in(project):
+    edit(project, "byo", "storage", claimSizeGiB=600, allowClaimExpansion=True)
+    [c] = [i for i in render_impact(project, "byo") if i.name == "storage-claim"]
+    assert (c.kind, c.allowed, c.opt_in) == (impact.REFUSED, False, "")
+    assert "1200Gi -> 600Gi" in c.why and "never shrinks" in c.why

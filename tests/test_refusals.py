@@ -290,6 +290,9 @@ REFUSALS = [
     ("claim size on a created cluster", "p5", lambda c: section(c, "storage").update(claimSizeGiB=2400),
      "rltrain:storage.claimSizeGiB", "has no effect on a created cluster: the claim's size is the FSx file system's "
                                      "(storage.fsx.storageCapacityGiB); remove it"),
+    ("claim expansion on a created cluster", "p5", lambda c: section(c, "storage").update(allowClaimExpansion=True),
+     "rltrain:storage.allowClaimExpansion", "has no effect on a created cluster: the claim's size is the FSx file "
+                                            "system's (storage.fsx.storageCapacityGiB); remove it"),
     ("AZs with an existing VPC", "p5", _existing_network, "rltrain:network.availabilityZones",
      "has no effect with network.existing (the VPC and its subnets exist; the GPU nodes and FSx go into "
      "gpuSubnetId); remove it"),

@@ -465,9 +465,36 @@ def _kubernetes_object(before, after, changes, cfg):
                                   "size, which the API server would refuse to change"), "", True
             return (REFUSED, f"{_paths(changes)}: the claim is statically bound (volumeName) and the API server "
                     "refuses to resize it; keep its size (ignore_changes on spec.resources)", "", False)
+        return _claim_resize(before, after, changes, cfg)
     if kind == "PersistentVolume" and any(_under(p, ("spec",)) for p in changes):
         return REPLACE, f"{_paths(changes)}: the volume is re-created (reclaim Retain keeps the data)", "", True
     return IN_PLACE, _paths(changes), "", True
+
+
+def _gib(quantity: Any) -> Optional[float]:
+    m = re.fullmatch(r"(\d+)(Gi|Ti)", str(quantity or ""))
+    return int(m.group(1)) * (1024 if m.group(2) == "Ti" else 1) if m else None
+
+
+def _claim_resize(before, after, changes, cfg):
+    """A bound claim from a storage class (bring your own cluster). Measured on the simulated
+    cluster's API server (Kubernetes v1.35, issue 18 scenario 5): a larger request is refused unless
+    the claim's StorageClass sets allowVolumeExpansion ("only dynamically provisioned pvc can be
+    resized and the storageclass that provisions the pvc must support resize": admission plugin
+    PersistentVolumeClaimResize, which reads only the class); a request not above status.capacity is
+    refused whatever the class ("field can not be less than status.capacity"). The program cannot
+    read the class, so growing takes the opt-in that says the class allows it."""
+    old = _gib(_get(before["inputs"], "spec.resources.requests.storage"))
+    new = _gib(_get(after["inputs"], "spec.resources.requests.storage"))
+    sizes = f"{_get(before['inputs'], 'spec.resources.requests.storage')} -> " \
+            f"{_get(after['inputs'], 'spec.resources.requests.storage')}"
+    if old is not None and new is not None and new < old:
+        return (REFUSED, f"{_paths(changes)}: {sizes}: the API server never shrinks a bound "
+                "claim (field can not be less than status.capacity)", "", False)
+    return (IN_PLACE if cfg.storage.allow_claim_expansion else REFUSED,
+            f"{_paths(changes)}: {sizes}: the API server grows a bound claim only when its "
+            "StorageClass sets allowVolumeExpansion: true (its CSI driver then resizes the volume)",
+            "rltrain:storage.allowClaimExpansion", cfg.storage.allow_claim_expansion)
 
 
 def _checkpoint_dirs(r: Resource) -> set[str]:

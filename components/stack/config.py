@@ -363,6 +363,10 @@ class StorageConfig(_Model):
     """bring your own cluster: create the claim from this storage class"""
     claim_size_gib: int = Field(1200, ge=1, alias="claimSizeGiB")
     """size of that claim in GiB (bring your own cluster; a created cluster's claim is the FSx size)"""
+    allow_claim_expansion: bool = False
+    """bring your own cluster: the storage class sets `allowVolumeExpansion: true`, so a larger
+    `claimSizeGiB` grows the bound claim; without it the impact guard refuses a larger size, which the
+    API server would refuse (a smaller one is always refused)"""
     # Opt-in for a change that replaces the FSx file system (its data is lost).
     allow_replacement: bool = False
     """explicit opt-in for a change that replaces the FSx file system (its data is lost)"""

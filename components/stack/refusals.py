@@ -274,14 +274,15 @@ def _no_effect(cfg: StackConfig) -> list[Problem]:
                 p.append((path(*key), why))
         if s.existing_claim:
             for key in _set_keys(s, ("storage",)):
-                if key[-1] in ("claimName", "claimSizeGiB"):
+                if key[-1] in ("claimName", "claimSizeGiB", "allowClaimExpansion"):
                     p.append((path(*key), "has no effect with existingClaim (that claim is mounted as it is); "
                                           "remove it"))
     else:
-        if "claim_size_gib" in s.model_fields_set:
-            p.append((path("storage", "claimSizeGiB"),
-                      "has no effect on a created cluster: the claim's size is the FSx file system's "
-                      "(storage.fsx.storageCapacityGiB); remove it"))
+        for name, key in (("claim_size_gib", "claimSizeGiB"), ("allow_claim_expansion", "allowClaimExpansion")):
+            if name in s.model_fields_set:
+                p.append((path("storage", key),
+                          "has no effect on a created cluster: the claim's size is the FSx file system's "
+                          "(storage.fsx.storageCapacityGiB); remove it"))
         if n.existing is not None:
             for key in _set_keys(n, ("network",)):
                 if key[-1] in ("vpcCidr", "availabilityZones", "gpuAvailabilityZone"):
