@@ -49,16 +49,21 @@ def ns_labels(name: str) -> dict[str, str]:
 # --- the webhooks see only the stack's namespaces ------------------------------------------------
 
 
+def namespace_labels(r) -> dict[str, str]:
+    [ns] = [x for x in r.resources if x["type"] == "kubernetes:core/v1:Namespace"
+            and x["inputs"]["metadata"]["name"] == r.cfg.training.namespace]
+    return {**ns_labels(r.cfg.training.namespace), **ns["inputs"]["metadata"]["labels"]}
+
+
 @pytest.mark.parametrize("stack", ["dev", "p4de", "p5"])
 def test_webhook_selector_is_in_the_kueue_configuration(stack):
     r = rendered(stack)
     sel = manager_config(r)["managedJobsNamespaceSelector"]
-    assert sel == {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
-                                         "values": [r.cfg.training.namespace]}]}
+    assert sel == {"matchLabels": {"rltrain/kueue-managed": "true"}}
     # The chart renders this selector as the namespaceSelector of every job webhook (mjob.kb.io,
     # vjob.kb.io, mmpijob.kb.io, mrayjob.kb.io, ...; charts/kueue/templates/webhook/manifests.yaml at
-    # v0.19.2): the training namespace's Jobs reach Kueue, nobody else's do.
-    assert selects(sel, ns_labels(r.cfg.training.namespace))
+    # v0.19.2): the training namespace (labelled by the stack) reaches Kueue, nobody else's does.
+    assert selects(sel, namespace_labels(r))
     for other in (r.cfg.monitoring.namespace,  # kube-prometheus-stack's hook Jobs
                   "kube-system", versions.KUEUE_NAMESPACE, "team-b", "default"):
         assert not selects(sel, ns_labels(other)), other
@@ -69,10 +74,16 @@ def test_webhook_selector_is_in_the_kueue_configuration(stack):
     assert selects(default, ns_labels(r.cfg.monitoring.namespace))
 
 
-def test_selector_follows_the_training_namespace():
-    r = variant("p5", {"rltrain:training": {"namespace": "team-a"}})
-    sel = manager_config(r)["managedJobsNamespaceSelector"]
-    assert selects(sel, ns_labels("team-a")) and not selects(sel, ns_labels("rltrain"))
+def test_a_second_stacks_namespace_is_selected_by_the_first_stacks_kueue():
+    """Kueue v0.19.2 reconciles only Jobs whose namespace its selector matches, queue label or not
+    (pkg/controller/jobframework/reconciler.go): a selector listing the installing stack's namespace
+    left a second stack's runs unqueued on the same cluster (the simulated cluster, issue 18 scenario 8)."""
+    installer = rendered("p5")
+    second = variant("byo", {"rltrain:training": {"namespace": "team-a"}, "rltrain:kueue": {"enabled": True}})
+    sel = manager_config(installer)["managedJobsNamespaceSelector"]
+    assert second.cfg.kueue_enabled and selects(sel, namespace_labels(second))
+    quiet = variant("byo", {"rltrain:training": {"namespace": "team-b"}, "rltrain:kueue": {"enabled": False}})
+    assert not selects(sel, namespace_labels(quiet))
 
 
 def test_configuration_keeps_only_known_fields():

@@ -45,10 +45,14 @@ no finalizer on LocalQueues).
 
 The controller (chart values, `release_values`): two replicas (leader election: one active, the other
 serves the webhooks and takes over) spread over the system nodes, a PodDisruptionBudget keeping one,
-and `managedJobsNamespaceSelector` limited to the namespaces this stack manages: the chart copies it
-into the namespaceSelector of every job webhook (charts/kueue/templates/webhook/manifests.yaml), which
-fail closed. Without it the webhooks see every namespace but kube-system and kueue-system (other
-teams' Jobs, the monitoring chart's hook Jobs) and a Kueue outage blocks them all.
+and `managedJobsNamespaceSelector` limited to the namespaces labelled `rltrain/kueue-managed: "true"`
+(each stack that queues labels its training namespace): the chart copies it into the
+namespaceSelector of every job webhook (charts/kueue/templates/webhook/manifests.yaml), which fail
+closed. Without it the webhooks see every namespace but kube-system and kueue-system (other teams'
+Jobs, the monitoring chart's hook Jobs) and a Kueue outage blocks them all. A label, not a list of
+names: Kueue reconciles only Jobs in namespaces the selector matches, queue label or not (v0.19.2
+pkg/controller/jobframework/reconciler.go), so a list of this stack's namespaces left a second
+stack's runs on the same cluster unqueued (seen on the simulated cluster, issue 18 scenario 8).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from components.stack import catalog, versions
 from components.stack.config import StackConfig
-from components.stack.labels import GPU_TAINT_KEY, MANAGED_BY, ROLE_LABEL, short_hash
+from components.stack.labels import GPU_TAINT_KEY, KUEUE_MANAGED_LABEL, MANAGED_BY, ROLE_LABEL, short_hash
 from components.k8s.options import child_opts
 from components.stack.config import IMAGE_PULL_MARGIN_SECONDS
 from components.stack.labels import EFA, GPU, HUGEPAGES
@@ -152,11 +156,6 @@ def flavor_name(cfg: StackConfig) -> str:
                         flavor_spec(flavor_node_labels(cfg), topology_name(cfg)))
 
 
-def managed_namespaces(cfg: StackConfig) -> list[str]:
-    """The namespaces whose Jobs Kueue's webhooks see: the ones this stack queues workloads in."""
-    return [cfg.training.namespace]
-
-
 def queue_labels(cfg: StackConfig) -> dict[str, str]:
     """On every GPU workload object (Job, MPIJob; not their pods) while queueing is on."""
     return {QUEUE_LABEL: LOCAL_QUEUE} if cfg.kueue_enabled else {}
@@ -220,8 +219,6 @@ class KueueArgs(BaseModel):
     pods_ready_timeout_seconds: int = Field(ge=60)
     # Requeues after a PodsReady timeout before the workload is deactivated.
     requeue_limit: int = Field(ge=0)
-    # The namespaces Kueue's job webhooks see (managedJobsNamespaceSelector).
-    managed_namespaces: list[str] = Field(min_length=1)
 
 
 def kueue_args(cfg: StackConfig, held: Optional[Mapping[str, int]] = None) -> KueueArgs:
@@ -231,7 +228,7 @@ def kueue_args(cfg: StackConfig, held: Optional[Mapping[str, int]] = None) -> Ku
         cluster_queue=cluster_queue_name(cfg), flavor=flavor_name(cfg), topology=topology_name(cfg),
         node_labels=flavor_node_labels(cfg),
         quota=nominal_quota(cfg, held), pods_ready_timeout_seconds=pods_ready_timeout_seconds(cfg),
-        requeue_limit=cfg.workloads.retries, managed_namespaces=managed_namespaces(cfg))
+        requeue_limit=cfg.workloads.retries)
 
 
 # --- the controller ------------------------------------------------------------------------------
@@ -251,7 +248,7 @@ def manager_config(a: KueueArgs) -> dict:
         "metrics": {**CHART_CONFIG["metrics"], "enableClusterQueueResources": True},
         # Jobs without the queue label (other teams' on a shared cluster) are left alone.
         "manageJobsWithoutQueueName": False,
-        # Only the stack's namespaces reach Kueue's job webhooks (module docstring): the chart renders
+        # Only the queueing stacks' namespaces reach Kueue's job webhooks (module docstring): the chart renders
         # this selector into every job webhook's namespaceSelector. In Kueue itself it scopes the
         # pod-based integrations and manageJobsWithoutQueueName (configuration_types.go).
         "managedJobsNamespaceSelector": managed_jobs_selector(a),
@@ -270,8 +267,8 @@ def manager_config(a: KueueArgs) -> dict:
 
 
 def managed_jobs_selector(a: KueueArgs) -> dict:
-    return {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In",
-                                  "values": sorted(a.managed_namespaces)}]}
+    """The namespaces whose Jobs reach Kueue: those labelled KUEUE_MANAGED_LABEL (module docstring)."""
+    return {"matchLabels": dict(KUEUE_MANAGED_LABEL)}
 
 
 def release_values(a: KueueArgs) -> dict:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from components.stack.config import StackConfig
 from components.stack.labels import (CHECKS_SERVICE_ACCOUNT, DEFAULT_DENY_POLICY, GPU_INSTANCE_ANNOTATION,
-                                     GPU_NODES_ANNOTATION, MANAGED_BY)
+                                     GPU_NODES_ANNOTATION, KUEUE_MANAGED_LABEL, MANAGED_BY)
 
 SECRET_NAME = "training-secrets"
 
@@ -38,6 +38,9 @@ class TrainingNamespaceArgs(BaseModel):
     # policy rules can check the workloads against it, also on a bring-your-own cluster.
     gpu_instance_type: str = ""
     gpu_node_count: int = 0
+    # The stack queues its GPU runs on Kueue: the namespace carries KUEUE_MANAGED_LABEL, which the
+    # Kueue of the cluster must select (k8s/kueue.py managed_jobs_selector).
+    kueue_managed: bool = False
 
 
 def namespace_args(a: TrainingNamespaceArgs) -> k8s.core.v1.NamespaceInitArgs:
@@ -56,6 +59,8 @@ def namespace_args(a: TrainingNamespaceArgs) -> k8s.core.v1.NamespaceInitArgs:
         "pod-security.kubernetes.io/audit": "restricted",
         "pod-security.kubernetes.io/audit-version": version,
     }
+    if a.kueue_managed:
+        labels.update(KUEUE_MANAGED_LABEL)
     annotations = {GPU_INSTANCE_ANNOTATION: a.gpu_instance_type, GPU_NODES_ANNOTATION: str(a.gpu_node_count)}
     return k8s.core.v1.NamespaceInitArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(name=a.namespace, labels=labels, annotations=annotations)
@@ -143,4 +148,5 @@ def training_namespace_args(cfg: StackConfig, role_arn: Optional[pulumi.Input[st
         namespace=t.namespace, service_account=t.service_account, pod_security=t.pod_security,
         kubernetes_version=cfg.cluster.kubernetes_version, gpu_quota=cfg.gpu_nodes.total_gpus,
         secret_keys=cfg.training_secret_keys, has_pod_identity=role_arn is not None,
-        gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count)
+        gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count,
+        kueue_managed=cfg.kueue_enabled)

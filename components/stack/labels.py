@@ -30,6 +30,12 @@ CHECKS_SERVICE_ACCOUNT = "rltrain-checks"
 # The training namespace's default-deny NetworkPolicy: what no other policy allows is refused.
 DEFAULT_DENY_POLICY = "default-deny"
 GPU_NODES_ANNOTATION = "rltrain/gpu-node-count"
+# On a namespace whose queued Jobs Kueue manages: the Kueue a stack installs selects namespaces by
+# this label (managedJobsNamespaceSelector), so a second stack's namespace on the same cluster is
+# managed too. Kueue v0.19.2 reconciles a Job only if its namespace matches that selector, whatever
+# its queue label (ManagedJobsNamespaceSelectorAlwaysRespected, GA and locked on:
+# pkg/features/kube_features.go; pkg/controller/jobframework/reconciler.go "Namespace not opted in").
+KUEUE_MANAGED_LABEL = {"rltrain/kueue-managed": "true"}
 
 
 def short_hash(*parts: str, length: int = 8) -> str:
