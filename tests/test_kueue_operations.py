@@ -77,7 +77,7 @@ def test_webhook_selector_is_in_the_kueue_configuration(stack):
 def test_a_second_stacks_namespace_is_selected_by_the_first_stacks_kueue():
     """Kueue v0.19.2 reconciles only Jobs whose namespace its selector matches, queue label or not
     (pkg/controller/jobframework/reconciler.go): a selector listing the installing stack's namespace
-    left a second stack's runs unqueued on the same cluster (the simulated cluster, issue 18 scenario 8)."""
+    left a second stack's runs unqueued on the same cluster (tests/sim/test_day_two.py scenario 8 deploys one)."""
     installer = rendered("p5")
     second = variant("byo", {"rltrain:training": {"namespace": "team-a"}, "rltrain:kueue": {"enabled": True}})
     sel = manager_config(installer)["managedJobsNamespaceSelector"]

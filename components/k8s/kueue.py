@@ -52,7 +52,7 @@ closed. Without it the webhooks see every namespace but kube-system and kueue-sy
 Jobs, the monitoring chart's hook Jobs) and a Kueue outage blocks them all. A label, not a list of
 names: Kueue reconciles only Jobs in namespaces the selector matches, queue label or not (v0.19.2
 pkg/controller/jobframework/reconciler.go), so a list of this stack's namespaces left a second
-stack's runs on the same cluster unqueued (seen on the simulated cluster, issue 18 scenario 8).
+stack's runs on the same cluster unqueued (tests/sim/test_day_two.py, scenario 8, deploys a second stack beside the first).
 """
 
 from __future__ import annotations
