@@ -359,8 +359,7 @@ def efa_daemonset_args(a: MonitoringArgs) -> k8s.apps.v1.DaemonSetInitArgs:
                     # is not preempted by a training pod.
                     priority_class_name="system-node-critical",
                     automount_service_account_token=False,
-                    security_context=k8s.core.v1.PodSecurityContextArgs(
-                        seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")),
+                    security_context=security.pod_security_context(),
                     containers=[k8s.core.v1.ContainerArgs(
                         name="efa-metrics",
                         image=versions.EFA_EXPORTER_IMAGE,
@@ -375,9 +374,7 @@ def efa_daemonset_args(a: MonitoringArgs) -> k8s.apps.v1.DaemonSetInitArgs:
                         ],
                         resources=k8s.core.v1.ResourceRequirementsArgs(
                             requests={"cpu": "10m", "memory": "32Mi"}, limits={"cpu": "100m", "memory": "64Mi"}),
-                        security_context=k8s.core.v1.SecurityContextArgs(
-                            allow_privilege_escalation=False, read_only_root_filesystem=True,
-                            capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"])),
+                        security_context=security.container_security_context(read_only_root=True),
                         liveness_probe=probe, readiness_probe=probe,
                         # /sys/class/infiniband is read from the container's own /sys: it is not
                         # namespaced, the pod sees every EFA device of the host (efa_metrics.py).

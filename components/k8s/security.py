@@ -54,8 +54,11 @@ def container_security_context(add_capabilities: Sequence[str] = (), *,
     )
 
 
-def pod_security_context() -> k8s.core.v1.PodSecurityContextArgs:
+def pod_security_context(*, run_as: Optional[int] = None) -> k8s.core.v1.PodSecurityContextArgs:
+    """The runtime's default seccomp profile; with `run_as`, also a non-root user and group of that id
+    (the check gate runs as nobody). Without it the image's own user is kept."""
     return k8s.core.v1.PodSecurityContextArgs(
+        run_as_non_root=True if run_as is not None else None, run_as_user=run_as, run_as_group=run_as,
         seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"))
 
 

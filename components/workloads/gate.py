@@ -120,9 +120,7 @@ def pod_template(a: CheckGateArgs) -> k8s.core.v1.PodTemplateSpecArgs:
             restart_policy="Never",
             service_account_name=SERVICE_ACCOUNT,
             automount_service_account_token=True,
-            security_context=k8s.core.v1.PodSecurityContextArgs(
-                run_as_non_root=True, run_as_user=NOBODY, run_as_group=NOBODY,
-                seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")),
+            security_context=security.pod_security_context(run_as=NOBODY),
             containers=[k8s.core.v1.ContainerArgs(
                 name="gate",
                 # The Docker official Python image pinned by digest (versions.py): the script is
