@@ -53,6 +53,12 @@ def run(repo: Path, *args: str, path: str | None = None, **env: str) -> subproce
                           capture_output=True, text=True, timeout=300)
 
 
+def edit_versions_env(repo: Path, old: str, new: str) -> None:
+    """Replace `old` with `new` in the copy's cluster/versions.env (e.g. one version line)."""
+    env_file = repo / "cluster" / "versions.env"
+    env_file.write_text(env_file.read_text().replace(old, new))
+
+
 def no_go_path(tmp_path: Path) -> str:
     """A PATH with the shell tools build.sh needs but no `go`."""
     d = tmp_path / "nogo"
@@ -84,8 +90,7 @@ def test_without_go_if_go_skips_but_ci_fails(tree, tmp_path):
 
 @needs_go
 def test_a_version_line_that_disagrees_with_its_wrapper_module_is_refused(tree):
-    env_file = tree / "cluster" / "versions.env"
-    env_file.write_text(env_file.read_text().replace("KUEUE_VERSION=0.19.2", "KUEUE_VERSION=0.19.1"))
+    edit_versions_env(tree, "KUEUE_VERSION=0.19.2", "KUEUE_VERSION=0.19.1")
     res = run(tree, "--reuse-only")
     assert res.returncode == 1
     assert ("cluster/go/kueue builds sigs.k8s.io/kueue v0.19.2 but versions.env says v0.19.1; "
@@ -95,8 +100,7 @@ def test_a_version_line_that_disagrees_with_its_wrapper_module_is_refused(tree):
 
 @needs_go
 def test_the_kubernetes_staging_modules_follow_the_patch_line(tree):
-    env_file = tree / "cluster" / "versions.env"
-    env_file.write_text(env_file.read_text().replace("K8S_VERSION=1.35.4", "K8S_VERSION=1.35.9"))
+    edit_versions_env(tree, "K8S_VERSION=1.35.4", "K8S_VERSION=1.35.9")
     res = run(tree, "--reuse-only")
     assert res.returncode == 1
     assert "cluster/go/kubernetes builds k8s.io/kubernetes v1.35.4 but versions.env says v1.35.9" in res.stderr
