@@ -213,10 +213,11 @@ def _placement(resources, ctx):
     seen = set()
     for p in pods(resources):
         found = run_placement(p)
-        run = p.owner.split("/")[1] if "/" in p.owner else p.owner
-        if found is None or run in seen:
+        # One verdict per run object (a RayJob's head and workers carry the same env): keyed by the
+        # row, not the run's name, which two objects in different namespaces or kinds may share.
+        if found is None or p.row in seen:
             continue
-        seen.add(run)
+        seen.add(p.row)
         nodes, gpus, ranks = found
         idle = trainers.idle_nodes(ranks, nodes, gpus)
         if idle:
@@ -241,17 +242,34 @@ def _scheduling(resources, ctx):
                             "(components/aws/gpu_nodes.py does)")
             continue
         selector = p.spec.get("nodeSelector") or {}
-        extra = {k: v for k, v in selector.items() if ctx.node_labels.get(k) != v}
-        if extra:
-            yield Violation("schedules-on-gpu-nodes", p.owner,
-                            f"nodeSelector {extra} matches no GPU node group (labels {ctx.node_labels})",
-                            "select on the node group's labels (role: gpu-training)")
         tolerated = {t.get("key") for t in p.spec.get("tolerations") or []
                      if t.get("effect") in (None, "", "NoSchedule")}
-        for taint in ctx.node_taints:
-            if taint not in tolerated:
-                yield Violation("schedules-on-gpu-nodes", p.owner, f"does not tolerate taint {taint}",
-                                f"add toleration {{key: {taint}, operator: Exists, effect: NoSchedule}}")
+        # Checked against every GPU node group: the pod is placeable when one of them takes it.
+        problems = {g.name: _placement_problems(g, selector, tolerated) for g in ctx.gpu_groups}
+        if any(not found for found in problems.values()):
+            continue
+        if len(problems) == 1:
+            [(_, found)] = problems.items()
+            for message, fix in found:
+                yield Violation("schedules-on-gpu-nodes", p.owner, message, fix)
+            continue
+        yield Violation("schedules-on-gpu-nodes", p.owner, "fits none of the GPU node groups: " + "; ".join(
+                        f"{name}: " + ", ".join(m for m, _ in found) for name, found in sorted(problems.items())),
+                        "select on the labels of one GPU node group and tolerate its taints")
+
+
+def _placement_problems(group, selector: dict[str, Any], tolerated: set) -> list[tuple[str, str]]:
+    """(message, fix) of what keeps a pod with this nodeSelector and these tolerations off `group`."""
+    out = []
+    extra = {k: v for k, v in selector.items() if group.labels.get(k) != v}
+    if extra:
+        out.append((f"nodeSelector {extra} matches no GPU node group (labels {group.labels})",
+                    "select on the node group's labels (role: gpu-training)"))
+    for taint in group.taints:
+        if taint not in tolerated:
+            out.append((f"does not tolerate taint {taint}",
+                        f"add toleration {{key: {taint}, operator: Exists, effect: NoSchedule}}"))
+    return out
 
 
 @rule("job-deadline", "every Job has a deadline")
@@ -362,16 +380,28 @@ def _endpoint(resources, ctx):
 
 
 def evaluate(resources: list[Resource], rules: Optional[Iterable[str]] = None) -> list[Violation]:
+    """Every violation of the rules (all, or those named), in an order that does not depend on the
+    order of `resources`: by rule, then resource and message. A rule that finds nothing to read of
+    what applies to the stack is itself a violation (`unread`)."""
     ctx = context(resources)
     out: list[Violation] = []
-    owners = {p.owner: p.pulumi_name for p in pods(resources)}
-    owners.update({_ref(obj): r["name"] for r, obj in k8s_objects(resources)})
+    # The registered resource of each violation, for CrossGuard's URN. A ref two rows share (a
+    # name in two namespaces) names neither: attributing it to whichever came last would depend on
+    # the order.
+    rows: dict[str, set[str]] = {}
+    for p in pods(resources):
+        rows.setdefault(p.owner, set()).add(p.pulumi_name)
+    for r, obj in k8s_objects(resources):
+        rows.setdefault(_ref(obj), set()).add(r["name"])
+    owners = {ref: next(iter(names)) if len(names) == 1 else "" for ref, names in rows.items()}
     for name in rules or RULES:
+        found = []
         for v in RULES[name][0](resources, ctx):
             if not v.pulumi_name:
-                key = next((o for o in sorted(owners, key=len, reverse=True) if v.resource.startswith(o)), None)
+                key = next((o for o in sorted(owners, key=lambda o: (-len(o), o)) if v.resource.startswith(o)), None)
                 v = dataclasses.replace(v, pulumi_name=owners.get(key, "") if key else "")
-            out.append(v)
+            found.append(v)
+        out += sorted(found, key=lambda v: (v.resource, v.message, v.pulumi_name, v.fix))
     return out
 
 

@@ -47,6 +47,8 @@ class Pod:
     spec: dict[str, Any]
     labels: dict[str, str]
     pulumi_name: str = ""
+    # The row it was found in (`type::name`): names repeat across types, the row does not.
+    row: str = ""
 
     @property
     def containers(self) -> list[dict[str, Any]]:
@@ -58,19 +60,42 @@ class Pod:
 
 
 @dataclass(frozen=True)
+class GpuNodes:
+    """A GPU node group a pod can be placed on: its labels and the keys of its taints."""
+
+    name: str
+    labels: dict[str, str]
+    taints: tuple[str, ...]
+
+    def selects(self, selector: dict[str, Any], extra: Optional[dict[str, str]] = None) -> bool:
+        """Every label of `selector` is on these nodes (with `extra`, e.g. the instance-type label)."""
+        labels = {**self.labels, **(extra or {})}
+        return all(labels.get(k) == v for k, v in selector.items())
+
+
+@dataclass(frozen=True)
 class Context:
     instance: Optional[catalog.InstanceType]
-    node_labels: dict[str, str]
-    node_taints: tuple[str, ...]
+    # Every GPU node group of the stack (the tainted ones, by name; on a bring-your-own cluster the
+    # documented labels and taint of its GPU nodes). Never "the" node group: a pod is checked
+    # against each, and fits when one of them takes it.
+    gpu_groups: tuple[GpuNodes, ...] = ()
     # The GPU nodes run the EFA driver (any pod requests EFA devices): its pre-allocated huge
     # pages come out of allocatable memory.
     efa: bool = False
     # False when the stack has node groups and none carries the GPU taint: the GPU node group is
     # not there to read, and the scheduling rule says so instead of passing.
     gpu_nodes_found: bool = True
+    # Namespaces that record different instance types ((namespace, value), sorted): the shape the
+    # workloads are sized for is ambiguous, `instance` is None and the rules that read it say so.
+    instance_conflict: tuple[tuple[str, str], ...] = ()
 
     def allocatable(self) -> Optional[catalog.Allocatable]:
         return self.instance.allocatable(efa=self.efa) if self.instance else None
+
+    def on_gpu_nodes(self, selector: dict[str, Any], extra: Optional[dict[str, str]] = None) -> bool:
+        """A non-empty `selector` that some GPU node group satisfies."""
+        return bool(selector) and any(g.selects(selector, extra) for g in self.gpu_groups)
 
 
 def _resources(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -81,6 +106,11 @@ def k8s_objects(resources: Iterable[Resource]) -> Iterator[tuple[Resource, dict[
     for r in resources:
         if r["type"].startswith("kubernetes:") and "kind" in r.get("inputs", {}):
             yield r, r["inputs"]
+
+
+def _row(r: Resource) -> str:
+    """A row's identity, `type::name` (deploy_model.ref)."""
+    return f"{r['type']}::{r['name']}"
 
 
 def _ref(obj: dict[str, Any], suffix: str = "") -> str:
@@ -95,12 +125,12 @@ def pods(resources: Iterable[Resource]) -> list[Pod]:
             tmpl = spec.get("template") or {}
             replicas = spec.get("parallelism", spec.get("replicas", 1)) or 1
             found.append(Pod(_ref(obj), kind, int(replicas), tmpl.get("spec") or {},
-                             (tmpl.get("metadata") or {}).get("labels") or {}, r["name"]))
+                             (tmpl.get("metadata") or {}).get("labels") or {}, r["name"], _row(r)))
         elif kind == "MPIJob":
             for role, rs in (spec.get("mpiReplicaSpecs") or {}).items():
                 tmpl = rs.get("template") or {}
                 found.append(Pod(_ref(obj, f"/{role}"), kind, int(rs.get("replicas", 1)), tmpl.get("spec") or {},
-                                 (tmpl.get("metadata") or {}).get("labels") or {}, r["name"]))
+                                 (tmpl.get("metadata") or {}).get("labels") or {}, r["name"], _row(r)))
         elif kind == "RayJob":
             cluster = spec.get("rayClusterSpec") or {}
             groups = [("head", 1, (cluster.get("headGroupSpec") or {}).get("template") or {})]
@@ -108,7 +138,7 @@ def pods(resources: Iterable[Resource]) -> list[Pod]:
                        for g in cluster.get("workerGroupSpecs") or []]
             for role, replicas, tmpl in groups:
                 found.append(Pod(_ref(obj, f"/{role}"), kind, replicas, tmpl.get("spec") or {},
-                                 (tmpl.get("metadata") or {}).get("labels") or {}, r["name"]))
+                                 (tmpl.get("metadata") or {}).get("labels") or {}, r["name"], _row(r)))
     return found
 
 
@@ -129,26 +159,26 @@ def gpu_node_groups(resources: Iterable[Resource]) -> list[Resource]:
 
 
 def context(resources: list[Resource]) -> Context:
-    instance_type = None
-    labels: dict[str, str] = {}
-    taints: tuple[str, ...] = ()
+    """What the pods are checked against, read from every resource of its kind, never from the
+    first or last one in the list (the engine hands a policy the resources in no set order)."""
     node_groups = [r for r in resources if r["type"] == NODE_GROUP]
-    gpu_groups = gpu_node_groups(node_groups)
-    if gpu_groups:
-        labels = dict(gpu_groups[0]["inputs"].get("labels") or {})
-        taints = tuple(t.get("key", "") for t in gpu_groups[0]["inputs"].get("taints") or [])
-    for _, obj in k8s_objects(resources):
-        # The training namespace records the GPU shape its workloads are sized for; other
-        # namespaces (monitoring, …) carry no such annotation and must not reset it.
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        if obj.get("kind") == "Namespace" and annotations.get(GPU_INSTANCE_ANNOTATION):
-            instance_type = annotations[GPU_INSTANCE_ANNOTATION]
+    groups = tuple(GpuNodes(r["name"], dict(r["inputs"].get("labels") or {}),
+                            tuple(t.get("key", "") for t in r["inputs"].get("taints") or [] if isinstance(t, dict)))
+                   for r in gpu_node_groups(node_groups))
     if not node_groups:  # bring-your-own cluster: the documented labels and taint of its GPU nodes
-        labels, taints = dict(BYO_NODE_LABELS), (GPU_TAINT,)
-    instance = catalog.CATALOG.get(instance_type or "")
+        groups = (GpuNodes("bring-your-own GPU nodes", dict(BYO_NODE_LABELS), (GPU_TAINT,)),)
+    # The training namespace records the GPU shape its workloads are sized for; other namespaces
+    # (monitoring, ...) record the same or nothing. Two different values: ambiguous, not "the last".
+    recorded = sorted({((obj.get("metadata") or {}).get("name", "?"), str(ann[GPU_INSTANCE_ANNOTATION]))
+                       for _, obj in k8s_objects(resources) if obj.get("kind") == "Namespace"
+                       for ann in [(obj.get("metadata") or {}).get("annotations") or {}]
+                       if ann.get(GPU_INSTANCE_ANNOTATION)})
+    values = {v for _, v in recorded}
+    instance = catalog.CATALOG.get(next(iter(values))) if len(values) == 1 else None
     efa = any(pod_requests(p).get(EFA, 0) > 0 for p in pods(resources))
     # Node groups but none with the GPU taint: nothing to check the GPU pods against (an error, not a pass).
-    return Context(instance, labels, taints, efa, gpu_nodes_found=bool(gpu_groups) or not node_groups)
+    return Context(instance, groups, efa, gpu_nodes_found=bool(groups),
+                   instance_conflict=tuple(recorded) if len(values) > 1 else ())
 
 
 # --- quantities ---------------------------------------------------------------------------------
