@@ -359,7 +359,9 @@ def test_open_endpoint_is_read_from_the_aws_cluster(analyzer, cidrs):
 def test_endpoint_with_nothing_to_read_is_an_error_not_a_pass(analyzer):
     rows = [r for r in _output_rows() if r["type"] != "aws:eks/cluster:Cluster"]
     (d,) = analyze(analyzer, "p5", rows).diagnostics
-    assert d.policyName == "endpoint-not-open" and "cannot read the endpoint settings" in d.message
+    assert d.policyName == "endpoint-not-open" and d.enforcementLevel == proto.MANDATORY
+    assert "rule endpoint-not-open read nothing: expected the endpoint settings" in d.message
+    assert d.urn == urn_of("p5", rows, "eks:index:Cluster", "cluster-eks")  # the one cluster it could not read
 
 
 def test_network_policy_enforcement_is_read_from_the_vpc_cni_addon(analyzer):

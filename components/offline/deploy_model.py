@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from components.offline.mock_engine import UNKNOWN
-from components.offline.resources import GPU, EFA, Violation, k8s_objects, pods, rule
+from components.offline.resources import (GPU, EFA, POD_TEMPLATES, Reads, Violation, inputs_of, k8s_objects, pods, rule, spec_of)
 
 Resource = dict[str, Any]
 _PLACEHOLDER = re.compile(r"^\[known after deploy: (?P<res>.+)\.(?P<out>[^.\]]+)\]$")
@@ -43,6 +43,12 @@ ACTS_ON_CLUSTER = ("aws:eks/addon:Addon", "aws:eks/accessEntry:AccessEntry",
 
 def ref(r: Resource) -> str:
     return f"{r['type']}::{r['name']}"
+
+
+# The engine's ordering edges: the pack's view always carries `dependsOn` (pulumi-policy
+# PolicyResource.dependencies), the render records it; a view without it cannot be judged.
+DEPENDENCIES = Reads("the engine's dependencies of the resources (dependsOn)", lambda r: True,
+                     lambda r: "dependsOn" in r, every=False)
 
 
 # --- order ----------------------------------------------------------------------------------------
@@ -123,7 +129,7 @@ def _releases(resources: list[Resource], chart: str) -> set[str]:
 
 
 @rule("deploy-order", "everything acting on the cluster comes after it; GPU workloads after the GPU "
-                      "nodes, the device plugins and their volume")
+                      "nodes, the device plugins and their volume", reads=(DEPENDENCIES, POD_TEMPLATES))
 def _order(resources, ctx):
     if not any("dependsOn" in r for r in resources):
         return  # a view without the engine's edges (an older record) cannot be judged
@@ -196,7 +202,8 @@ VALIDATED_AT_CREATE: dict[str, tuple[str, Any]] = {
 }
 
 
-@rule("create-time-validation", "a resource AWS validates at create time waits for what it validates")
+@rule("create-time-validation", "a resource AWS validates at create time waits for what it validates", reads=(
+    DEPENDENCIES, inputs_of(*VALIDATED_AT_CREATE, what="the properties of every FSx file system (securityGroupIds)")))
 def _create_time_validation(resources, ctx):
     if not any("dependsOn" in r for r in resources):
         return
@@ -239,7 +246,8 @@ def _addon_conflict_settings(resources: list[Resource]) -> Iterable[tuple[str, s
                     yield f"add-on {addon} (pulumi-eks {key})", r["name"], opts
 
 
-@rule("addon-conflicts", "every EKS add-on resolves conflicts with what EKS bootstrapped, on create and update")
+@rule("addon-conflicts", "every EKS add-on resolves conflicts with what EKS bootstrapped, on create and update",
+      reads=(inputs_of("aws:eks/addon:Addon", what="the properties of every EKS add-on (resolveConflictsOn*)"),))
 def _addon_conflicts(resources, ctx):
     for what, name, settings in _addon_conflict_settings(resources):
         for key in ("resolveConflictsOnCreate", "resolveConflictsOnUpdate"):
@@ -263,15 +271,43 @@ USES_ROLE = ("aws:eks/nodeGroup:NodeGroup", "eks:index:ManagedNodeGroup", "aws:e
 _ROLE_REF = re.compile(r"^\[(?:known after deploy: (?P<res>.+)\.arn|resource (?P<obj>.+))\]$")
 
 
-def _roles_used(r: Resource) -> set[str]:
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d+:role/.+$")
+
+
+def _role_values(r: Resource) -> list[Any]:
     i = r["inputs"]
-    values = [i.get("nodeRoleArn"), i.get("nodeRole"), i.get("roleArn"),
-              *[(a or {}).get("roleArn") for a in i.get("podIdentityAssociations") or []]]
+    return [i.get("nodeRoleArn"), i.get("nodeRole"), i.get("roleArn"),
+            *[(a or {}).get("roleArn") for a in i.get("podIdentityAssociations") or [] if isinstance(a, dict)]]
+
+
+def _names_a_role(r: Resource) -> Optional[bool]:
+    values = [v for v in _role_values(r) if v]
+    if any(v == UNKNOWN for v in values):
+        return None
+    return any(_ROLE_REF.match(str(v)) or _ROLE_ARN.match(str(v)) for v in values)
+
+
+def roles_by_value(resources: list[Resource]) -> dict[str, str]:
+    """A role's real ARN, name and id (its outputs in a preview) -> its Pulumi name. The render
+    links by placeholder (`[known after deploy: <role>.arn]`); a preview hands the real values."""
+    out = {}
+    for r in resources:
+        if r["type"] == "aws:iam/role:Role":
+            for key in ("arn", "name", "id"):
+                v = r["inputs"].get(key)
+                if isinstance(v, str) and v and v != UNKNOWN and not v.startswith("["):
+                    out[v] = r["name"]
+    return out
+
+
+def _roles_used(r: Resource, by_value: Optional[dict[str, str]] = None) -> set[str]:
     out = set()
-    for v in values:
+    for v in _role_values(r):
         m = _ROLE_REF.match(str(v)) if v else None
         if m:
             out.add(m.group("res") or m.group("obj"))
+        elif isinstance(v, str) and by_value and v in by_value:
+            out.add(by_value[v])
     return out
 
 
@@ -279,24 +315,36 @@ def role_policies(resources: list[Resource]) -> dict[str, list[Resource]]:
     """role name -> its policy attachments and inline policies (the role each belongs to is recorded:
     `role` is the role's name or id placeholder)."""
     out: dict[str, list[Resource]] = collections.defaultdict(list)
+    by_value = roles_by_value(resources)
     for r in resources:
         if r["type"] in ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/rolePolicy:RolePolicy"):
-            m = _PLACEHOLDER.match(str(r["inputs"].get("role", "")))
+            role = str(r["inputs"].get("role", ""))
+            m = _PLACEHOLDER.match(role)
             if m and m.group("out") in ("name", "id"):
                 out[m.group("res")].append(r)
+            elif role in by_value:  # a preview: the role's real name
+                out[by_value[role]].append(r)
     return out
 
 
-@rule("iam-before-use", "node groups, add-ons and Pod Identity associations come after their role's policies")
+# At least one of them names a role of the record (an add-on may use none); a preview names it by
+# its real ARN, the render by a placeholder: both resolve (_roles_used).
+ROLE_REFS = Reads("the role a node group, add-on or Pod Identity association uses (nodeRoleArn, roleArn, ...)",
+                  lambda r: r["type"] in USES_ROLE, _names_a_role, every=False)
+
+
+@rule("iam-before-use", "node groups, add-ons and Pod Identity associations come after their role's policies",
+      reads=(DEPENDENCIES, ROLE_REFS))
 def _iam_before_use(resources, ctx):
     if not any("dependsOn" in r for r in resources):
         return
     graph = Graph(resources)
     policies = role_policies(resources)
+    by_value = roles_by_value(resources)
     for r in resources:
         if r["type"] not in USES_ROLE:
             continue
-        for role in sorted(_roles_used(r)):
+        for role in sorted(_roles_used(r, by_value)):
             for p in policies.get(role, []):
                 if not graph.reaches(ref(r), {ref(p)}):
                     yield Violation("iam-before-use", f"{r['type'].split(':')[-1]} {r['name']}",
@@ -563,7 +611,10 @@ def _ports(flow: Flow) -> str:
     return f"({flow.protocol} {lo})" if lo == hi else f"({flow.protocol} {lo}-{hi})"
 
 
-@rule("network-flows", "every flow a working cluster needs is allowed by the security groups")
+@rule("network-flows", "every flow a working cluster needs is allowed by the security groups", reads=(
+    inputs_of("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+              "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule",
+              what="the properties of every security group rule (securityGroupId, ipProtocol, ports)"),))
 def _flows(resources, ctx):
     for res in evaluate_flows(resources):
         if not res.ok:
@@ -605,7 +656,9 @@ def _as_list(v: Any) -> list[str]:
     return [v] if isinstance(v, str) else list(v or [])
 
 
-@rule("least-privilege", "no *FullAccess managed policy and no wildcard action on a wildcard resource")
+@rule("least-privilege", "no *FullAccess managed policy and no wildcard action on a wildcard resource", reads=(
+    inputs_of("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/rolePolicy:RolePolicy",
+              "aws:iam/policy:Policy", what="the properties of every policy and attachment (policyArn, policy)"),))
 def _privilege(resources, ctx):
     for r in resources:
         i = r["inputs"]
@@ -658,7 +711,8 @@ def replacement_sequence(r: Resource) -> list[str]:
     return steps
 
 
-@rule("run-replacement", "replacing a run never leaves it killed without a successor")
+@rule("run-replacement", "replacing a run never leaves it killed without a successor",
+      reads=(spec_of(*RUN_KINDS, what="metadata"),))
 def _run_replacement(resources, ctx):
     for r in resources:
         if not r["type"].startswith("kubernetes:") or r["inputs"].get("kind") not in RUN_KINDS:
@@ -710,7 +764,8 @@ def enforcement(resources: list[Resource]) -> Optional[bool]:
                       "vpcCniOptions to read NetworkPolicy enforcement from")
 
 
-@rule("network-policy", "every GPU pod is selected by a NetworkPolicy, and policies exist only where enforced")
+@rule("network-policy", "every GPU pod is selected by a NetworkPolicy, and policies exist only where enforced",
+      reads=(POD_TEMPLATES, spec_of("NetworkPolicy")))
 def _network_policy(resources, ctx):
     policies = [(o.get("metadata") or {}, o.get("spec") or {}) for _, o in k8s_objects(resources)
                 if o.get("kind") == "NetworkPolicy"]

@@ -21,7 +21,8 @@ import base64
 import re
 from typing import Any, Optional
 
-from components.offline.resources import GPU, Violation, gpu_node_groups, pod_requests, pods, rule
+from components.offline.resources import (GPU, INSTANCE_TYPE, POD_TEMPLATES, Reads, Violation, gpu_node_groups,
+                                         of_types, pod_requests, pods, rule)
 from components.stack import topology
 
 _SETTING = re.compile(r"^\s*(cpuManagerPolicy|topologyManagerPolicy):\s*(\S+)\s*$", re.M)
@@ -98,8 +99,15 @@ def _guaranteed_cpus(spec: dict[str, Any]) -> float:
     return total
 
 
+# The kubelet settings: in the userData of a launch template (the GPU group's sets them; a template
+# without userData, e.g. the system group's, is fine). Unknown until deploy: not an error.
+USER_DATA = Reads("the kubelet settings (a launch template's userData, nodeadm NodeConfig)", of_types(LAUNCH_TEMPLATE),
+                  lambda r: isinstance(r["inputs"].get("userData"), str), every=False)
+
+
 @rule("numa-policy-admits", "the GPU nodes' Topology Manager policy admits every pod that runs there "
-                            "(single-numa-node rejects a pod wider than one NUMA node)")
+                            "(single-numa-node rejects a pod wider than one NUMA node)",
+      reads=(POD_TEMPLATES, INSTANCE_TYPE, USER_DATA))
 def _numa_policy(resources, ctx):
     per = template_policies(resources)
     if not per or ctx.instance is None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from components.stack import catalog
-from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
+from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
 
 Resource = dict[str, Any]
 GPU = "nvidia.com/gpu"
@@ -208,14 +208,212 @@ def pod_requests(p: Pod) -> dict[str, float]:
     return total
 
 
+# --- what each rule reads -----------------------------------------------------------------------
+#
+# A rule that finds nothing to read passes silently: a real preview hands the pack each resource's
+# OUTPUTS (issue 18), and a component's outputs, or an object cut down to what the program applied,
+# may lack what the rule reads. Each rule therefore declares what it reads, of which resources (by
+# type, which the engine always sends), and `unread` turns "applies to the stack, read nothing" into
+# a violation of that rule, in the render, the tests and the pack alike.
+
+WORKLOAD_KINDS = ("Job", "StatefulSet", "Deployment", "MPIJob", "RayJob")
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a rule reads of the resources `scope` selects.
+
+    `has(resource)`: True when the resource carries it, False when it does not, None when the value
+    is not known until deploy (a first preview: not an error, the pack reports it as unseen).
+    `every`: each resource in scope must carry it (else: at least one, e.g. the one Namespace that
+    records the instance type). `applies`: whether the rule applies to the stack at all (default:
+    something is in scope). `problem`: what makes the read ambiguous (two values that disagree).
+    """
+
+    what: str
+    scope: Callable[[Resource], bool]
+    has: Callable[[Resource], Optional[bool]]
+    every: bool = True
+    applies: Optional[Callable[[list[Resource]], bool]] = None
+    problem: Optional[Callable[[list[Resource]], str]] = None
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What one `Reads` found: resources in scope, read, missing it, unknown (labels `Kind name`)."""
+
+    what: str
+    scope: tuple[str, ...]
+    read: tuple[str, ...]
+    missing: tuple[str, ...]
+    unknown: tuple[str, ...]
+    every: bool
+    applies: bool
+    problem: str = ""
+
+    @property
+    def failed(self) -> bool:
+        if self.problem:
+            return True
+        if not self.applies:
+            return False
+        return bool(self.missing) if self.every else not (self.read or self.unknown)
+
+
+def _label(r: Resource) -> str:
+    return f"{r['type'].rsplit(':', 1)[-1]} {r['name']}"
+
+
+def k8s_kinds(*kinds: str) -> Callable[[Resource], bool]:
+    """Kubernetes resources of these kinds, by the type the engine sends (`kubernetes:batch/v1:Job`)."""
+    return lambda r: r["type"].startswith("kubernetes:") and r["type"].rsplit(":", 1)[-1] in kinds
+
+
+def of_types(*types: str) -> Callable[[Resource], bool]:
+    return lambda r: r["type"] in types
+
+
+def _unknown(value: Any) -> bool:
+    from components.offline.mock_engine import UNKNOWN
+    return isinstance(value, str) and value == UNKNOWN
+
+
+def _dict_at(r: Resource, *path: str) -> Optional[bool]:
+    """A non-empty mapping at `path` of the inputs (None: unknown until deploy)."""
+    value: Any = r.get("inputs")
+    for key in path:
+        if _unknown(value):
+            return None
+        value = value.get(key) if isinstance(value, dict) else None
+    if _unknown(value):
+        return None
+    return isinstance(value, dict) and bool(value)
+
+
+def pod_specs(obj: dict[str, Any]) -> Optional[list[Any]]:
+    """The pod specs of a workload object's templates (None: its spec is unknown until deploy)."""
+    kind, spec = obj.get("kind"), obj.get("spec")
+    if _unknown(spec):
+        return None
+    if not isinstance(spec, dict):
+        return []
+    if kind in ("Job", "StatefulSet", "Deployment"):
+        templates = [spec.get("template")]
+    elif kind == "MPIJob":
+        templates = [rs.get("template") if isinstance(rs, dict) else None
+                     for rs in (spec.get("mpiReplicaSpecs") or {}).values()]
+    elif kind == "RayJob":
+        cluster = spec.get("rayClusterSpec") or {}
+        templates = [(cluster.get("headGroupSpec") or {}).get("template")]
+        templates += [g.get("template") if isinstance(g, dict) else None for g in cluster.get("workerGroupSpecs") or []]
+    else:
+        return []
+    return [t.get("spec") if isinstance(t, dict) else t for t in templates]
+
+
+def _has_pod_templates(r: Resource) -> Optional[bool]:
+    obj = r.get("inputs") or {}
+    if "kind" not in obj:
+        return False
+    specs = pod_specs(obj)
+    if specs is None or any(_unknown(s) for s in specs):
+        return None
+    return bool(specs) and all(isinstance(s, dict) and isinstance(s.get("containers"), list) and bool(s["containers"])
+                               for s in specs)
+
+
+def _annotation(key: str) -> Callable[[Resource], Optional[bool]]:
+    def has(r: Resource) -> Optional[bool]:
+        value = (((r.get("inputs") or {}).get("metadata") or {}).get("annotations") or {}).get(key)
+        return None if _unknown(value) else bool(value)
+    return has
+
+
+WORKLOADS = k8s_kinds(*WORKLOAD_KINDS)
+
+
+def _has_workloads(resources: list[Resource]) -> bool:
+    return any(WORKLOADS(r) for r in resources)
+
+
+def _instance_conflict(resources: list[Resource]) -> str:
+    found = context(resources).instance_conflict
+    return ("the Namespaces record different instance types (" + ", ".join(f"{ns}: {v}" for ns, v in found)
+            + "): which one the workloads are sized for is ambiguous") if found else ""
+
+
+POD_TEMPLATES = Reads("the pod templates (spec.template.spec.containers; an MPIJob's mpiReplicaSpecs, a RayJob's "
+                      "rayClusterSpec groups)", WORKLOADS, _has_pod_templates)
+INSTANCE_TYPE = Reads(f"the GPU instance type (annotation {GPU_INSTANCE_ANNOTATION} of the training Namespace)",
+                      k8s_kinds("Namespace"), _annotation(GPU_INSTANCE_ANNOTATION), every=False,
+                      applies=_has_workloads, problem=_instance_conflict)
+GPU_NODE_COUNT = Reads(f"the GPU node count (annotation {GPU_NODES_ANNOTATION} of the training Namespace)",
+                       k8s_kinds("Namespace"), _annotation(GPU_NODES_ANNOTATION), every=False, applies=_has_workloads)
+
+
+def spec_of(*kinds: str, what: str = "spec") -> Reads:
+    """Each object of `kinds` carries a non-empty `spec` (or the top-level field `what`)."""
+    path = tuple(what.split("."))
+    return Reads(f"{what} of every {', '.join(kinds)}", k8s_kinds(*kinds), lambda r: _dict_at(r, *path))
+
+
+def inputs_of(*types: str, what: str) -> Reads:
+    """Each resource of `types` sends properties at all (a component or object with none is unread)."""
+    return Reads(what, of_types(*types), lambda r: _dict_at(r))
+
+
 # --- rules --------------------------------------------------------------------------------------
 
 Rule = Callable[[list[Resource], Context], Iterator[Violation]]
 RULES: dict[str, tuple[Rule, str]] = {}
+READS: dict[str, tuple[Reads, ...]] = {}
 
 
-def rule(name: str, description: str):
+def rule(name: str, description: str, reads: Iterable[Reads] = ()):
     def register(fn: Rule) -> Rule:
         RULES[name] = (fn, description)
+        READS[name] = tuple(reads)
         return fn
     return register
+
+
+def coverage(resources: list[Resource], name: str) -> list[Coverage]:
+    """What rule `name` reads of `resources`, per declared read."""
+    out = []
+    for need in READS.get(name, ()):
+        scope = sorted((r for r in resources if need.scope(r)), key=lambda r: (r["name"], r["type"]))
+        found: dict[Optional[bool], list[str]] = {True: [], False: [], None: []}
+        for r in scope:
+            found[need.has(r)].append(_label(r))
+        applies = need.applies(resources) if need.applies else bool(scope)
+        out.append(Coverage(need.what, tuple(map(_label, scope)), tuple(found[True]), tuple(found[False]),
+                            tuple(found[None]), need.every, applies, need.problem(resources) if need.problem else ""))
+    return out
+
+
+def unread(resources: list[Resource], name: str) -> list[Violation]:
+    """A violation of rule `name` for each thing it reads that applies to the stack and is not there."""
+    out = []
+    for c in coverage(resources, name):
+        if not c.failed:
+            continue
+        if c.problem:
+            message = f"rule {name} cannot read {c.what}: {c.problem}"
+        elif c.every:
+            sent = ""
+            if len(c.missing) == 1:
+                r = next(r for r in resources if _label(r) == c.missing[0])
+                sent = f" (it was sent: {', '.join(sorted(r.get('inputs') or {})) or 'no properties'})"
+            message = (f"rule {name} read nothing of {', '.join(c.missing)}{sent}: expected {c.what}"
+                       + (f" ({len(c.read)} of {len(c.scope)} read)" if c.read else ""))
+        else:
+            message = (f"rule {name} read nothing: expected {c.what}, found in none of "
+                       + (", ".join(c.scope) if c.scope else "the resources (none of that kind)"))
+        # The one resource it is about, when there is one (its URN in the pack); else the rule.
+        missing = c.missing if c.every else c.scope
+        subject = missing[0] if len(missing) == 1 and not c.problem else f"policy rule {name}"
+        pulumi_name = next((r["name"] for r in resources if _label(r) == subject), "")
+        out.append(Violation(name, subject, message + ". A rule that reads nothing checks nothing",
+                             "the pack reads each resource's outputs (policy/pack.py): read the field where the "
+                             "engine sends it, or send it (tests/test_policy_outputs.py)", pulumi_name))
+    return out

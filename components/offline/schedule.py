@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from components.offline import deploy_model
-from components.offline.resources import (EFA, GPU, GPU_TAINT, HUGEPAGES, Context, Pod, Violation, context, k8s_objects,
-                                       pod_requests, rule)
+from components.offline.resources import (EFA, GPU, GPU_NODE_COUNT, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, POD_TEMPLATES,
+                                          Context, Pod, Violation, context, k8s_objects, pod_requests, rule, spec_of)
 from components.stack import catalog
 from components.stack.labels import GPU_NODES_ANNOTATION
 
@@ -655,7 +655,8 @@ def report(resources: list[Resource]) -> list[str]:
 
 
 @rule("schedule-fits", "every GPU workload fits the GPU node group whole (one pod per node for multi-node "
-                       "runs, allocatable after the DaemonSets, the queue's coverage and quota)")
+                       "runs, allocatable after the DaemonSets, the queue's coverage and quota)",
+      reads=(POD_TEMPLATES, INSTANCE_TYPE, GPU_NODE_COUNT))
 def _schedule_fits(resources, ctx):
     s = simulate(resources)
     if s is None:
@@ -668,7 +669,7 @@ def _schedule_fits(resources, ctx):
 
 
 @rule("rollout-fits", "a Deployment on the GPU nodes surges only when its surge pods fit beside the serving pods "
-                      "and the runs that start with them")
+                      "and the runs that start with them", reads=(POD_TEMPLATES, INSTANCE_TYPE, GPU_NODE_COUNT))
 def _rollout_fits(resources, ctx):
     s = simulate(resources)
     if s is None:
@@ -688,7 +689,8 @@ def _reaches(graph: "deploy_model.Graph", start: str, targets: Iterable[str]) ->
 
 
 @rule("kueue-queue", "queued workloads name a LocalQueue of the stack whose ClusterQueue covers every resource "
-                     "their pods request, leave suspend to Kueue, and come after the queue and Kueue")
+                     "their pods request, leave suspend to Kueue, and come after the queue and Kueue",
+      reads=(POD_TEMPLATES, spec_of("LocalQueue"), spec_of("ClusterQueue")))
 def _kueue_queue(resources, ctx):
     found = [w for w in workloads(resources, ctx) if w.queue]
     if not found:
@@ -725,7 +727,8 @@ def _kueue_queue(resources, ctx):
 
 
 @rule("gpu-runs-queued", "with a LocalQueue in the stack (Kueue on), every GPU run names it: an unqueued run "
-                         "is not admitted whole and takes GPUs past the queue")
+                         "is not admitted whole and takes GPUs past the queue",
+      reads=(POD_TEMPLATES, spec_of("LocalQueue", what="metadata")))
 def _gpu_runs_queued(resources, ctx):
     local = sorted({_meta(o).get("name") for _, o in k8s_objects(resources) if o.get("kind") == "LocalQueue"})
     if not local:
