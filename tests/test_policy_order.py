@@ -201,3 +201,13 @@ def test_two_releases_of_one_chart_any_of_them_orders_the_run():
                   and r["inputs"].get("chart") == "nvidia-device-plugin")
     rows.insert(0, {**copy.deepcopy(plugin), "name": "another-nvidia-plugin", "dependsOn": []})
     assert [v for v in assert_same_in_every_order(rows)["violations"] if v.startswith("[deploy-order]")] == []
+
+
+def test_two_namespaces_disagreeing_on_the_node_count_are_ambiguous_in_any_order():
+    """Before: the schedule silently took the larger count; now the rules that place runs on them say so."""
+    rows = copy.deepcopy(committed("dev"))
+    _row(rows, "monitoring-namespace")["inputs"]["metadata"]["annotations"]["rltrain/gpu-node-count"] = "4"
+    found = assert_same_in_every_order(rows)["violations"]
+    assert [v.split(":", 1)[0] for v in found] == ["[schedule-fits] policy rule schedule-fits",
+                                                   "[rollout-fits] policy rule rollout-fits"]
+    assert all("the Namespaces record different GPU node counts (monitoring: 4, rltrain: 2)" in v for v in found)

@@ -208,7 +208,8 @@ def _create_time_validation(resources, ctx):
     if not any("dependsOn" in r for r in resources):
         return
     graph = Graph(resources)
-    by_name = {r["name"]: ref(r) for r in resources}
+    # The rules by name (a name is unique per type only: never whichever row of that name came last).
+    by_name = {r["name"]: ref(r) for r in resources if r["type"] in SG_RULE_TYPES}
     for r in resources:
         if r["type"] not in VALIDATED_AT_CREATE:
             continue
@@ -410,6 +411,10 @@ INTERNET = "internet"
 EKS_SG_IMPLICIT = ("ingress self all", "egress 0.0.0.0/0 all")
 
 
+SG_RULE_TYPES = ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+                 "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+
+
 def _sg_id_of(r: Resource) -> str:
     return f"[known after deploy: {r['name']}.id]"
 
@@ -418,8 +423,7 @@ def security_rules(resources: list[Resource]) -> list[SgRule]:
     out = []
     for r in resources:
         i = r["inputs"]
-        if r["type"] in ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
-                         "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"):
+        if r["type"] in SG_RULE_TYPES:
             direction = "ingress" if "Ingress" in r["type"] else "egress"
             proto = str(i.get("ipProtocol", "-1"))
             lo, hi = (0, 65535) if proto == "-1" else (int(i.get("fromPort", 0)), int(i.get("toPort", 65535)))
@@ -612,9 +616,7 @@ def _ports(flow: Flow) -> str:
 
 
 @rule("network-flows", "every flow a working cluster needs is allowed by the security groups", reads=(
-    inputs_of("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
-              "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule",
-              what="the properties of every security group rule (securityGroupId, ipProtocol, ports)"),))
+    inputs_of(*SG_RULE_TYPES, what="the properties of every security group rule (securityGroupId, ipProtocol, ports)"),))
 def _flows(resources, ctx):
     for res in evaluate_flows(resources):
         if not res.ok:

@@ -342,13 +342,22 @@ def _instance_conflict(resources: list[Resource]) -> str:
             + "): which one the workloads are sized for is ambiguous") if found else ""
 
 
+def _node_count_conflict(resources: list[Resource]) -> str:
+    found = sorted({((obj.get("metadata") or {}).get("name", "?"), str(ann[GPU_NODES_ANNOTATION]))
+                    for _, obj in k8s_objects(resources) if obj.get("kind") == "Namespace"
+                    for ann in [(obj.get("metadata") or {}).get("annotations") or {}] if ann.get(GPU_NODES_ANNOTATION)})
+    return ("the Namespaces record different GPU node counts (" + ", ".join(f"{ns}: {v}" for ns, v in found)
+            + "): which one the workloads are placed on is ambiguous") if len({v for _, v in found}) > 1 else ""
+
+
 POD_TEMPLATES = Reads("the pod templates (spec.template.spec.containers; an MPIJob's mpiReplicaSpecs, a RayJob's "
                       "rayClusterSpec groups)", WORKLOADS, _has_pod_templates)
 INSTANCE_TYPE = Reads(f"the GPU instance type (annotation {GPU_INSTANCE_ANNOTATION} of the training Namespace)",
                       k8s_kinds("Namespace"), _annotation(GPU_INSTANCE_ANNOTATION), every=False,
                       applies=_has_workloads, problem=_instance_conflict)
 GPU_NODE_COUNT = Reads(f"the GPU node count (annotation {GPU_NODES_ANNOTATION} of the training Namespace)",
-                       k8s_kinds("Namespace"), _annotation(GPU_NODES_ANNOTATION), every=False, applies=_has_workloads)
+                       k8s_kinds("Namespace"), _annotation(GPU_NODES_ANNOTATION), every=False, applies=_has_workloads,
+                       problem=_node_count_conflict)
 
 
 def spec_of(*kinds: str, what: str = "spec") -> Reads:
