@@ -16,6 +16,11 @@ render's resource view (a row of rendered/<stack>/resources.json):
   the same way pulumi-policy's own `serialize_properties` lets unknowns through), with every
   unknown replaced by the render's placeholder `[unknown before deploy]`. Each rule then runs on
   everything it can see.
+- A rule that applies to the stack but finds nothing to read (a component that registers no
+  outputs, a Kubernetes object whose outputs lack the spec the rule reads) is a mandatory
+  violation of that rule, naming what it expected (policy.evaluate runs `unread` after each rule;
+  the render does the same), never a pass. The rules read every resource of a kind, in whatever
+  order the engine sends them (it iterates a map: no set order).
 - What a rule could not see is written, per rule, to stderr, which the engine streams into the
   preview's output. Not a policy diagnostic: pulumi-policy gives every diagnostic of a policy that
   policy's enforcement level (mandatory here, so a note would block the preview), and its only other

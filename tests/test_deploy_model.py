@@ -88,7 +88,9 @@ def test_without_the_fsx_to_node_rules_lustre_callbacks_are_blocked():
     rows = [r for r in p5_record() if not r["name"].endswith("-to-nodes")]
     vs = violations(rows, "network-flows")
     assert {v.resource for v in vs} == {"flow FSx -> GPU nodes Lustre 988-988", "flow FSx -> GPU nodes Lustre 1018-1023"}
-    assert "no ingress rule on [gpu-sg, EKS cluster SG] from FSx (tcp 988)" in vs[0].message
+    # Violations come by resource (never in record order): 1018-1023 sorts before 988-988.
+    assert [v.resource for v in vs] == ["flow FSx -> GPU nodes Lustre 1018-1023", "flow FSx -> GPU nodes Lustre 988-988"]
+    assert "no ingress rule on [gpu-sg, EKS cluster SG] from FSx (tcp 988)" in vs[1].message
 
 
 def test_without_the_gpu_self_egress_rule_efa_fails():

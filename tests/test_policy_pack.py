@@ -359,7 +359,9 @@ def test_open_endpoint_is_read_from_the_aws_cluster(analyzer, cidrs):
 def test_endpoint_with_nothing_to_read_is_an_error_not_a_pass(analyzer):
     rows = [r for r in _output_rows() if r["type"] != "aws:eks/cluster:Cluster"]
     (d,) = analyze(analyzer, "p5", rows).diagnostics
-    assert d.policyName == "endpoint-not-open" and "cannot read the endpoint settings" in d.message
+    assert d.policyName == "endpoint-not-open" and d.enforcementLevel == proto.MANDATORY
+    assert "rule endpoint-not-open read nothing: expected the endpoint settings" in d.message
+    assert d.urn == urn_of("p5", rows, "eks:index:Cluster", "cluster-eks")  # the one cluster it could not read
 
 
 def test_network_policy_enforcement_is_read_from_the_vpc_cni_addon(analyzer):
@@ -382,3 +384,31 @@ def test_a_recorded_preview_replaces_the_synthesis(tmp_path, monkeypatch):
     monkeypatch.setattr(preview_records, "RECORDINGS", tmp_path)
     assert preview_records.records("p5") == recorded
     assert preview_records.records("dev") == preview_records.synthesize(committed("dev"))
+
+
+# --- the outputs recorded from a real preview (the sim stack on the simulated cluster) ------------
+
+def sim_preview() -> list[dict[str, Any]]:
+    """tests/fixtures/policy/sim-preview.json (python -m cluster.record_policy_input), minus the stack
+    itself, which request() adds."""
+    rows = json.loads((ROOT / "tests" / "fixtures" / "policy" / "sim-preview.json").read_text())
+    stack = next(r["name"] for r in rows if r["type"] == "pulumi:pulumi:Stack")
+    return [{**r, "parent": None if r["parent"] == stack else r["parent"]} for r in rows
+            if r["type"] != "pulumi:pulumi:Stack"]
+
+
+def test_the_recorded_real_preview_passes(analyzer):
+    assert [(d.policyName, d.message) for d in analyze(analyzer, "sim", sim_preview()).diagnostics] == []
+
+
+def test_a_recorded_job_without_its_spec_is_unread_not_passed(analyzer):
+    """What a rule sees of a component that registers no outputs: the object, none of its fields.
+    Every rule that reads it fails the preview on that object (before: each passed)."""
+    rows = sim_preview()
+    job = next(r for r in rows if r["name"] == "workloads-validation-job")
+    del job["inputs"]["spec"]
+    response = analyze(analyzer, "sim", rows)
+    unread = {(d.policyName, d.urn, d.enforcementLevel) for d in response.diagnostics
+              if "read nothing of Job workloads-validation-job (it was sent: apiVersion, kind, metadata" in d.message}
+    readers = {name for name, reads in policy.READS.items() if policy.POD_TEMPLATES in reads} | {"job-deadline"}
+    assert unread == {(name, urn_of("sim", rows, job["type"], job["name"]), proto.MANDATORY) for name in readers}

@@ -21,6 +21,7 @@ checked by the `pod-fits-node` and `efa-hugepages` rules in `policy.py`.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import ipaddress
 import json
 import re
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from components.offline.mock_engine import UNKNOWN
-from components.offline.resources import GPU, EFA, Violation, k8s_objects, pods, rule
+from components.offline.resources import (GPU, EFA, POD_TEMPLATES, Reads, Violation, inputs_of, k8s_objects, pods, rule, spec_of)
 
 Resource = dict[str, Any]
 _PLACEHOLDER = re.compile(r"^\[known after deploy: (?P<res>.+)\.(?P<out>[^.\]]+)\]$")
@@ -44,6 +45,12 @@ def ref(r: Resource) -> str:
     return f"{r['type']}::{r['name']}"
 
 
+# The engine's ordering edges: the pack's view always carries `dependsOn` (pulumi-policy
+# PolicyResource.dependencies), the render records it; a view without it cannot be judged.
+DEPENDENCIES = Reads("the engine's dependencies of the resources (dependsOn)", lambda r: True,
+                     lambda r: "dependsOn" in r, every=False)
+
+
 # --- order ----------------------------------------------------------------------------------------
 
 
@@ -52,7 +59,12 @@ class Graph:
 
     def __init__(self, resources: list[Resource]):
         self.rows = {ref(r): r for r in resources}
-        components = {r["name"]: ref(r) for r in resources if not r.get("custom")}
+        # The view names a parent by name only; two components of one name (of different types)
+        # are both kept as the parent, never whichever came last.
+        components: dict[str, set[str]] = collections.defaultdict(set)
+        for r in resources:
+            if not r.get("custom"):
+                components[r["name"]].add(ref(r))
         self.edges: dict[str, set[str]] = collections.defaultdict(set)
         for r in resources:
             me = ref(r)
@@ -60,7 +72,7 @@ class Graph:
             if r.get("provider"):
                 self.edges[me].add(r["provider"])
             if r.get("parent") and r["parent"] in components:
-                self.edges[me].add(components[r["parent"]])
+                self.edges[me].update(components[r["parent"]] - {me})
 
     def reaches(self, start: str, targets: set[str]) -> bool:
         seen, todo = {start}, [start]
@@ -109,13 +121,15 @@ def _is_gpu_node_group(r: Resource) -> bool:
         t.get("key") == GPU for t in (r["inputs"].get("taints") or []))
 
 
-def _release(resources: list[Resource], chart: str) -> Optional[Resource]:
-    return next((r for r in resources if r["type"] == "kubernetes:helm.sh/v3:Release"
-                 and r["inputs"].get("chart") == chart), None)
+def _releases(resources: list[Resource], chart: str) -> set[str]:
+    """Every Helm release of `chart` (a workload ordered after any of them is ordered after the
+    chart: never "the first one in the list")."""
+    return {ref(r) for r in resources if r["type"] == "kubernetes:helm.sh/v3:Release"
+            and r["inputs"].get("chart") == chart}
 
 
 @rule("deploy-order", "everything acting on the cluster comes after it; GPU workloads after the GPU "
-                      "nodes, the device plugins and their volume")
+                      "nodes, the device plugins and their volume", reads=(DEPENDENCIES, POD_TEMPLATES))
 def _order(resources, ctx):
     if not any("dependsOn" in r for r in resources):
         return  # a view without the engine's edges (an older record) cannot be judged
@@ -131,22 +145,23 @@ def _order(resources, ctx):
                                 "take the cluster name from the cluster's output (EksCluster.cluster_name) "
                                 "or add depends_on=[the cluster]", r["name"])
     gpu_groups = {ref(r) for r in resources if _is_gpu_node_group(r)}
-    nvidia = _release(resources, "nvidia-device-plugin")
-    efa = _release(resources, "aws-efa-k8s-device-plugin")
+    nvidia = _releases(resources, "nvidia-device-plugin")
+    efa = _releases(resources, "aws-efa-k8s-device-plugin")
     claims = {(o.get("metadata") or {}).get("name"): ref(r) for r, o in k8s_objects(resources)
               if o.get("kind") == "PersistentVolumeClaim"}
     for p in pods(resources):
         if not p.requests_gpu():
             continue
-        owner = next(r for r in resources if r["name"] == p.pulumi_name and r.get("custom"))
+        # The row the pod was found in (names repeat across types: never the first row of that name).
+        owner = graph.rows[p.row]
         need: list[tuple[str, set[str]]] = []
         if gpu_groups:
             need.append(("the GPU node group", gpu_groups))
         if nvidia:
-            need.append(("the NVIDIA device plugin", {ref(nvidia)}))
+            need.append(("the NVIDIA device plugin", nvidia))
         requests_efa = any(EFA in ((c.get("resources") or {}).get("limits") or {}) for c in p.containers)
         if requests_efa and efa:
-            need.append(("the EFA device plugin", {ref(efa)}))
+            need.append(("the EFA device plugin", efa))
         for v in p.spec.get("volumes") or []:
             claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
             if claim in claims:
@@ -187,12 +202,14 @@ VALIDATED_AT_CREATE: dict[str, tuple[str, Any]] = {
 }
 
 
-@rule("create-time-validation", "a resource AWS validates at create time waits for what it validates")
+@rule("create-time-validation", "a resource AWS validates at create time waits for what it validates", reads=(
+    DEPENDENCIES, inputs_of(*VALIDATED_AT_CREATE, what="the properties of every FSx file system (securityGroupIds)")))
 def _create_time_validation(resources, ctx):
     if not any("dependsOn" in r for r in resources):
         return
     graph = Graph(resources)
-    by_name = {r["name"]: ref(r) for r in resources}
+    # The rules by name (a name is unique per type only: never whichever row of that name came last).
+    by_name = {r["name"]: ref(r) for r in resources if r["type"] in SG_RULE_TYPES}
     for r in resources:
         if r["type"] not in VALIDATED_AT_CREATE:
             continue
@@ -230,7 +247,8 @@ def _addon_conflict_settings(resources: list[Resource]) -> Iterable[tuple[str, s
                     yield f"add-on {addon} (pulumi-eks {key})", r["name"], opts
 
 
-@rule("addon-conflicts", "every EKS add-on resolves conflicts with what EKS bootstrapped, on create and update")
+@rule("addon-conflicts", "every EKS add-on resolves conflicts with what EKS bootstrapped, on create and update",
+      reads=(inputs_of("aws:eks/addon:Addon", what="the properties of every EKS add-on (resolveConflictsOn*)"),))
 def _addon_conflicts(resources, ctx):
     for what, name, settings in _addon_conflict_settings(resources):
         for key in ("resolveConflictsOnCreate", "resolveConflictsOnUpdate"):
@@ -254,15 +272,43 @@ USES_ROLE = ("aws:eks/nodeGroup:NodeGroup", "eks:index:ManagedNodeGroup", "aws:e
 _ROLE_REF = re.compile(r"^\[(?:known after deploy: (?P<res>.+)\.arn|resource (?P<obj>.+))\]$")
 
 
-def _roles_used(r: Resource) -> set[str]:
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d+:role/.+$")
+
+
+def _role_values(r: Resource) -> list[Any]:
     i = r["inputs"]
-    values = [i.get("nodeRoleArn"), i.get("nodeRole"), i.get("roleArn"),
-              *[(a or {}).get("roleArn") for a in i.get("podIdentityAssociations") or []]]
+    return [i.get("nodeRoleArn"), i.get("nodeRole"), i.get("roleArn"),
+            *[(a or {}).get("roleArn") for a in i.get("podIdentityAssociations") or [] if isinstance(a, dict)]]
+
+
+def _names_a_role(r: Resource) -> Optional[bool]:
+    values = [v for v in _role_values(r) if v]
+    if any(v == UNKNOWN for v in values):
+        return None
+    return any(_ROLE_REF.match(str(v)) or _ROLE_ARN.match(str(v)) for v in values)
+
+
+def roles_by_value(resources: list[Resource]) -> dict[str, str]:
+    """A role's real ARN, name and id (its outputs in a preview) -> its Pulumi name. The render
+    links by placeholder (`[known after deploy: <role>.arn]`); a preview hands the real values."""
+    out = {}
+    for r in resources:
+        if r["type"] == "aws:iam/role:Role":
+            for key in ("arn", "name", "id"):
+                v = r["inputs"].get(key)
+                if isinstance(v, str) and v and v != UNKNOWN and not v.startswith("["):
+                    out[v] = r["name"]
+    return out
+
+
+def _roles_used(r: Resource, by_value: Optional[dict[str, str]] = None) -> set[str]:
     out = set()
-    for v in values:
+    for v in _role_values(r):
         m = _ROLE_REF.match(str(v)) if v else None
         if m:
             out.add(m.group("res") or m.group("obj"))
+        elif isinstance(v, str) and by_value and v in by_value:
+            out.add(by_value[v])
     return out
 
 
@@ -270,24 +316,36 @@ def role_policies(resources: list[Resource]) -> dict[str, list[Resource]]:
     """role name -> its policy attachments and inline policies (the role each belongs to is recorded:
     `role` is the role's name or id placeholder)."""
     out: dict[str, list[Resource]] = collections.defaultdict(list)
+    by_value = roles_by_value(resources)
     for r in resources:
         if r["type"] in ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/rolePolicy:RolePolicy"):
-            m = _PLACEHOLDER.match(str(r["inputs"].get("role", "")))
+            role = str(r["inputs"].get("role", ""))
+            m = _PLACEHOLDER.match(role)
             if m and m.group("out") in ("name", "id"):
                 out[m.group("res")].append(r)
+            elif role in by_value:  # a preview: the role's real name
+                out[by_value[role]].append(r)
     return out
 
 
-@rule("iam-before-use", "node groups, add-ons and Pod Identity associations come after their role's policies")
+# At least one of them names a role of the record (an add-on may use none); a preview names it by
+# its real ARN, the render by a placeholder: both resolve (_roles_used).
+ROLE_REFS = Reads("the role a node group, add-on or Pod Identity association uses (nodeRoleArn, roleArn, ...)",
+                  lambda r: r["type"] in USES_ROLE, _names_a_role, every=False)
+
+
+@rule("iam-before-use", "node groups, add-ons and Pod Identity associations come after their role's policies",
+      reads=(DEPENDENCIES, ROLE_REFS))
 def _iam_before_use(resources, ctx):
     if not any("dependsOn" in r for r in resources):
         return
     graph = Graph(resources)
     policies = role_policies(resources)
+    by_value = roles_by_value(resources)
     for r in resources:
         if r["type"] not in USES_ROLE:
             continue
-        for role in sorted(_roles_used(r)):
+        for role in sorted(_roles_used(r, by_value)):
             for p in policies.get(role, []):
                 if not graph.reaches(ref(r), {ref(p)}):
                     yield Violation("iam-before-use", f"{r['type'].split(':')[-1]} {r['name']}",
@@ -353,6 +411,10 @@ INTERNET = "internet"
 EKS_SG_IMPLICIT = ("ingress self all", "egress 0.0.0.0/0 all")
 
 
+SG_RULE_TYPES = ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+                 "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+
+
 def _sg_id_of(r: Resource) -> str:
     return f"[known after deploy: {r['name']}.id]"
 
@@ -361,8 +423,7 @@ def security_rules(resources: list[Resource]) -> list[SgRule]:
     out = []
     for r in resources:
         i = r["inputs"]
-        if r["type"] in ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
-                         "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"):
+        if r["type"] in SG_RULE_TYPES:
             direction = "ingress" if "Ingress" in r["type"] else "egress"
             proto = str(i.get("ipProtocol", "-1"))
             lo, hi = (0, 65535) if proto == "-1" else (int(i.get("fromPort", 0)), int(i.get("toPort", 65535)))
@@ -371,43 +432,48 @@ def security_rules(resources: list[Resource]) -> list[SgRule]:
     return out
 
 
-def endpoints(resources: list[Resource]) -> dict[str, Endpoint]:
-    """Control plane, system nodes, GPU nodes and FSx with the security groups each carries."""
-    eps: dict[str, Endpoint] = {}
-    cluster = next((r for r in resources if r["type"] == "eks:index:Cluster"), None)
-    if cluster is None:
-        return eps
-    eks_sg = f"[known after deploy: {cluster['name']}.eksCluster.vpcConfig.clusterSecurityGroupId]"
-    eps["control plane"] = Endpoint("control plane", [eks_sg])
+def endpoints(resources: list[Resource]) -> dict[str, list[Endpoint]]:
+    """Control plane, system nodes, GPU nodes and FSx with the security groups each carries: every
+    resource of each role (two GPU node groups are two endpoints, each checked; never the last one
+    in the list), by name. `_eks_sg`: the EKS cluster security group of each cluster."""
+    eps: dict[str, list[Endpoint]] = collections.defaultdict(list)
+    clusters = sorted((r for r in resources if r["type"] == "eks:index:Cluster"), key=lambda r: r["name"])
+    if not clusters:
+        return {}
+    for cluster in clusters:
+        eks_sg = f"[known after deploy: {cluster['name']}.eksCluster.vpcConfig.clusterSecurityGroupId]"
+        eps["control plane"].append(Endpoint(cluster["name"], [eks_sg]))
+        eps["_eks_sg"].append(Endpoint(cluster["name"], [eks_sg]))
+    # A node group without its own groups gets the cluster security group (EKS user guide, launch
+    # templates); with several clusters any of theirs.
+    default = [g for e in eps["_eks_sg"] for g in e.sgs]
     templates = {_sg_id_of(r): r for r in resources if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"}
-    for r in resources:
+    for r in sorted(resources, key=lambda r: r["name"]):
         if r["type"] == "eks:index:ManagedNodeGroup":
             # EKS gives managed nodes the cluster security group unless their launch template sets
             # security groups of its own (EKS user guide, launch templates).
-            lt = templates.get(str((r["inputs"].get("launchTemplate") or {}).get("id")))
+            # Its inputs in the render; in a preview only its outputs, where `nodeGroup` holds them.
+            given = r["inputs"].get("launchTemplate") or (r["inputs"].get("nodeGroup") or {}).get("launchTemplate")
+            lt = templates.get(str((given or {}).get("id")))
             own = list((lt or {}).get("inputs", {}).get("vpcSecurityGroupIds") or [])
-            eps["system nodes"] = Endpoint("system nodes", own or [eks_sg])
-    for r in resources:
-        if not _is_gpu_node_group(r):
-            continue
-        lt = templates.get(str((r["inputs"].get("launchTemplate") or {}).get("id")))
-        if lt is None:
-            eps["GPU nodes"] = Endpoint("GPU nodes", [eks_sg])
-            continue
-        nics = lt["inputs"].get("networkInterfaces") or []
-        interfaces = [list(n.get("securityGroups") or []) for n in nics]
-        primary = interfaces[0] if interfaces else list(lt["inputs"].get("vpcSecurityGroupIds") or [])
-        eps["GPU nodes"] = Endpoint("GPU nodes", primary, interfaces or [primary])
-    for r in resources:
-        if r["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem":
-            eps["FSx"] = Endpoint("FSx", list(r["inputs"].get("securityGroupIds") or []))
-    eps["_eks_sg"] = Endpoint("_eks_sg", [eks_sg])
-    return eps
+            eps["system nodes"].append(Endpoint(r["name"], own or default))
+        elif _is_gpu_node_group(r):
+            lt = templates.get(str((r["inputs"].get("launchTemplate") or {}).get("id")))
+            if lt is None:
+                eps["GPU nodes"].append(Endpoint(r["name"], default))
+                continue
+            nics = lt["inputs"].get("networkInterfaces") or []
+            interfaces = [list(n.get("securityGroups") or []) for n in nics]
+            primary = interfaces[0] if interfaces else list(lt["inputs"].get("vpcSecurityGroupIds") or [])
+            eps["GPU nodes"].append(Endpoint(r["name"], primary, interfaces or [primary]))
+        elif r["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            eps["FSx"].append(Endpoint(r["name"], list(r["inputs"].get("securityGroupIds") or [])))
+    return dict(eps)
 
 
-def required_flows(eps: dict[str, Endpoint]) -> list[Flow]:
+def required_flows(eps: dict[str, list[Endpoint]]) -> list[Flow]:
     flows = []
-    if "GPU nodes" in eps:
+    if eps.get("GPU nodes"):
         flows += [
             Flow("GPU nodes -> API server", "GPU nodes", "control plane", "tcp", (443, 443)),
             Flow("control plane -> GPU kubelet", "control plane", "GPU nodes", "tcp", (10250, 10250)),
@@ -415,7 +481,7 @@ def required_flows(eps: dict[str, Endpoint]) -> list[Flow]:
                  sg_reference_only=True, all_interfaces=True),
             Flow("GPU nodes -> registries, S3, AWS APIs", "GPU nodes", INTERNET, "tcp", (443, 443)),
         ]
-        if "system nodes" in eps:
+        if eps.get("system nodes"):
             flows += [
                 Flow("GPU pods -> CoreDNS on system nodes (udp)", "GPU nodes", "system nodes", "udp", (53, 53)),
                 Flow("GPU pods -> CoreDNS on system nodes (tcp)", "GPU nodes", "system nodes", "tcp", (53, 53)),
@@ -427,25 +493,30 @@ def required_flows(eps: dict[str, Endpoint]) -> list[Flow]:
                 Flow("GPU nodes -> system nodes, all TCP (MPI ranks, webhooks)", "GPU nodes", "system nodes",
                      "tcp", (0, 65535)),
             ]
-        if "FSx" in eps:
+        if eps.get("FSx"):
             for lo, hi in ((988, 988), (1018, 1023)):
                 flows += [Flow(f"GPU nodes -> FSx Lustre {lo}-{hi}", "GPU nodes", "FSx", "tcp", (lo, hi)),
                           Flow(f"FSx -> GPU nodes Lustre {lo}-{hi}", "FSx", "GPU nodes", "tcp", (lo, hi))]
-    if "system nodes" in eps:
+    if eps.get("system nodes"):
         flows += [Flow("system nodes -> API server", "system nodes", "control plane", "tcp", (443, 443)),
                   Flow("system nodes -> registries, S3, AWS APIs", "system nodes", INTERNET, "tcp", (443, 443))]
     return flows
 
 
-def _vpc_cidr(resources: list[Resource]) -> Optional[ipaddress.IPv4Network]:
-    vpc = next((r for r in resources if r["type"] == "aws:ec2/vpc:Vpc"), None)
-    try:
-        return ipaddress.ip_network(vpc["inputs"]["cidrBlock"]) if vpc else None
-    except (KeyError, ValueError):
-        return None
+def _vpc_cidrs(resources: list[Resource]) -> list[ipaddress.IPv4Network]:
+    """Every VPC's CIDR (a CIDR rule admits "the VPC" only when it covers each of them)."""
+    out = []
+    for vpc in resources:
+        if vpc["type"] != "aws:ec2/vpc:Vpc":
+            continue
+        try:
+            out.append(ipaddress.ip_network(vpc["inputs"]["cidrBlock"]))
+        except (KeyError, ValueError, TypeError):
+            continue
+    return sorted(out)
 
 
-def _cidr_covers(cidr: Optional[str], vpc: Optional[ipaddress.IPv4Network], internet: bool) -> bool:
+def _cidr_covers(cidr: Optional[str], vpcs: list[ipaddress.IPv4Network], internet: bool) -> bool:
     if not cidr:
         return False
     try:
@@ -454,51 +525,74 @@ def _cidr_covers(cidr: Optional[str], vpc: Optional[ipaddress.IPv4Network], inte
         return False
     if net.prefixlen == 0:
         return True
-    return not internet and vpc is not None and vpc.subnet_of(net)
+    return not internet and bool(vpcs) and all(vpc.subnet_of(net) for vpc in vpcs)
 
 
-def _rules_for(rules: list[SgRule], eks_sg: str) -> list[SgRule]:
-    implicit = [SgRule("ingress", eks_sg, eks_sg, None, "-1", 0, 65535, "EKS cluster SG (documented): self"),
-                SgRule("egress", eks_sg, None, "0.0.0.0/0", "-1", 0, 65535, "EKS cluster SG (documented): all out")]
+def _rules_for(rules: list[SgRule], eks_sgs: list[str]) -> list[SgRule]:
+    implicit = []
+    for eks_sg in eks_sgs:
+        implicit += [SgRule("ingress", eks_sg, eks_sg, None, "-1", 0, 65535, "EKS cluster SG (documented): self"),
+                     SgRule("egress", eks_sg, None, "0.0.0.0/0", "-1", 0, 65535, "EKS cluster SG (documented): all out")]
     return rules + implicit
+
+
+def _pairs(flow: Flow, eps: dict[str, list[Endpoint]]) -> list[tuple[Endpoint, Optional[Endpoint]]]:
+    """(source, destination) endpoints a flow is checked between: each source with each
+    destination; a node group's traffic to itself (all_interfaces) within each group."""
+    srcs = eps.get(flow.src) or []
+    if flow.dst == INTERNET:
+        return [(s, None) for s in srcs]
+    if flow.all_interfaces and flow.src == flow.dst:
+        return [(s, s) for s in srcs]
+    return [(s, d) for s in srcs for d in eps.get(flow.dst) or []]
 
 
 def evaluate_flows(resources: list[Resource]) -> list[FlowResult]:
     eps = endpoints(resources)
     if not eps:
         return []
-    eks_sg = eps.pop("_eks_sg").sgs[0]
-    rules = _rules_for(security_rules(resources), eks_sg)
-    vpc = _vpc_cidr(resources)
+    eks_sgs = [g for e in eps.pop("_eks_sg") for g in e.sgs]
+    rules = _rules_for(security_rules(resources), eks_sgs)
+    vpcs = _vpc_cidrs(resources)
     results = []
     unknown = {UNKNOWN, None, ""}
     for flow in required_flows(eps):
-        src = eps[flow.src]
-        involved = [*src.sgs, *[g for i in src.interfaces for g in i], *(eps[flow.dst].sgs if flow.dst in eps else [])]
-        if any(g in unknown for g in involved) or any(r.sg in unknown for r in rules):
-            # First preview: ids not known yet; judged on the next preview or in the render.
-            results.append(FlowResult(flow, True, "not judged: security group ids unknown before deploy"))
-            continue
-        src_sets = src.interfaces if flow.all_interfaces else [src.sgs]
-        via, missing = [], []
-        for sgs in src_sets:
-            internet = flow.dst == INTERNET
-            dst_sgs = [] if internet else (sgs if flow.all_interfaces and flow.src == flow.dst else eps[flow.dst].sgs)
-            lo, hi = flow.ports
-            out = [r for r in rules if r.direction == "egress" and r.sg in sgs and r.admits(flow.protocol, lo, hi)
-                   and ((r.peer_sg in dst_sgs) or (not flow.sg_reference_only
-                                                   and _cidr_covers(r.cidr, vpc, internet)))]
-            inn = [] if internet else [
-                r for r in rules if r.direction == "ingress" and r.sg in dst_sgs and r.admits(flow.protocol, lo, hi)
-                and ((r.peer_sg in sgs) or (not flow.sg_reference_only and _cidr_covers(r.cidr, vpc, False)))]
-            if not out:
-                missing.append(f"no egress rule on {_short(sgs)} to {flow.dst} {_ports(flow)}")
-            if not internet and not inn:
-                missing.append(f"no ingress rule on {_short(dst_sgs)} from {flow.src} {_ports(flow)}")
-            via += [r.name for r in out[:1] + inn[:1]]
-        ok = not missing
-        results.append(FlowResult(flow, ok, ", ".join(sorted(set(via))) if ok else "; ".join(sorted(set(missing)))))
+        pairs = _pairs(flow, eps)
+        for src, dst in pairs:
+            # One pair: the flow as it always read; several (two GPU node groups): each named.
+            name = flow.name if len(pairs) == 1 else \
+                f"{flow.name} ({src.name}" + (f" -> {dst.name})" if dst is not None and dst is not src else ")")
+            shown = dataclasses.replace(flow, name=name)
+            results.append(_evaluate_pair(shown, src, dst, rules, vpcs, unknown))
     return results
+
+
+def _evaluate_pair(flow: Flow, src: Endpoint, dst: Optional[Endpoint], rules: list[SgRule],
+                   vpcs: list[ipaddress.IPv4Network], unknown: set) -> FlowResult:
+    involved = [*src.sgs, *[g for i in src.interfaces for g in i], *(dst.sgs if dst is not None else [])]
+    if any(g in unknown for g in involved) or any(r.sg in unknown for r in rules):
+        # First preview: ids not known yet; judged on the next preview or in the render.
+        return FlowResult(flow, True, "not judged: security group ids unknown before deploy")
+    src_sets = src.interfaces if flow.all_interfaces else [src.sgs]
+    via, missing = [], []
+    for sgs in src_sets:
+        internet = dst is None
+        dst_sgs = [] if internet else (sgs if flow.all_interfaces and flow.src == flow.dst else dst.sgs)
+        lo, hi = flow.ports
+        out = [r for r in rules if r.direction == "egress" and r.sg in sgs and r.admits(flow.protocol, lo, hi)
+               and ((r.peer_sg in dst_sgs) or (not flow.sg_reference_only
+                                               and _cidr_covers(r.cidr, vpcs, internet)))]
+        inn = [] if internet else [
+            r for r in rules if r.direction == "ingress" and r.sg in dst_sgs and r.admits(flow.protocol, lo, hi)
+            and ((r.peer_sg in sgs) or (not flow.sg_reference_only and _cidr_covers(r.cidr, vpcs, False)))]
+        if not out:
+            missing.append(f"no egress rule on {_short(sgs)} to {flow.dst} {_ports(flow)}")
+        if not internet and not inn:
+            missing.append(f"no ingress rule on {_short(dst_sgs)} from {flow.src} {_ports(flow)}")
+        # The rule that carries it: the first by name, not by its place in the record.
+        via += [r.name for r in sorted(out, key=lambda r: r.name)[:1] + sorted(inn, key=lambda r: r.name)[:1]]
+    ok = not missing
+    return FlowResult(flow, ok, ", ".join(sorted(set(via))) if ok else "; ".join(sorted(set(missing))))
 
 
 def _short(sgs: Iterable[str]) -> str:
@@ -521,7 +615,8 @@ def _ports(flow: Flow) -> str:
     return f"({flow.protocol} {lo})" if lo == hi else f"({flow.protocol} {lo}-{hi})"
 
 
-@rule("network-flows", "every flow a working cluster needs is allowed by the security groups")
+@rule("network-flows", "every flow a working cluster needs is allowed by the security groups", reads=(
+    inputs_of(*SG_RULE_TYPES, what="the properties of every security group rule (securityGroupId, ipProtocol, ports)"),))
 def _flows(resources, ctx):
     for res in evaluate_flows(resources):
         if not res.ok:
@@ -563,7 +658,9 @@ def _as_list(v: Any) -> list[str]:
     return [v] if isinstance(v, str) else list(v or [])
 
 
-@rule("least-privilege", "no *FullAccess managed policy and no wildcard action on a wildcard resource")
+@rule("least-privilege", "no *FullAccess managed policy and no wildcard action on a wildcard resource", reads=(
+    inputs_of("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/rolePolicy:RolePolicy",
+              "aws:iam/policy:Policy", what="the properties of every policy and attachment (policyArn, policy)"),))
 def _privilege(resources, ctx):
     for r in resources:
         i = r["inputs"]
@@ -616,7 +713,8 @@ def replacement_sequence(r: Resource) -> list[str]:
     return steps
 
 
-@rule("run-replacement", "replacing a run never leaves it killed without a successor")
+@rule("run-replacement", "replacing a run never leaves it killed without a successor",
+      reads=(spec_of(*RUN_KINDS, what="metadata"),))
 def _run_replacement(resources, ctx):
     for r in resources:
         if not r["type"].startswith("kubernetes:") or r["inputs"].get("kind") not in RUN_KINDS:
@@ -640,29 +738,36 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 def enforcement(resources: list[Resource]) -> Optional[bool]:
     """Whether something enforces NetworkPolicy: the VPC CNI's policy agent on a created cluster
     (FACTS "NetworkPolicy on EKS"); None on a bring-your-own cluster (the cluster's business)."""
-    cluster = next((r for r in resources if r["type"] == "eks:index:Cluster"), None)
-    if cluster is None:
+    clusters = sorted((r for r in resources if r["type"] == "eks:index:Cluster"), key=lambda r: r["name"])
+    if not clusters:
         return None
     # A real preview hands the rules outputs: the component's `vpcCniOptions` input is not among
     # them; its child aws.eks.Addon `vpc-cni` carries the setting as input and output alike, in
     # `configurationValues` (a JSON string; pulumi-eks nodejs/eks/addons/cni-addon.ts v4.3.0,
-    # mergeConfigurationValues: enableNetworkPolicy as "true"/"false").
-    for r in resources:
+    # mergeConfigurationValues: enableNetworkPolicy as "true"/"false"). Every such add-on is read:
+    # enforced only when each of them enforces (never the first one in the list).
+    found = []
+    for r in sorted(resources, key=lambda r: r["name"]):
         if r["type"] == "aws:eks/addon:Addon" and r["inputs"].get("addonName") == "vpc-cni":
             try:
                 values = json.loads(r["inputs"].get("configurationValues") or "{}")
             except (TypeError, ValueError) as e:
                 raise ValueError(f"vpc-cni add-on {r['name']}: configurationValues unreadable: "
                                  f"{r['inputs'].get('configurationValues')!r}") from e
-            return str(values.get("enableNetworkPolicy")).lower() == "true"
-    if "vpcCniOptions" in cluster["inputs"]:  # the offline render: the component's recorded inputs
-        return str((cluster["inputs"].get("vpcCniOptions") or {}).get("enableNetworkPolicy")).lower() == "true"
+            found.append(str(values.get("enableNetworkPolicy")).lower() == "true")
+    if found:
+        return all(found)
+    given = [c for c in clusters if "vpcCniOptions" in c["inputs"]]
+    if given:  # the offline render: the components' recorded inputs
+        return all(str((c["inputs"].get("vpcCniOptions") or {}).get("enableNetworkPolicy")).lower() == "true"
+                   for c in given)
     # Nothing to read is an error, not "not enforced" (nor a pass).
-    raise LookupError(f"cluster {cluster['name']}: neither a vpc-cni aws:eks/addon:Addon nor the component's "
+    raise LookupError(f"cluster {clusters[0]['name']}: neither a vpc-cni aws:eks/addon:Addon nor the component's "
                       "vpcCniOptions to read NetworkPolicy enforcement from")
 
 
-@rule("network-policy", "every GPU pod is selected by a NetworkPolicy, and policies exist only where enforced")
+@rule("network-policy", "every GPU pod is selected by a NetworkPolicy, and policies exist only where enforced",
+      reads=(POD_TEMPLATES, spec_of("NetworkPolicy")))
 def _network_policy(resources, ctx):
     policies = [(o.get("metadata") or {}, o.get("spec") or {}) for _, o in k8s_objects(resources)
                 if o.get("kind") == "NetworkPolicy"]

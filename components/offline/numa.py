@@ -21,29 +21,64 @@ import base64
 import re
 from typing import Any, Optional
 
-from components.offline.resources import GPU, Violation, pod_requests, pods, rule
+from components.offline.resources import (GPU, INSTANCE_TYPE, POD_TEMPLATES, Reads, Violation, gpu_node_groups,
+                                         of_types, pod_requests, pods, rule)
 from components.stack import topology
 
 _SETTING = re.compile(r"^\s*(cpuManagerPolicy|topologyManagerPolicy):\s*(\S+)\s*$", re.M)
 
 
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+
+
+def _settings(lt: dict[str, Any]) -> dict[str, str]:
+    data = lt["inputs"].get("userData")
+    if not isinstance(data, str):
+        return {}
+    try:
+        text = base64.b64decode(data, validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return dict(_SETTING.findall(text))
+
+
+def gpu_templates(resources: list[dict[str, Any]]) -> Optional[list[dict[str, Any]]]:
+    """The launch templates of the GPU node groups, by name: each group's `launchTemplate.id`
+    names its template (the render's `[known after deploy: <template>.id]`, a preview's real id).
+    A group whose template cannot be matched leaves every template in play (never one picked by
+    its place in the list). None when the record has no launch template (a bring-your-own cluster)."""
+    templates = [r for r in resources if r["type"] == LAUNCH_TEMPLATE]
+    if not templates:
+        return None
+    by_id: dict[str, dict[str, Any]] = {}
+    for lt in templates:
+        by_id[f"[known after deploy: {lt['name']}.id]"] = lt
+        if isinstance(lt["inputs"].get("id"), str):
+            by_id[lt["inputs"]["id"]] = lt
+    linked: dict[str, dict[str, Any]] = {}
+    for g in gpu_node_groups(resources):
+        lt = by_id.get(str((g["inputs"].get("launchTemplate") or {}).get("id")))
+        if lt is None:
+            return sorted(templates, key=lambda r: r["name"])
+        linked[lt["name"]] = lt
+    return [linked[k] for k in sorted(linked)] or sorted(templates, key=lambda r: r["name"])
+
+
+def template_policies(resources: list[dict[str, Any]]) -> Optional[dict[str, dict[str, str]]]:
+    """{launch template: {setting: value}} of the GPU node groups' templates (their nodeadm
+    NodeConfig); None when the record has no launch template (a bring-your-own cluster)."""
+    templates = gpu_templates(resources)
+    return None if templates is None else {lt["name"]: _settings(lt) for lt in templates}
+
+
 def kubelet_policies(resources: list[dict[str, Any]]) -> Optional[dict[str, str]]:
-    """{setting: value} of the launch templates' NodeConfigs (the GPU group's is the one that sets
-    them); None when the record has no launch template (a bring-your-own cluster)."""
-    found: Optional[dict[str, str]] = None
-    for r in resources:
-        if r["type"] != "aws:ec2/launchTemplate:LaunchTemplate":
-            continue
-        found = found if found is not None else {}
-        data = r["inputs"].get("userData")
-        if not isinstance(data, str):
-            continue
-        try:
-            text = base64.b64decode(data, validate=True).decode()
-        except (ValueError, UnicodeDecodeError):
-            continue
-        found.update(_SETTING.findall(text))
-    return found
+    """{setting: value} the GPU node groups' templates agree on (one GPU group: its template's);
+    None when the record has no launch template (a bring-your-own cluster)."""
+    per = template_policies(resources)
+    if per is None:
+        return None
+    found = [s for s in per.values() if s] or [{}]
+    return {k: v for k, v in found[0].items() if all(s.get(k) == v for s in found)}
 
 
 def _guaranteed_cpus(spec: dict[str, Any]) -> float:
@@ -64,28 +99,42 @@ def _guaranteed_cpus(spec: dict[str, Any]) -> float:
     return total
 
 
+# The kubelet settings: in the userData of a launch template (the GPU group's sets them; a template
+# without userData, e.g. the system group's, is fine). Unknown until deploy: not an error.
+USER_DATA = Reads("the kubelet settings (a launch template's userData, nodeadm NodeConfig)", of_types(LAUNCH_TEMPLATE),
+                  lambda r: isinstance(r["inputs"].get("userData"), str), every=False)
+
+
 @rule("numa-policy-admits", "the GPU nodes' Topology Manager policy admits every pod that runs there "
-                            "(single-numa-node rejects a pod wider than one NUMA node)")
+                            "(single-numa-node rejects a pod wider than one NUMA node)",
+      reads=(POD_TEMPLATES, INSTANCE_TYPE, USER_DATA))
 def _numa_policy(resources, ctx):
-    settings = kubelet_policies(resources)
-    if not settings or ctx.instance is None:
+    per = template_policies(resources)
+    if not per or ctx.instance is None:
         return
+    # Each GPU node group's template on its own: two groups may set different policies.
+    for template, settings in sorted(per.items()):
+        yield from _numa_checks(resources, ctx, template if len(per) > 1 else "", settings)
+
+
+def _numa_checks(resources, ctx, template: str, settings: dict[str, str]):
     policy = settings.get("topologyManagerPolicy", "none")
     if policy != "single-numa-node":
         return
     it = ctx.instance
+    where = f" (launch template {template})" if template else ""
     per_numa = topology.gpus_per_numa_node(it)
     cpus_per_numa = it.vcpu / topology.numa_nodes(it)
     static = settings.get("cpuManagerPolicy") == "static"
     for p in pods(resources):
         selector = p.spec.get("nodeSelector") or {}
-        on_gpu = p.requests_gpu() or (selector and all(ctx.node_labels.get(k) == v for k, v in selector.items()))
+        on_gpu = p.requests_gpu() or ctx.on_gpu_nodes(selector)
         if not on_gpu:
             continue
         gpus = pod_requests(p).get(GPU, 0)
         if gpus > per_numa:
             yield Violation("numa-policy-admits", p.owner,
-                            f"topologyManagerPolicy single-numa-node on {it.name} ({topology.numa_nodes(it)} NUMA "
+                            f"topologyManagerPolicy single-numa-node{where} on {it.name} ({topology.numa_nodes(it)} NUMA "
                             f"nodes, {per_numa} GPUs each) rejects this pod's {gpus:g} GPUs at admission "
                             f"(TopologyAffinityError; {topology.DOCS})",
                             "leave rltrain:gpuNodes.topology.topologyManagerPolicy unset (derived: best-effort) or "
@@ -94,7 +143,7 @@ def _numa_policy(resources, ctx):
         cpus = _guaranteed_cpus(p.spec) if static else 0.0
         if cpus > cpus_per_numa:
             yield Violation("numa-policy-admits", p.owner,
-                            f"topologyManagerPolicy single-numa-node with cpuManagerPolicy static rejects this "
+                            f"topologyManagerPolicy single-numa-node{where} with cpuManagerPolicy static rejects this "
                             f"Guaranteed pod's {cpus:g} exclusive CPUs: one NUMA node of {it.name} has "
                             f"{cpus_per_numa:g} ({topology.DOCS})",
                             "leave rltrain:gpuNodes.topology unset, or use best-effort")

@@ -22,10 +22,22 @@ from components.offline.mock_engine import UNKNOWN as UNKNOWN_VALUE
 from components.stack.config import SECRET_LIKE
 
 from components.offline.resources import (  # noqa: F401  (the names policy.X always offered)
-    BYO_NODE_LABELS, EFA, GPU, GPU_TAINT, HUGEPAGES, NODE_GROUP, RULES, Context, Pod, Resource, Rule, Violation, _ref,
-    _resources, context, gpu_node_groups, k8s_objects, pod_requests, pods, quantity, rule)
+    BYO_NODE_LABELS, EFA, GPU, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, NODE_GROUP, POD_TEMPLATES, READS, RULES, Context,
+    Pod, Reads, Resource, Rule, Violation, _ref, _resources, context, coverage, gpu_node_groups, inputs_of,
+    k8s_objects, of_types, pod_requests, pods, quantity, rule, spec_of, unread)
 
 _EFA_ENV = re.compile(r"^(FI_PROVIDER|FI_EFA_.*)$")
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+STATEFUL = ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:kms/key:Key")
+
+# What the rules below read besides the pod templates (resources.py: POD_TEMPLATES, INSTANCE_TYPE).
+# The node groups' labels and taints (both inputs and outputs of aws.eks.NodeGroup): at least one
+# node group sends them (a node group without a GPU taint is reported by the rule itself).
+NODE_GROUPS = Reads("the labels and taints of the node groups", of_types(NODE_GROUP),
+                    lambda r: isinstance(r["inputs"].get("labels"), dict)
+                    or isinstance(r["inputs"].get("taints"), list), every=False)
+# The engine sends every resource's options (pulumi-policy PolicyResource.opts); the view keeps `protect`.
+PROTECT = Reads("the protect option", of_types(*STATEFUL), lambda r: "protect" in (r.get("options") or {}))
 
 
 def _device_requests(resources: list[Resource], device: str) -> Iterator[tuple[str, Any, Any]]:
@@ -39,7 +51,7 @@ def _device_requests(resources: list[Resource], device: str) -> Iterator[tuple[s
 
 
 @rule("gpu-count", "GPU containers: nvidia.com/gpu limit = request = the instance's GPUs (a Deployment's "
-                   "serving replica: a divisor of them)")
+                   "serving replica: a divisor of them)", reads=(POD_TEMPLATES, INSTANCE_TYPE))
 def _gpu_count(resources, ctx):
     if ctx.instance is None:
         return
@@ -54,7 +66,7 @@ def _gpu_count(resources, ctx):
                             f"request and limit {want} GPUs (derived from the catalog, never typed)")
 
 
-@rule("efa-count", "EFA devices requested = the instance's EFA devices")
+@rule("efa-count", "EFA devices requested = the instance's EFA devices", reads=(POD_TEMPLATES, INSTANCE_TYPE))
 def _efa_count(resources, ctx):
     if ctx.instance is None:
         return
@@ -67,7 +79,8 @@ def _efa_count(resources, ctx):
                             "manifest uses 4 of 32)")
 
 
-@rule("efa-env-needs-efa", "EFA/NCCL-over-EFA environment only where EFA devices are requested")
+@rule("efa-env-needs-efa", "EFA/NCCL-over-EFA environment only where EFA devices are requested",
+      reads=(POD_TEMPLATES,))
 def _efa_env(resources, ctx):
     for p in pods(resources):
         for c in p.containers:
@@ -81,7 +94,7 @@ def _efa_env(resources, ctx):
                                 f"request {EFA} or drop the EFA variables")
 
 
-@rule("shm-memory", "every GPU pod mounts a memory-backed /dev/shm")
+@rule("shm-memory", "every GPU pod mounts a memory-backed /dev/shm", reads=(POD_TEMPLATES,))
 def _shm(resources, ctx):
     for p in pods(resources):
         if not p.requests_gpu():
@@ -96,7 +109,7 @@ def _shm(resources, ctx):
                             "mount an emptyDir with medium: Memory at /dev/shm")
 
 
-@rule("image-pinned", "a specific image tag or digest; no imagePullPolicy: Always")
+@rule("image-pinned", "a specific image tag or digest; no imagePullPolicy: Always", reads=(POD_TEMPLATES,))
 def _image(resources, ctx):
     for p in pods(resources):
         for c in p.containers + list(p.spec.get("initContainers") or []):
@@ -111,7 +124,8 @@ def _image(resources, ctx):
                                 "use IfNotPresent with a pinned tag")
 
 
-@rule("pod-fits-node", "the pod's requests plus the node's DaemonSets fit the node's allocatable")
+@rule("pod-fits-node", "the pod's requests plus the node's DaemonSets fit the node's allocatable",
+      reads=(POD_TEMPLATES, INSTANCE_TYPE))
 def _fits(resources, ctx):
     if ctx.instance is None:
         return
@@ -148,7 +162,8 @@ def fit_problems(p: Pod, it: catalog.InstanceType, *, efa: bool = False) -> list
     return problems
 
 
-@rule("efa-hugepages", "pods using EFA request hugepages-2Mi for libfabric or switch huge pages off")
+@rule("efa-hugepages", "pods using EFA request hugepages-2Mi for libfabric or switch huge pages off",
+      reads=(POD_TEMPLATES,))
 def _efa_hugepages(resources, ctx):
     for p in pods(resources):
         for c in p.containers:
@@ -171,7 +186,7 @@ def _required_hostname_anti_affinity(p: Pod) -> bool:
     return any(t.get("topologyKey") == "kubernetes.io/hostname" for t in terms)
 
 
-@rule("one-pod-per-node", "multi-node runs place one pod per node")
+@rule("one-pod-per-node", "multi-node runs place one pod per node", reads=(POD_TEMPLATES, INSTANCE_TYPE))
 def _one_per_node(resources, ctx):
     for p in pods(resources):
         # A Deployment's replicas are independent servers, not ranks of one run (serving.py).
@@ -208,15 +223,17 @@ def run_placement(p: Pod) -> Optional[tuple[int, int, dict[str, list[tuple[int, 
     return None
 
 
-@rule("placement-uses-every-node", "a multi-node run's component placement uses a GPU of every node")
+@rule("placement-uses-every-node", "a multi-node run's component placement uses a GPU of every node",
+      reads=(POD_TEMPLATES,))
 def _placement(resources, ctx):
     seen = set()
     for p in pods(resources):
         found = run_placement(p)
-        run = p.owner.split("/")[1] if "/" in p.owner else p.owner
-        if found is None or run in seen:
+        # One verdict per run object (a RayJob's head and workers carry the same env): keyed by the
+        # row, not the run's name, which two objects in different namespaces or kinds may share.
+        if found is None or p.row in seen:
             continue
-        seen.add(run)
+        seen.add(p.row)
         nodes, gpus, ranks = found
         idle = trainers.idle_nodes(ranks, nodes, gpus)
         if idle:
@@ -227,7 +244,8 @@ def _placement(resources, ctx):
                             "override cluster.component_placement by hand", p.pulumi_name)
 
 
-@rule("schedules-on-gpu-nodes", "nodeSelector and tolerations match a GPU node group of the stack")
+@rule("schedules-on-gpu-nodes", "nodeSelector and tolerations match a GPU node group of the stack",
+      reads=(POD_TEMPLATES, NODE_GROUPS))
 def _scheduling(resources, ctx):
     for p in pods(resources):
         if not p.requests_gpu():
@@ -241,20 +259,37 @@ def _scheduling(resources, ctx):
                             "(components/aws/gpu_nodes.py does)")
             continue
         selector = p.spec.get("nodeSelector") or {}
-        extra = {k: v for k, v in selector.items() if ctx.node_labels.get(k) != v}
-        if extra:
-            yield Violation("schedules-on-gpu-nodes", p.owner,
-                            f"nodeSelector {extra} matches no GPU node group (labels {ctx.node_labels})",
-                            "select on the node group's labels (role: gpu-training)")
         tolerated = {t.get("key") for t in p.spec.get("tolerations") or []
                      if t.get("effect") in (None, "", "NoSchedule")}
-        for taint in ctx.node_taints:
-            if taint not in tolerated:
-                yield Violation("schedules-on-gpu-nodes", p.owner, f"does not tolerate taint {taint}",
-                                f"add toleration {{key: {taint}, operator: Exists, effect: NoSchedule}}")
+        # Checked against every GPU node group: the pod is placeable when one of them takes it.
+        problems = {g.name: _placement_problems(g, selector, tolerated) for g in ctx.gpu_groups}
+        if any(not found for found in problems.values()):
+            continue
+        if len(problems) == 1:
+            [(_, found)] = problems.items()
+            for message, fix in found:
+                yield Violation("schedules-on-gpu-nodes", p.owner, message, fix)
+            continue
+        yield Violation("schedules-on-gpu-nodes", p.owner, "fits none of the GPU node groups: " + "; ".join(
+                        f"{name}: " + ", ".join(m for m, _ in found) for name, found in sorted(problems.items())),
+                        "select on the labels of one GPU node group and tolerate its taints")
 
 
-@rule("job-deadline", "every Job has a deadline")
+def _placement_problems(group, selector: dict[str, Any], tolerated: set) -> list[tuple[str, str]]:
+    """(message, fix) of what keeps a pod with this nodeSelector and these tolerations off `group`."""
+    out = []
+    extra = {k: v for k, v in selector.items() if group.labels.get(k) != v}
+    if extra:
+        out.append((f"nodeSelector {extra} matches no GPU node group (labels {group.labels})",
+                    "select on the node group's labels (role: gpu-training)"))
+    for taint in group.taints:
+        if taint not in tolerated:
+            out.append((f"does not tolerate taint {taint}",
+                        f"add toleration {{key: {taint}, operator: Exists, effect: NoSchedule}}"))
+    return out
+
+
+@rule("job-deadline", "every Job has a deadline", reads=(spec_of("Job", "MPIJob"),))
 def _deadline(resources, ctx):
     for _, obj in k8s_objects(resources):
         spec = obj.get("spec") or {}
@@ -266,7 +301,7 @@ def _deadline(resources, ctx):
                             "set runPolicy.activeDeadlineSeconds")
 
 
-@rule("no-plain-secret-env", "secrets never appear as plain env values")
+@rule("no-plain-secret-env", "secrets never appear as plain env values", reads=(POD_TEMPLATES,))
 def _secret_env(resources, ctx):
     for p in pods(resources):
         for c in p.containers:
@@ -277,17 +312,17 @@ def _secret_env(resources, ctx):
                                     "use rltrain:training.secretEnv (a secretKeyRef)")
 
 
-@rule("stateful-protected", "FSx file systems and KMS keys are protected")
+@rule("stateful-protected", "FSx file systems and KMS keys are protected", reads=(PROTECT,))
 def _protected(resources, ctx):
     for r in resources:
-        if r["type"] in ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:kms/key:Key") \
-                and not (r.get("options") or {}).get("protect"):
+        if r["type"] in STATEFUL and not (r.get("options") or {}).get("protect"):
             yield Violation("stateful-protected", f"{r['type']} {r['name']}", "not protected: a destroy or a "
                             "replacement deletes it and its data", "set protect=True (and retain_on_delete)",
                             r["name"])
 
 
-@rule("pv-retain", "PersistentVolumes reclaim with Retain; the FSx claim is ReadWriteMany")
+@rule("pv-retain", "PersistentVolumes reclaim with Retain; the FSx claim is ReadWriteMany",
+      reads=(spec_of("PersistentVolume", "PersistentVolumeClaim"),))
 def _pv(resources, ctx):
     for _, obj in k8s_objects(resources):
         spec = obj.get("spec") or {}
@@ -299,10 +334,11 @@ def _pv(resources, ctx):
                             "accessModes: [ReadWriteMany]")
 
 
-@rule("imdsv2", "instance metadata requires IMDSv2")
+@rule("imdsv2", "instance metadata requires IMDSv2", reads=(
+    inputs_of(LAUNCH_TEMPLATE, what="the properties of every launch template (metadataOptions)"),))
 def _imds(resources, ctx):
     for r in resources:
-        if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate" and \
+        if r["type"] == LAUNCH_TEMPLATE and \
                 (r["inputs"].get("metadataOptions") or {}).get("httpTokens") != "required":
             yield Violation("imdsv2", f"launch template {r['name']}", "IMDSv1 allowed",
                             "metadata_options.http_tokens = required", r["name"])
@@ -337,20 +373,24 @@ def endpoint_settings(resources: list[Resource]) -> list[tuple[str, str, Any, An
     return found
 
 
-@rule("endpoint-not-open", "the cluster endpoint is not open to the world")
+def _has_endpoint_settings(r: Resource) -> Optional[bool]:
+    if r["type"] == EKS_CLUSTER:
+        vpc = r["inputs"].get("vpcConfig")
+        return None if vpc == UNKNOWN_VALUE else isinstance(vpc, dict) and (
+            "endpointPublicAccess" in vpc or "publicAccessCidrs" in vpc)
+    return "endpointPublicAccess" in r["inputs"]
+
+
+# Outputs of the component only (a real preview): reading them as "no CIDRs, so open" fired on every
+# EKS stack; its child aws:eks/cluster:Cluster carries them (endpoint_settings).
+ENDPOINT_SETTINGS = Reads(f"the endpoint settings (vpcConfig.endpointPublicAccess / publicAccessCidrs of an "
+                          f"{EKS_CLUSTER}, or the {EKS_COMPONENT} inputs)", of_types(EKS_COMPONENT, EKS_CLUSTER),
+                          _has_endpoint_settings, every=False)
+
+
+@rule("endpoint-not-open", "the cluster endpoint is not open to the world", reads=(ENDPOINT_SETTINGS,))
 def _endpoint(resources, ctx):
-    clusters = [r for r in resources if r["type"] in (EKS_COMPONENT, EKS_CLUSTER)]
-    settings = endpoint_settings(resources)
-    if clusters and not settings:
-        # Outputs of the component only: reading them as "no CIDRs, so open" fired on every EKS stack.
-        first = sorted(clusters, key=lambda r: r["name"])[0]
-        yield Violation("endpoint-not-open", f"cluster {first['name']}",
-                        f"cannot read the endpoint settings: no {EKS_CLUSTER} with vpcConfig and no "
-                        f"{EKS_COMPONENT} inputs among the {len(resources)} resources",
-                        "check the policy pack against what the engine sends (tests/test_policy_pack.py)",
-                        first["name"])
-        return
-    for label, name, public, cidrs in settings:
+    for label, name, public, cidrs in endpoint_settings(resources):
         if public is False:
             continue
         if cidrs == UNKNOWN_VALUE or (isinstance(cidrs, list) and UNKNOWN_VALUE in cidrs):
@@ -362,16 +402,29 @@ def _endpoint(resources, ctx):
 
 
 def evaluate(resources: list[Resource], rules: Optional[Iterable[str]] = None) -> list[Violation]:
+    """Every violation of the rules (all, or those named), in an order that does not depend on the
+    order of `resources`: by rule, then resource and message. A rule that finds nothing to read of
+    what applies to the stack is itself a violation (`unread`)."""
     ctx = context(resources)
     out: list[Violation] = []
-    owners = {p.owner: p.pulumi_name for p in pods(resources)}
-    owners.update({_ref(obj): r["name"] for r, obj in k8s_objects(resources)})
+    # The registered resource of each violation, for CrossGuard's URN. A ref two rows share (a
+    # name in two namespaces) names neither: attributing it to whichever came last would depend on
+    # the order.
+    rows: dict[str, set[str]] = {}
+    for p in pods(resources):
+        rows.setdefault(p.owner, set()).add(p.pulumi_name)
+    for r, obj in k8s_objects(resources):
+        rows.setdefault(_ref(obj), set()).add(r["name"])
+    owners = {ref: next(iter(names)) if len(names) == 1 else "" for ref, names in rows.items()}
     for name in rules or RULES:
+        found = []
         for v in RULES[name][0](resources, ctx):
             if not v.pulumi_name:
-                key = next((o for o in sorted(owners, key=len, reverse=True) if v.resource.startswith(o)), None)
+                key = next((o for o in sorted(owners, key=lambda o: (-len(o), o)) if v.resource.startswith(o)), None)
                 v = dataclasses.replace(v, pulumi_name=owners.get(key, "") if key else "")
-            out.append(v)
+            found.append(v)
+        found += unread(resources, name)
+        out += sorted(found, key=lambda v: (v.resource, v.message, v.pulumi_name, v.fix))
     return out
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from components.stack import catalog
-from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
+from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
 
 Resource = dict[str, Any]
 GPU = "nvidia.com/gpu"
@@ -47,6 +47,8 @@ class Pod:
     spec: dict[str, Any]
     labels: dict[str, str]
     pulumi_name: str = ""
+    # The row it was found in (`type::name`): names repeat across types, the row does not.
+    row: str = ""
 
     @property
     def containers(self) -> list[dict[str, Any]]:
@@ -58,19 +60,42 @@ class Pod:
 
 
 @dataclass(frozen=True)
+class GpuNodes:
+    """A GPU node group a pod can be placed on: its labels and the keys of its taints."""
+
+    name: str
+    labels: dict[str, str]
+    taints: tuple[str, ...]
+
+    def selects(self, selector: dict[str, Any], extra: Optional[dict[str, str]] = None) -> bool:
+        """Every label of `selector` is on these nodes (with `extra`, e.g. the instance-type label)."""
+        labels = {**self.labels, **(extra or {})}
+        return all(labels.get(k) == v for k, v in selector.items())
+
+
+@dataclass(frozen=True)
 class Context:
     instance: Optional[catalog.InstanceType]
-    node_labels: dict[str, str]
-    node_taints: tuple[str, ...]
+    # Every GPU node group of the stack (the tainted ones, by name; on a bring-your-own cluster the
+    # documented labels and taint of its GPU nodes). Never "the" node group: a pod is checked
+    # against each, and fits when one of them takes it.
+    gpu_groups: tuple[GpuNodes, ...] = ()
     # The GPU nodes run the EFA driver (any pod requests EFA devices): its pre-allocated huge
     # pages come out of allocatable memory.
     efa: bool = False
     # False when the stack has node groups and none carries the GPU taint: the GPU node group is
     # not there to read, and the scheduling rule says so instead of passing.
     gpu_nodes_found: bool = True
+    # Namespaces that record different instance types ((namespace, value), sorted): the shape the
+    # workloads are sized for is ambiguous, `instance` is None and the rules that read it say so.
+    instance_conflict: tuple[tuple[str, str], ...] = ()
 
     def allocatable(self) -> Optional[catalog.Allocatable]:
         return self.instance.allocatable(efa=self.efa) if self.instance else None
+
+    def on_gpu_nodes(self, selector: dict[str, Any], extra: Optional[dict[str, str]] = None) -> bool:
+        """A non-empty `selector` that some GPU node group satisfies."""
+        return bool(selector) and any(g.selects(selector, extra) for g in self.gpu_groups)
 
 
 def _resources(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -81,6 +106,11 @@ def k8s_objects(resources: Iterable[Resource]) -> Iterator[tuple[Resource, dict[
     for r in resources:
         if r["type"].startswith("kubernetes:") and "kind" in r.get("inputs", {}):
             yield r, r["inputs"]
+
+
+def _row(r: Resource) -> str:
+    """A row's identity, `type::name` (deploy_model.ref)."""
+    return f"{r['type']}::{r['name']}"
 
 
 def _ref(obj: dict[str, Any], suffix: str = "") -> str:
@@ -95,12 +125,12 @@ def pods(resources: Iterable[Resource]) -> list[Pod]:
             tmpl = spec.get("template") or {}
             replicas = spec.get("parallelism", spec.get("replicas", 1)) or 1
             found.append(Pod(_ref(obj), kind, int(replicas), tmpl.get("spec") or {},
-                             (tmpl.get("metadata") or {}).get("labels") or {}, r["name"]))
+                             (tmpl.get("metadata") or {}).get("labels") or {}, r["name"], _row(r)))
         elif kind == "MPIJob":
             for role, rs in (spec.get("mpiReplicaSpecs") or {}).items():
                 tmpl = rs.get("template") or {}
                 found.append(Pod(_ref(obj, f"/{role}"), kind, int(rs.get("replicas", 1)), tmpl.get("spec") or {},
-                                 (tmpl.get("metadata") or {}).get("labels") or {}, r["name"]))
+                                 (tmpl.get("metadata") or {}).get("labels") or {}, r["name"], _row(r)))
         elif kind == "RayJob":
             cluster = spec.get("rayClusterSpec") or {}
             groups = [("head", 1, (cluster.get("headGroupSpec") or {}).get("template") or {})]
@@ -108,7 +138,7 @@ def pods(resources: Iterable[Resource]) -> list[Pod]:
                        for g in cluster.get("workerGroupSpecs") or []]
             for role, replicas, tmpl in groups:
                 found.append(Pod(_ref(obj, f"/{role}"), kind, replicas, tmpl.get("spec") or {},
-                                 (tmpl.get("metadata") or {}).get("labels") or {}, r["name"]))
+                                 (tmpl.get("metadata") or {}).get("labels") or {}, r["name"], _row(r)))
     return found
 
 
@@ -129,26 +159,26 @@ def gpu_node_groups(resources: Iterable[Resource]) -> list[Resource]:
 
 
 def context(resources: list[Resource]) -> Context:
-    instance_type = None
-    labels: dict[str, str] = {}
-    taints: tuple[str, ...] = ()
+    """What the pods are checked against, read from every resource of its kind, never from the
+    first or last one in the list (the engine hands a policy the resources in no set order)."""
     node_groups = [r for r in resources if r["type"] == NODE_GROUP]
-    gpu_groups = gpu_node_groups(node_groups)
-    if gpu_groups:
-        labels = dict(gpu_groups[0]["inputs"].get("labels") or {})
-        taints = tuple(t.get("key", "") for t in gpu_groups[0]["inputs"].get("taints") or [])
-    for _, obj in k8s_objects(resources):
-        # The training namespace records the GPU shape its workloads are sized for; other
-        # namespaces (monitoring, …) carry no such annotation and must not reset it.
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        if obj.get("kind") == "Namespace" and annotations.get(GPU_INSTANCE_ANNOTATION):
-            instance_type = annotations[GPU_INSTANCE_ANNOTATION]
+    groups = tuple(GpuNodes(r["name"], dict(r["inputs"].get("labels") or {}),
+                            tuple(t.get("key", "") for t in r["inputs"].get("taints") or [] if isinstance(t, dict)))
+                   for r in gpu_node_groups(node_groups))
     if not node_groups:  # bring-your-own cluster: the documented labels and taint of its GPU nodes
-        labels, taints = dict(BYO_NODE_LABELS), (GPU_TAINT,)
-    instance = catalog.CATALOG.get(instance_type or "")
+        groups = (GpuNodes("bring-your-own GPU nodes", dict(BYO_NODE_LABELS), (GPU_TAINT,)),)
+    # The training namespace records the GPU shape its workloads are sized for; other namespaces
+    # (monitoring, ...) record the same or nothing. Two different values: ambiguous, not "the last".
+    recorded = sorted({((obj.get("metadata") or {}).get("name", "?"), str(ann[GPU_INSTANCE_ANNOTATION]))
+                       for _, obj in k8s_objects(resources) if obj.get("kind") == "Namespace"
+                       for ann in [(obj.get("metadata") or {}).get("annotations") or {}]
+                       if ann.get(GPU_INSTANCE_ANNOTATION)})
+    values = {v for _, v in recorded}
+    instance = catalog.CATALOG.get(next(iter(values))) if len(values) == 1 else None
     efa = any(pod_requests(p).get(EFA, 0) > 0 for p in pods(resources))
     # Node groups but none with the GPU taint: nothing to check the GPU pods against (an error, not a pass).
-    return Context(instance, labels, taints, efa, gpu_nodes_found=bool(gpu_groups) or not node_groups)
+    return Context(instance, groups, efa, gpu_nodes_found=bool(groups),
+                   instance_conflict=tuple(recorded) if len(values) > 1 else ())
 
 
 # --- quantities ---------------------------------------------------------------------------------
@@ -178,14 +208,221 @@ def pod_requests(p: Pod) -> dict[str, float]:
     return total
 
 
+# --- what each rule reads -----------------------------------------------------------------------
+#
+# A rule that finds nothing to read passes silently: a real preview hands the pack each resource's
+# OUTPUTS (issue 18), and a component's outputs, or an object cut down to what the program applied,
+# may lack what the rule reads. Each rule therefore declares what it reads, of which resources (by
+# type, which the engine always sends), and `unread` turns "applies to the stack, read nothing" into
+# a violation of that rule, in the render, the tests and the pack alike.
+
+WORKLOAD_KINDS = ("Job", "StatefulSet", "Deployment", "MPIJob", "RayJob")
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a rule reads of the resources `scope` selects.
+
+    `has(resource)`: True when the resource carries it, False when it does not, None when the value
+    is not known until deploy (a first preview: not an error, the pack reports it as unseen).
+    `every`: each resource in scope must carry it (else: at least one, e.g. the one Namespace that
+    records the instance type). `applies`: whether the rule applies to the stack at all (default:
+    something is in scope). `problem`: what makes the read ambiguous (two values that disagree).
+    """
+
+    what: str
+    scope: Callable[[Resource], bool]
+    has: Callable[[Resource], Optional[bool]]
+    every: bool = True
+    applies: Optional[Callable[[list[Resource]], bool]] = None
+    problem: Optional[Callable[[list[Resource]], str]] = None
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What one `Reads` found: resources in scope, read, missing it, unknown (labels `Kind name`)."""
+
+    what: str
+    scope: tuple[str, ...]
+    read: tuple[str, ...]
+    missing: tuple[str, ...]
+    unknown: tuple[str, ...]
+    every: bool
+    applies: bool
+    problem: str = ""
+
+    @property
+    def failed(self) -> bool:
+        if self.problem:
+            return True
+        if not self.applies:
+            return False
+        return bool(self.missing) if self.every else not (self.read or self.unknown)
+
+
+def _label(r: Resource) -> str:
+    return f"{r['type'].rsplit(':', 1)[-1]} {r['name']}"
+
+
+def k8s_kinds(*kinds: str) -> Callable[[Resource], bool]:
+    """Kubernetes resources of these kinds, by the type the engine sends (`kubernetes:batch/v1:Job`)."""
+    return lambda r: r["type"].startswith("kubernetes:") and r["type"].rsplit(":", 1)[-1] in kinds
+
+
+def of_types(*types: str) -> Callable[[Resource], bool]:
+    return lambda r: r["type"] in types
+
+
+def _unknown(value: Any) -> bool:
+    from components.offline.mock_engine import UNKNOWN
+    return isinstance(value, str) and value == UNKNOWN
+
+
+def _dict_at(r: Resource, *path: str) -> Optional[bool]:
+    """A non-empty mapping at `path` of the inputs (None: unknown until deploy)."""
+    value: Any = r.get("inputs")
+    for key in path:
+        if _unknown(value):
+            return None
+        value = value.get(key) if isinstance(value, dict) else None
+    if _unknown(value):
+        return None
+    return isinstance(value, dict) and bool(value)
+
+
+def pod_specs(obj: dict[str, Any]) -> Optional[list[Any]]:
+    """The pod specs of a workload object's templates (None: its spec is unknown until deploy)."""
+    kind, spec = obj.get("kind"), obj.get("spec")
+    if _unknown(spec):
+        return None
+    if not isinstance(spec, dict):
+        return []
+    if kind in ("Job", "StatefulSet", "Deployment"):
+        templates = [spec.get("template")]
+    elif kind == "MPIJob":
+        templates = [rs.get("template") if isinstance(rs, dict) else None
+                     for rs in (spec.get("mpiReplicaSpecs") or {}).values()]
+    elif kind == "RayJob":
+        cluster = spec.get("rayClusterSpec") or {}
+        templates = [(cluster.get("headGroupSpec") or {}).get("template")]
+        templates += [g.get("template") if isinstance(g, dict) else None for g in cluster.get("workerGroupSpecs") or []]
+    else:
+        return []
+    return [t.get("spec") if isinstance(t, dict) else t for t in templates]
+
+
+def _has_pod_templates(r: Resource) -> Optional[bool]:
+    obj = r.get("inputs") or {}
+    if "kind" not in obj:
+        return False
+    specs = pod_specs(obj)
+    if specs is None or any(_unknown(s) for s in specs):
+        return None
+    return bool(specs) and all(isinstance(s, dict) and isinstance(s.get("containers"), list) and bool(s["containers"])
+                               for s in specs)
+
+
+def _annotation(key: str) -> Callable[[Resource], Optional[bool]]:
+    def has(r: Resource) -> Optional[bool]:
+        value = (((r.get("inputs") or {}).get("metadata") or {}).get("annotations") or {}).get(key)
+        return None if _unknown(value) else bool(value)
+    return has
+
+
+WORKLOADS = k8s_kinds(*WORKLOAD_KINDS)
+
+
+def _has_workloads(resources: list[Resource]) -> bool:
+    return any(WORKLOADS(r) for r in resources)
+
+
+def _instance_conflict(resources: list[Resource]) -> str:
+    found = context(resources).instance_conflict
+    return ("the Namespaces record different instance types (" + ", ".join(f"{ns}: {v}" for ns, v in found)
+            + "): which one the workloads are sized for is ambiguous") if found else ""
+
+
+def _node_count_conflict(resources: list[Resource]) -> str:
+    found = sorted({((obj.get("metadata") or {}).get("name", "?"), str(ann[GPU_NODES_ANNOTATION]))
+                    for _, obj in k8s_objects(resources) if obj.get("kind") == "Namespace"
+                    for ann in [(obj.get("metadata") or {}).get("annotations") or {}] if ann.get(GPU_NODES_ANNOTATION)})
+    return ("the Namespaces record different GPU node counts (" + ", ".join(f"{ns}: {v}" for ns, v in found)
+            + "): which one the workloads are placed on is ambiguous") if len({v for _, v in found}) > 1 else ""
+
+
+POD_TEMPLATES = Reads("the pod templates (spec.template.spec.containers; an MPIJob's mpiReplicaSpecs, a RayJob's "
+                      "rayClusterSpec groups)", WORKLOADS, _has_pod_templates)
+INSTANCE_TYPE = Reads(f"the GPU instance type (annotation {GPU_INSTANCE_ANNOTATION} of the training Namespace)",
+                      k8s_kinds("Namespace"), _annotation(GPU_INSTANCE_ANNOTATION), every=False,
+                      applies=_has_workloads, problem=_instance_conflict)
+GPU_NODE_COUNT = Reads(f"the GPU node count (annotation {GPU_NODES_ANNOTATION} of the training Namespace)",
+                       k8s_kinds("Namespace"), _annotation(GPU_NODES_ANNOTATION), every=False, applies=_has_workloads,
+                       problem=_node_count_conflict)
+
+
+def spec_of(*kinds: str, what: str = "spec") -> Reads:
+    """Each object of `kinds` carries a non-empty `spec` (or the top-level field `what`)."""
+    path = tuple(what.split("."))
+    return Reads(f"{what} of every {', '.join(kinds)}", k8s_kinds(*kinds), lambda r: _dict_at(r, *path))
+
+
+def inputs_of(*types: str, what: str) -> Reads:
+    """Each resource of `types` sends properties at all (a component or object with none is unread)."""
+    return Reads(what, of_types(*types), lambda r: _dict_at(r))
+
+
 # --- rules --------------------------------------------------------------------------------------
 
 Rule = Callable[[list[Resource], Context], Iterator[Violation]]
 RULES: dict[str, tuple[Rule, str]] = {}
+READS: dict[str, tuple[Reads, ...]] = {}
 
 
-def rule(name: str, description: str):
+def rule(name: str, description: str, reads: Iterable[Reads] = ()):
     def register(fn: Rule) -> Rule:
         RULES[name] = (fn, description)
+        READS[name] = tuple(reads)
         return fn
     return register
+
+
+def coverage(resources: list[Resource], name: str) -> list[Coverage]:
+    """What rule `name` reads of `resources`, per declared read."""
+    out = []
+    for need in READS.get(name, ()):
+        scope = sorted((r for r in resources if need.scope(r)), key=lambda r: (r["name"], r["type"]))
+        found: dict[Optional[bool], list[str]] = {True: [], False: [], None: []}
+        for r in scope:
+            found[need.has(r)].append(_label(r))
+        applies = need.applies(resources) if need.applies else bool(scope)
+        out.append(Coverage(need.what, tuple(map(_label, scope)), tuple(found[True]), tuple(found[False]),
+                            tuple(found[None]), need.every, applies, need.problem(resources) if need.problem else ""))
+    return out
+
+
+def unread(resources: list[Resource], name: str) -> list[Violation]:
+    """A violation of rule `name` for each thing it reads that applies to the stack and is not there."""
+    out = []
+    for c in coverage(resources, name):
+        if not c.failed:
+            continue
+        if c.problem:
+            message = f"rule {name} cannot read {c.what}: {c.problem}"
+        elif c.every:
+            sent = ""
+            if len(c.missing) == 1:
+                r = next(r for r in resources if _label(r) == c.missing[0])
+                sent = f" (it was sent: {', '.join(sorted(r.get('inputs') or {})) or 'no properties'})"
+            message = (f"rule {name} read nothing of {', '.join(c.missing)}{sent}: expected {c.what}"
+                       + (f" ({len(c.read)} of {len(c.scope)} read)" if c.read else ""))
+        else:
+            message = (f"rule {name} read nothing: expected {c.what}, found in none of "
+                       + (", ".join(c.scope) if c.scope else "the resources (none of that kind)"))
+        # The one resource it is about, when there is one (its URN in the pack); else the rule.
+        missing = c.missing if c.every else c.scope
+        subject = missing[0] if len(missing) == 1 and not c.problem else f"policy rule {name}"
+        pulumi_name = next((r["name"] for r in resources if _label(r) == subject), "")
+        out.append(Violation(name, subject, message + ". A rule that reads nothing checks nothing",
+                             "the pack reads each resource's outputs (policy/pack.py): read the field where the "
+                             "engine sends it, or send it (tests/test_policy_outputs.py)", pulumi_name))
+    return out

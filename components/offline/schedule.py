@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from components.offline import deploy_model
-from components.offline.resources import (EFA, GPU, GPU_TAINT, HUGEPAGES, Context, Pod, Violation, context, k8s_objects,
-                                       pod_requests, rule)
+from components.offline.resources import (EFA, GPU, GPU_NODE_COUNT, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, POD_TEMPLATES,
+                                          Context, Pod, Violation, context, k8s_objects, pod_requests, rule, spec_of)
 from components.stack import catalog
 from components.stack.labels import GPU_NODES_ANNOTATION
 
@@ -110,12 +110,13 @@ class Workload:
     priority: int
     priority_class: Optional[str]
     queue: Optional[str]  # the LocalQueue it names (kueue.x-k8s.io/queue-name)
-    index: int  # registration order, the tie-break
+    index: int  # its position in the record; never an ordering (the engine sends rows in no set order)
     pulumi_name: str
     row: str  # deploy_model.ref of its resource
     sets_suspend: Optional[str] = None  # the path of a suspend field the program sets
     # A Deployment's rolling update: extra pods it creates during a rollout (maxSurge, resolved).
     max_surge: int = 0
+    namespace: Optional[str] = None  # a LocalQueue is namespaced: the queue it names is the one in here
 
     @property
     def permanent(self) -> bool:
@@ -217,8 +218,12 @@ def _suspend_set(obj: dict[str, Any]) -> Optional[str]:
     return None
 
 
-def queues(resources: list[Resource]) -> dict[str, Queue]:
-    """The LocalQueues of the record by name, each with its ClusterQueue when the record has it."""
+QueueKey = tuple[Optional[str], Optional[str]]  # (namespace, name) of a LocalQueue
+
+
+def queues(resources: list[Resource]) -> dict[QueueKey, Queue]:
+    """The LocalQueues of the record by namespace and name (a name two namespaces share is two
+    queues, whichever comes first), each with its ClusterQueue when the record has it."""
     cqs = {_meta(o).get("name"): o for _, o in k8s_objects(resources)
            if o.get("kind") == "ClusterQueue" and str(o.get("apiVersion", "")).startswith("kueue.x-k8s.io/")}
     flavors = {_meta(o).get("name"): o for _, o in k8s_objects(resources) if o.get("kind") == "ResourceFlavor"}
@@ -227,9 +232,10 @@ def queues(resources: list[Resource]) -> dict[str, Queue]:
         if o.get("kind") != "LocalQueue":
             continue
         name, cq_name = _meta(o).get("name"), (o.get("spec") or {}).get("clusterQueue")
+        key = (_meta(o).get("namespace"), name)
         cq = cqs.get(cq_name)
         if cq is None:
-            out[name] = Queue(name, cq_name, own=False)
+            out[key] = Queue(name, cq_name, own=False)
             continue
         spec = cq.get("spec") or {}
         covered: list[str] = []
@@ -241,7 +247,7 @@ def queues(resources: list[Resource]) -> dict[str, Queue]:
                 labels.update(((flavors.get(f.get("name")) or {}).get("spec") or {}).get("nodeLabels") or {})
                 for r in f.get("resources") or []:
                     quota[r["name"]] = quota.get(r["name"], 0.0) + _quantity(r.get("nominalQuota"))
-        out[name] = Queue(name, cq_name, True, spec.get("queueingStrategy", "BestEffortFIFO"), tuple(covered),
+        out[key] = Queue(name, cq_name, True, spec.get("queueingStrategy", "BestEffortFIFO"), tuple(covered),
                           quota, labels)
     return out
 
@@ -262,7 +268,7 @@ def node_group(resources: list[Resource], ctx: Optional[Context] = None) -> Opti
     if count <= 0:
         return None
     it = ctx.instance
-    labels = {**ctx.node_labels, INSTANCE_TYPE_LABEL: it.name}
+    it_label = {INSTANCE_TYPE_LABEL: it.name}
     alloc = it.allocatable(efa=ctx.efa)
     cap = {"cpu": alloc.cpu - catalog.DAEMONSET_CPU_MILLI / 1000,
            "memory": (alloc.memory_mib_conservative - catalog.DAEMONSET_MEMORY_MIB) * _MIB,
@@ -274,12 +280,16 @@ def node_group(resources: list[Resource], ctx: Optional[Context] = None) -> Opti
             continue
         spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
         selector = spec.get("nodeSelector") or {}
-        if not _tolerates_gpu_taint(spec) or any(labels.get(k) != v for k, v in selector.items()):
+        # On the GPU nodes when it runs on any GPU node group (its pods then take room there).
+        if not _tolerates_gpu_taint(spec) or not (not selector or ctx.on_gpu_nodes(selector, it_label)):
             continue
         daemonsets.append(_meta(obj).get("name", "?"))
         for r, v in pod_requests(Pod("", "DaemonSet", 1, spec, {})).items():
             cap[r] = cap.get(r, 0.0) - v
-    return NodeGroup(it, count, labels, cap, tuple(daemonsets))
+    # The labels every GPU node group shares (a selector on them lands on any GPU node).
+    shared = [g.labels for g in ctx.gpu_groups]
+    labels = {k: v for k, v in (shared[0] if shared else {}).items() if all(x.get(k) == v for x in shared)}
+    return NodeGroup(it, count, {**labels, **it_label}, cap, tuple(sorted(daemonsets)))
 
 
 def workloads(resources: list[Resource], ctx: Optional[Context] = None) -> list[Workload]:
@@ -288,26 +298,26 @@ def workloads(resources: list[Resource], ctx: Optional[Context] = None) -> list[
     classes = {_meta(o).get("name"): int(_quantity(o.get("value", 0))) for _, o in k8s_objects(resources)
                if o.get("kind") == "PriorityClass"}
     qs = queues(resources)
-    labels = {**ctx.node_labels, **({INSTANCE_TYPE_LABEL: ctx.instance.name} if ctx.instance else {})}
+    it_label = {INSTANCE_TYPE_LABEL: ctx.instance.name} if ctx.instance else {}
     out = []
     for index, (r, obj) in enumerate(k8s_objects(resources)):
         if obj.get("kind") not in WORKLOAD_KINDS:
             continue
         queue = (_meta(obj).get("labels") or {}).get(QUEUE_LABEL)
-        q = qs.get(queue) if queue else None
+        q = qs.get((_meta(obj).get("namespace"), queue)) if queue else None
         # Kueue adds the flavor's node labels to every pod set of an admitted workload.
-        flavor_on_gpu = bool(q and q.flavor_labels) and all(labels.get(k) == v for k, v in q.flavor_labels.items())
+        flavor_on_gpu = bool(q and q.flavor_labels) and ctx.on_gpu_nodes(q.flavor_labels, it_label)
         sets, pclass = [], None
         for name, count, tmpl, suspend in _templates(obj):
             spec = tmpl.get("spec") or {}
             req = pod_requests(Pod("", obj.get("kind", ""), count, spec, {}))
             selector = spec.get("nodeSelector") or {}
-            on_gpu = req.get(GPU, 0) > 0 or flavor_on_gpu or (
-                bool(selector) and all(labels.get(k) == v for k, v in selector.items()))
+            on_gpu = req.get(GPU, 0) > 0 or flavor_on_gpu or ctx.on_gpu_nodes(selector, it_label)
             sets.append(PodSet(name, count, req, _one_per_node(spec), on_gpu, suspend))
             pclass = pclass or spec.get("priorityClassName")
         w = Workload(obj["kind"], _meta(obj).get("name", "?"), tuple(sets), classes.get(pclass, 0), pclass, queue,
-                     index, r["name"], deploy_model.ref(r), _suspend_set(obj), _max_surge(obj))
+                     index, r["name"], deploy_model.ref(r), _suspend_set(obj), _max_surge(obj),
+                     _meta(obj).get("namespace"))
         if w.requests_gpu():
             out.append(w)
     return out
@@ -483,18 +493,18 @@ def simulate(resources: list[Resource]) -> Optional[Schedule]:
     serving = [w for w in everything if w.permanent]
     found = [w for w in everything if not w.permanent]
     qs = queues(resources)
-    names = {w.queue for w in found}
+    names = {(w.namespace, w.queue) for w in found}
     queued = bool(found) and all(w.queue for w in found)
     queue = qs.get(next(iter(names))) if queued and len(names) == 1 else None
     # Equal priorities: Kueue's StrictFIFO takes the older one, and runs created by one `up` have no
     # order known in advance; the name makes the report deterministic (the engine's registration
     # order is not: registrations run concurrently).
-    order = sorted(found, key=lambda w: (-w.priority, w.ref))
+    order = sorted(found, key=lambda w: (-w.priority, w.ref, w.row))
     strict = queue is not None and queue.strategy == "StrictFIFO"
     outcomes: dict[str, Outcome] = {}
     pending = []
     for w in order:
-        bad = never_fits(w, ng, qs.get(w.queue) if w.queue else None)
+        bad = never_fits(w, ng, qs.get((w.namespace, w.queue)) if w.queue else None)
         if bad and serving and "nominal quota" in bad[1]:
             bad = (bad[0], bad[1] + f" (it leaves out what the serving pods of {', '.join(sorted(x.ref for x in serving))} "
                    "hold: training does not fit beside serving)")
@@ -508,7 +518,7 @@ def simulate(resources: list[Resource]) -> Optional[Schedule]:
     # Serving first: it never finishes, so every run is placed beside it (not charged to the
     # queue's quota, which already leaves it out).
     held: dict[str, list[tuple[int, dict[str, float]]]] = {}
-    for w in sorted(serving, key=lambda w: w.ref):
+    for w in sorted(serving, key=lambda w: (w.ref, w.row)):
         bad = never_fits(w, ng, None)
         placed = None if bad else place(w, State(state.free, None))
         if placed is None:
@@ -546,7 +556,7 @@ def simulate(resources: list[Resource]) -> Optional[Schedule]:
         else:
             reason = "does not fit beside nothing"
         outcomes[w.ref] = Outcome(w, NEVER, resource="nodes", reason=reason)
-    first = [outcomes[w.ref] for w in sorted(serving, key=lambda w: w.ref)]
+    first = [outcomes[w.ref] for w in sorted(serving, key=lambda w: (w.ref, w.row))]
     races = created_together(resources, order, outcomes) if queued else {}
     return Schedule(ng, tuple(first + [outcomes[w.ref] for w in order]), queue, queued, surge, races)
 
@@ -645,7 +655,8 @@ def report(resources: list[Resource]) -> list[str]:
 
 
 @rule("schedule-fits", "every GPU workload fits the GPU node group whole (one pod per node for multi-node "
-                       "runs, allocatable after the DaemonSets, the queue's coverage and quota)")
+                       "runs, allocatable after the DaemonSets, the queue's coverage and quota)",
+      reads=(POD_TEMPLATES, INSTANCE_TYPE, GPU_NODE_COUNT))
 def _schedule_fits(resources, ctx):
     s = simulate(resources)
     if s is None:
@@ -658,7 +669,7 @@ def _schedule_fits(resources, ctx):
 
 
 @rule("rollout-fits", "a Deployment on the GPU nodes surges only when its surge pods fit beside the serving pods "
-                      "and the runs that start with them")
+                      "and the runs that start with them", reads=(POD_TEMPLATES, INSTANCE_TYPE, GPU_NODE_COUNT))
 def _rollout_fits(resources, ctx):
     s = simulate(resources)
     if s is None:
@@ -678,18 +689,20 @@ def _reaches(graph: "deploy_model.Graph", start: str, targets: Iterable[str]) ->
 
 
 @rule("kueue-queue", "queued workloads name a LocalQueue of the stack whose ClusterQueue covers every resource "
-                     "their pods request, leave suspend to Kueue, and come after the queue and Kueue")
+                     "their pods request, leave suspend to Kueue, and come after the queue and Kueue",
+      reads=(POD_TEMPLATES, spec_of("LocalQueue"), spec_of("ClusterQueue")))
 def _kueue_queue(resources, ctx):
     found = [w for w in workloads(resources, ctx) if w.queue]
     if not found:
         return
     qs = queues(resources)
     graph = deploy_model.Graph(resources)
-    local_rows = {(_meta(o).get("name")): deploy_model.ref(r) for r, o in k8s_objects(resources) if o.get("kind") == "LocalQueue"}
+    local_rows = {(_meta(o).get("namespace"), _meta(o).get("name")): deploy_model.ref(r)
+                  for r, o in k8s_objects(resources) if o.get("kind") == "LocalQueue"}
     release = [deploy_model.ref(r) for r in resources if r["type"] == "kubernetes:helm.sh/v3:Release"
                and r["inputs"].get("chart") == KUEUE_CHART]
     for w in found:
-        q = qs.get(w.queue)
+        q = qs.get((w.namespace, w.queue))
         if q is None:
             yield Violation("kueue-queue", w.ref, f"names LocalQueue {w.queue!r}, which the stack does not create: "
                             "Kueue leaves it suspended forever", "create the LocalQueue (components/k8s/kueue.py)",
@@ -705,7 +718,8 @@ def _kueue_queue(resources, ctx):
             yield Violation("kueue-queue", w.ref, f"sets {w.sets_suspend}: Kueue suspends and resumes a queued "
                             "workload, a program that owns the field fights it on every `pulumi up`",
                             "leave suspend unset", w.pulumi_name)
-        for what, targets in ((f"LocalQueue {w.queue}", [local_rows[w.queue]] if w.queue in local_rows else []),
+        key = (w.namespace, w.queue)
+        for what, targets in ((f"LocalQueue {w.queue}", [local_rows[key]] if key in local_rows else []),
                               ("the Kueue installation", release)):
             if not _reaches(graph, w.row, targets):
                 yield Violation("kueue-queue", w.ref, f"is not ordered after {what}: created first, Kueue's webhook "
@@ -713,7 +727,8 @@ def _kueue_queue(resources, ctx):
 
 
 @rule("gpu-runs-queued", "with a LocalQueue in the stack (Kueue on), every GPU run names it: an unqueued run "
-                         "is not admitted whole and takes GPUs past the queue")
+                         "is not admitted whole and takes GPUs past the queue",
+      reads=(POD_TEMPLATES, spec_of("LocalQueue", what="metadata")))
 def _gpu_runs_queued(resources, ctx):
     local = sorted({_meta(o).get("name") for _, o in k8s_objects(resources) if o.get("kind") == "LocalQueue"})
     if not local:
