@@ -1,6 +1,6 @@
 """`render --accept-impact` (for a change of the program itself) accepts run restarts and node rolls,
 never data loss: an FSx file system or the cluster replaced needs the stack's own opt-in whatever the
-flag says (before: every impact but "refused by AWS" was accepted, data loss included). The flag's
+flag says (before: every impact but "refused" was accepted, data loss included). The flag's
 help and the render's summary say which impacts it accepted.
 
 Each case runs the CLI's main() with its arguments (its exit code, stdout and stderr) against a base
@@ -96,7 +96,7 @@ def test_a_node_roll_is_accepted_and_the_summary_says_so(tmp_path, capsys):
     proc, md = render_cli(tmp_path, "p5", base, "--accept-impact", capsys=capsys)
     assert proc.returncode == 0, proc.stderr
     assert "accepted (--accept-impact): node roll: NodeGroup gpu-nodes" in proc.stderr
-    said = "--accept-impact accepted 1 node roll; it never accepts replace (data loss) or refused by AWS"
+    said = "--accept-impact accepted 1 node roll; it never accepts replace (data loss) or refused"
     assert f"Pulumi.p5.yaml: {said}" in proc.stderr and said in proc.stdout  # stderr and the summary
     assert "Accepted by `--accept-impact`" in md and "- node roll: NodeGroup gpu-nodes" in md
 
@@ -108,5 +108,5 @@ def test_the_flags_help_names_what_it_accepts_and_what_it_never_does(capsys):
     assert exited.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "node roll or a run restart" in text and "Never accepted by the flag: replace (data loss) and " \
-        "refused by AWS" in text
+        "refused" in text
     assert render.FLAG_ACCEPTS == (impact.NODE_ROLL, impact.RUN_RESTART, impact.SERVING_RESTART)

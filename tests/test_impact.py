@@ -94,6 +94,9 @@ def test_scaling_up_is_in_place_for_the_node_group(project):
     checks = [i for i in render_impact(project) if i.kind == impact.CHECK_RERUN]
     assert checks and all(i.allowed and not i.opt_in for i in checks)
     assert all("the check runs again" in i.why for i in checks)
+    # The run's policy/v1 PodDisruptionBudget (minAvailable follows the node count) is patched in
+    # place: the real preview said `update` (tests/sim/test_day_two.py scenario 9).
+    assert k["workloads-multi-node-pdb"] == impact.IN_PLACE
 
 
 def test_check_components_are_the_workloads_own():

@@ -52,9 +52,9 @@ class Pulumi:
         return res
 
 
-def project(tmp: Path, overrides: dict[str, Any]) -> Path:
+def project(tmp: Path, overrides: dict[str, Any], name: str = "deploy") -> Path:
     """A deployment work directory with a copy of the program (the repository is never written)."""
-    workdir = tmp / "deploy"
+    workdir = tmp / name
     deploy.prepare(workdir, STACK, Path(toolset().require("pulumi-resource-kubernetes")).parent,
                    overrides=overrides)
     return workdir
@@ -183,14 +183,14 @@ def wait(what: str, check, timeout: float, describe=lambda: "") -> None:
     raise AssertionError(f"{what}: not within {timeout:.0f}s. {describe()}")
 
 
-def job_complete(cluster: sim.Cluster, name: str) -> bool:
-    job = cluster.get("batch/v1", "Job", name, NAMESPACE)
+def job_complete(cluster: sim.Cluster, name: str, namespace: str = NAMESPACE) -> bool:
+    job = cluster.get("batch/v1", "Job", name, namespace)
     return bool(job) and any(c["type"] == "Complete" and c["status"] == "True"
                              for c in (job.get("status") or {}).get("conditions", []))
 
 
-def mpijob_succeeded(cluster: sim.Cluster, name: str) -> bool:
-    job = cluster.get("kubeflow.org/v2beta1", "MPIJob", name, NAMESPACE)
+def mpijob_succeeded(cluster: sim.Cluster, name: str, namespace: str = NAMESPACE) -> bool:
+    job = cluster.get("kubeflow.org/v2beta1", "MPIJob", name, namespace)
     return bool(job) and any(c["type"] == "Succeeded" and c["status"] == "True"
                              for c in (job.get("status") or {}).get("conditions", []))
 

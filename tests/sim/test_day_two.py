@@ -24,9 +24,12 @@ if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
 
 from simdeploy import (NAMESPACE, ROOT, RUNS_TIMEOUT, STACK, Pulumi, engine_warnings, job_complete,  # noqa: E402
-                       mpijob_succeeded, project, wait)
+                       mpijob_succeeded, project, rendered_objects, wait)
 
+from cluster import nodes as nodes_mod  # noqa: E402
+from components.k8s import kueue  # noqa: E402
 from components.offline import impact, render  # noqa: E402
+from components.stack.labels import GPU_NODES_ANNOTATION  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.sim]
 
@@ -34,7 +37,10 @@ RUNS = ("rltrain-validation", "rltrain-training", "rltrain-multinode")
 # What an offline impact kind means for the engine's plan of that resource.
 OFFLINE_OP = {impact.CREATE: "create", impact.DELETE: "delete", impact.IN_PLACE: "update",
               impact.SERVING_RESTART: "update", impact.REPLACE: "replace", impact.DATA_LOSS: "replace",
-              impact.RUN_RESTART: "replace", impact.CHECK_RERUN: "replace", impact.NEVER_FINISHES: "replace"}
+              impact.RUN_RESTART: "replace", impact.CHECK_RERUN: "replace", impact.NEVER_FINISHES: "replace",
+              # Refused before `up` by the impact guard: the engine would try it (any operation) and
+              # the test then runs `up` to show the API server refuses it too.
+              impact.REFUSED: "refused"}
 
 
 def real_op(ops: list[str]) -> str:
@@ -91,14 +97,28 @@ class Live:
         edit(doc["config"])
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
+    def edit_program(self, rel: str, old: str, new: str) -> None:
+        path = self.project / rel
+        text = path.read_text()
+        assert text.count(old) == 1, (rel, old)
+        path.write_text(text.replace(old, new))
+
+    def deployed(self, kind: str) -> str:
+        """The metadata.name of the one object of `kind` in the last offline record."""
+        [name] = [r["inputs"]["metadata"]["name"] for r in self.rows
+                  if r["type"].startswith("kubernetes:") and r["inputs"].get("kind") == kind]
+        return name
+
     def compare(self, what: str, preview: dict[str, Any]) -> dict[str, str]:
         """The offline impact of the change against the real preview, per Kubernetes resource.
-        Returns the agreed operation per resource name; fails on any disagreement."""
+        Returns the agreed operation per resource name ("refused" where the impact guard refuses
+        what the engine would try); fails on any disagreement."""
         after = self.offline()
         cfg = render.load_stack(STACK, self.project)[2]
         compared = ("kubernetes:", "pulumi:providers:")  # not the components, not the stack
-        predicted = {i.name: OFFLINE_OP.get(i.kind, i.kind) for i in impact.classify(self.rows, after, cfg)
-                     if i.type.startswith(compared)}
+        impacts = [i for i in impact.classify(self.rows, after, cfg) if i.type.startswith(compared)]
+        self.kinds = {i.name: i.kind for i in reversed(impacts)}  # the worst kind per name (worst first)
+        predicted = {i.name: OFFLINE_OP.get(i.kind, i.kind) for i in impacts}
         real = {urn.split("::")[-1]: real_op(e["ops"]) for urn, e in preview["ops"].items()
                 if e["type"].startswith(compared)}
         names = sorted(set(real) | set(predicted))
@@ -109,14 +129,15 @@ class Live:
             off, got = predicted.get(n, "same"), real.get(n, "same")
             if off == got == "same":
                 continue
-            mark = "" if off == got else "   <-- DISAGREE"
+            agree = off == got or (off == "refused" and got != "same")
+            mark = "   (up must fail)" if off == "refused" and agree else "" if agree else "   <-- DISAGREE"
             lines.append(f"  {n:<{width}}  {off:<8} {got}{mark}")
-            if off != got:
+            if not agree:
                 bad.append(n)
         log(self.request, "\n".join(lines))
         assert not bad, "\n".join(lines)
         self.rows = after
-        return {n: real.get(n, "same") for n in names}
+        return {n: "refused" if predicted.get(n) == "refused" else real.get(n, "same") for n in names}
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +199,111 @@ def test_3_the_nccl_message_size_replaces_only_the_mpijob(live):
     assert _restarted(before, after) == {"rltrain-nccl-test"}
 
 
+def kueue_names(cluster, plural: str) -> list[str]:
+    return sorted(i["metadata"]["name"] for i in cluster.api(f"/apis/kueue.x-k8s.io/v1beta2/{plural}")["items"])
+
+
+def active(cluster, name: str) -> bool:
+    cq = cluster.get(kueue.API_VERSION, "ClusterQueue", name) or {}
+    return any(c["type"] == "Active" and c["status"] == "True" for c in (cq.get("status") or {}).get("conditions", []))
+
+
+# (what, the edit of components/k8s/kueue.py, the operations the change must take and no other)
+KUEUE_CHANGES = (
+    ("topology levels changed (network-node-layer-1 dropped)",
+     "for label in (*NETWORK_LAYERS, HOSTNAME_LABEL)", "for label in (*NETWORK_LAYERS[1:], HOSTNAME_LABEL)",
+     {"kueue-topology": "replace", "kueue-flavor": "replace", "kueue-cluster-queue": "update"}),
+    ("flavor node labels and tolerations changed",
+     '{"nodeLabels": dict(node_labels), "tolerations": [dict(GPU_TOLERATION)]}',
+     '{"nodeLabels": {**node_labels, "kubernetes.io/os": "linux"}, "tolerations": [dict(GPU_TOLERATION), '
+     '{"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"}]}',
+     {"kueue-flavor": "replace", "kueue-cluster-queue": "update"}),
+)
+
+
+def test_4_kueue_flavor_and_topology_changes_do_not_hang_on_the_finalizer(live):
+    """A ResourceFlavor's and a Topology's fields are immutable and Kueue keeps its resource-in-use
+    finalizer on them while something names them: content-named (k8s/kueue.py), a change creates the
+    new object, updates the ClusterQueue in place and deletes the old one once nothing names it.
+    (The quota, the ClusterQueue's third kind of change, is scenario 9: it follows the node count.)"""
+    for what, old, new, expected in KUEUE_CHANGES:
+        old_flavor, old_topology = live.deployed("ResourceFlavor"), live.deployed("Topology")
+        live.edit_program("components/k8s/kueue.py", old, new)
+        ops, before, after = _apply(live, what)
+        assert {n: op for n, op in ops.items() if op != "same"} == expected, ops
+        assert _restarted(before, after) == set()
+        flavor, topology = live.deployed("ResourceFlavor"), live.deployed("Topology")
+        assert flavor != old_flavor
+        # Nothing left behind on its finalizer: the old objects are gone once `up` returns.
+        assert kueue_names(live.cluster, "resourceflavors") == [flavor]
+        assert kueue_names(live.cluster, "topologies") == [topology]
+        cq = live.cluster.get(kueue.API_VERSION, "ClusterQueue", NAMESPACE)
+        assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == [flavor]
+        wait("ClusterQueue Active on the new flavor", lambda: active(live.cluster, NAMESPACE), 60)
+        log(live.request, f"{what}: flavor {old_flavor} -> {flavor}, topology {old_topology} -> {topology}")
+
+
+CLAIM = "fsx-claim"
+
+
+def claim_request(lv: Live) -> str:
+    return lv.cluster.get("v1", "PersistentVolumeClaim", CLAIM, NAMESPACE)["spec"]["resources"]["requests"]["storage"]
+
+
+def _refused_by_the_api_server(lv: Live, what: str, words: str) -> str:
+    """The impact guard refuses the change; the real engine is then shown to fail on it too: the
+    preview (the provider's dry run of the update) or else `up`. Nothing is lost: no run restarts,
+    the deployed record stays the base. Returns where it failed."""
+    base, before = lv.rows, lv.uids()
+    preview = lv.pulumi("preview", check=False)
+    if preview["ok"]:
+        ops = lv.compare(what, preview)
+        assert {n: op for n, op in ops.items() if op != "same"} == {"storage-claim": "refused"}, ops
+        failed, where = lv.pulumi("up", check=False), "up"
+    else:
+        offline = {i.name: i.kind for i in impact.classify(base, lv.offline(), render.load_stack(STACK, lv.project)[2])
+                   if i.kind != impact.IN_PLACE or i.name == "storage-claim"}
+        log(lv.request, f"{what}: offline {offline}; real preview: failed")
+        assert offline == {"storage-claim": impact.REFUSED}, offline
+        failed, where = preview, "preview"
+    assert not failed["ok"] and words in json.dumps(failed), failed.get("diagnostics")
+    log(lv.request, f"{what}: {where} refused by the API server: {words!r}")
+    assert lv.uids() == before
+    lv.rows = base
+    return where
+
+
+def test_5_the_claim_size_is_refused_before_up_unless_its_class_grows_claims(live):
+    assert claim_request(live) == "4800Gi"
+    # Growing, while the storage class does not allow expansion (the sim's, like most).
+    live.edit_stack(lambda c: c["rltrain:storage"].update(claimSizeGiB=9600))
+    # Seen: the preview passes and `up` fails. The dry run is refused too, but with 403 Forbidden
+    # (admission), which the provider's preview swallows (pulumi-kubernetes provider/pkg/provider/
+    # provider.go Update: `req.GetPreview() && apierrors.IsForbidden(awaitErr)`): a real preview
+    # cannot show this refusal, the impact guard must.
+    assert _refused_by_the_api_server(live, "claimSizeGiB 4800 -> 9600 (class without expansion)",
+                                      "only dynamically provisioned pvc can be resized") == "up"
+    assert claim_request(live) == "4800Gi"
+    # The cluster's admin lets the class grow claims; the stack says so: growing is in place.
+    live.cluster.api(live.cluster.resource_path("storage.k8s.io/v1", "StorageClass", "fsx-sc"), "PATCH",
+                     {"allowVolumeExpansion": True}, content_type="application/merge-patch+json")
+    live.edit_stack(lambda c: c["rltrain:storage"].update(allowClaimExpansion=True))
+    ops, before, after = _apply(live, "claimSizeGiB 4800 -> 9600 (allowClaimExpansion)")
+    assert {n: op for n, op in ops.items() if op != "same"} == {"storage-claim": "update"}, ops
+    assert _restarted(before, after) == set()
+    assert claim_request(live) == "9600Gi"
+    # Shrinking: refused whatever the class.
+    live.edit_stack(lambda c: c["rltrain:storage"].update(claimSizeGiB=2400))
+    # Seen: already the preview fails: the dry run's 422 Invalid (validation: "can not be less than
+    # status.capacity") is not swallowed.
+    _refused_by_the_api_server(live, "claimSizeGiB 9600 -> 2400", "can not be less than")
+    live.edit_stack(lambda c: c["rltrain:storage"].update(claimSizeGiB=9600))
+    # The refused `up`s lost nothing: the state still matches the cluster and the stack file.
+    preview = live.pulumi("preview", "--refresh")
+    assert all(real_op(e["ops"]) == "same" for e in preview["ops"].values()), preview["ops"]
+    assert claim_request(live) == "9600Gi"
+
+
 def test_6_a_finished_run_refresh_then_up_recreates_nothing(live):
     before = live.uids()
     refreshed = live.pulumi("refresh")
@@ -225,7 +351,7 @@ BROKEN = (
 )
 
 
-def test_8_the_policy_pack_in_a_real_preview(live):
+def test_policy_pack_in_a_real_preview(live):
     """The pack through the real CLI (`--policy-pack`, as a binary analyzer: cluster/deploy.py), on
     what the engine really sends (a deployed stack's outputs): the stack passes; a GPU run without
     the queue label, and runs without the GPU toleration, fail with the rule's message."""
@@ -245,3 +371,89 @@ def test_8_the_policy_pack_in_a_real_preview(live):
         log(live.request, f"broken ({rel}): {rule}: {[p['message'][:160] for p in hits]}")
         assert not res["ok"] and any(words in p["message"] for p in hits), res["policy"]
         assert all(p["level"] == "mandatory" for p in hits)
+
+
+def _signature(cluster, objs) -> dict:
+    """Per object: its uid, generation and what the Pulumi field manager last applied (a write by
+    another stack's `up` or `destroy` would change one of them)."""
+    out = {}
+    for api_version, kind, namespace, name in objs:
+        o = cluster.get(api_version, kind, name, namespace)
+        meta = (o or {}).get("metadata", {})
+        out[(kind, namespace, name)] = (meta.get("uid"), meta.get("generation"), sorted(
+            (m.get("operation"), m.get("time"), json.dumps(m.get("fieldsV1"), sort_keys=True))
+            for m in meta.get("managedFields", []) if m.get("manager", "").startswith("pulumi-kubernetes")))
+    return out
+
+
+def _unchanged_by_the_other(lv: Live, mine, before) -> None:
+    assert _signature(lv.cluster, mine) == before
+    preview = lv.pulumi("preview", "--refresh")
+    assert all(real_op(e["ops"]) == "same" for e in preview["ops"].values()), preview["ops"]
+
+
+def test_8_two_stacks_in_two_namespaces_leave_each_other_alone(live, tmp_path):
+    """A second stack (the repository's program) in namespace rltrain-b beside the deployed one: its
+    runs queue on its own ClusterQueue (Kueue manages its namespace: the rltrain/kueue-managed label,
+    k8s/kueue.py), and neither its `up` nor its `destroy` writes an object of the first stack."""
+    other = "rltrain-b"
+    # The copy's record (rendered from the copy in a process of its own: its edited Kueue names).
+    mine = sorted({(r["inputs"]["apiVersion"], r["inputs"]["kind"], r["inputs"]["metadata"].get("namespace"),
+                    r["inputs"]["metadata"]["name"]) for r in live.rows
+                   if r["type"].startswith("kubernetes:") and "kind" in r["inputs"]}, key=str)
+    before = _signature(live.cluster, mine)
+    assert all(v[0] for v in before.values())
+    workdir = project(tmp_path, {"rltrain:workloads.allowRunRestart": True, "rltrain:training.namespace": other},
+                      "other")
+    theirs = rendered_objects(workdir / "project")
+    assert not {(k, n) for _, k, ns, n in theirs if ns is None} & {(k, n) for _, k, ns, n in mine if ns is None}
+    live.cluster.apply(nodes_mod.storage(render.load_stack(STACK, workdir / "project")[2]))
+    b = Pulumi(workdir, live.cluster.kubeconfig, live.request)
+    up = b("up")
+    try:
+        assert not engine_warnings(up), engine_warnings(up)
+        wait(f"the runs of {other} finished", lambda: all(job_complete(live.cluster, j, other) for j in RUNS)
+             and mpijob_succeeded(live.cluster, "rltrain-nccl-test", other), RUNS_TIMEOUT)
+        # Queued, admitted whole by its own ClusterQueue (not run around the queue).
+        wls = live.cluster.api(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{other}/workloads")["items"]
+        queues = {w["metadata"]["name"]: ((w.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                  for w in wls}
+        log(live.request, f"{other}: workloads and their ClusterQueue: {queues}")
+        assert len(queues) == len(RUNS) + 1 and set(queues.values()) == {other}, queues
+        _unchanged_by_the_other(live, mine, before)
+    finally:
+        down = b("destroy")
+    assert not engine_warnings(down), engine_warnings(down)
+    wait(f"every object of {other} deleted", lambda: all(live.cluster.get(a, k, n, ns) is None
+                                                          for a, k, ns, n in theirs), 60)
+    _unchanged_by_the_other(live, mine, before)
+
+
+def test_9_scaling_the_gpu_nodes_2_to_4_reruns_the_checks_and_restarts_only_training(live):
+    """Two more GPU nodes join (kwok), then gpuNodes.count 2 -> 4: the checks re-run on all four
+    (no opt-in: nothing to lose), the training runs restart (the stack opted in), the quota follows,
+    and every run is admitted on the current flavor."""
+    existing = live.cluster.get("v1", "Node", "gpu-p5-48xlarge-0")
+    hw = render.load_stack(live.cluster.info["stack"])[2]
+    for i in (2, 3):
+        live.cluster.api("/api/v1/nodes", "POST", nodes_mod.gpu_node(
+            hw, i, stack=live.cluster.info["stack"], region=existing["metadata"]["labels"]["topology.kubernetes.io/region"]))
+    live.edit_stack(lambda c: c["rltrain:gpuNodes"].update(count=4))
+    ops, before, after = _apply(live, "gpuNodes.count 2 -> 4")
+    changed = {n: op for n, op in ops.items() if op != "same"}
+    log(live.request, f"scaling: {changed}")
+    assert {"rltrain-validation", "rltrain-nccl-test", "rltrain-multinode"} <= _restarted(before, after)
+    assert changed["kueue-cluster-queue"] == "update"
+    kinds = live.kinds
+    assert kinds["workloads-validation-job"] == kinds["workloads-nccl-test-mpijob"] == impact.CHECK_RERUN, kinds
+    assert kinds["workloads-multi-node-job"] == impact.RUN_RESTART, kinds
+    mpi = live.cluster.get("kubeflow.org/v2beta1", "MPIJob", "rltrain-nccl-test", NAMESPACE)
+    assert mpi["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 4
+    assert live.cluster.get("batch/v1", "Job", "rltrain-multinode", NAMESPACE)["spec"]["completions"] == 4
+    ns = live.cluster.get("v1", "Namespace", NAMESPACE)
+    assert ns["metadata"]["annotations"][GPU_NODES_ANNOTATION] == "4"
+    flavor = live.deployed("ResourceFlavor")
+    wls = live.cluster.api(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/workloads")["items"]
+    flavors = {f for w in wls for ps in ((w.get("status") or {}).get("admission") or {}).get("podSetAssignments", [])
+               for f in (ps.get("flavors") or {}).values()}
+    assert flavors == {flavor}, flavors
