@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -134,6 +135,8 @@ class Live:
             lines.append(f"  {n:<{width}}  {off:<8} {got}{mark}")
             if not agree:
                 bad.append(n)
+        if len(lines) == 1:
+            lines.append("  (no change, offline and in the real preview)")
         log(self.request, "\n".join(lines))
         assert not bad, "\n".join(lines)
         self.rows = after
@@ -311,6 +314,7 @@ def test_6_a_finished_run_refresh_then_up_recreates_nothing(live):
     preview = live.pulumi("preview")
     changed = {urn: e["ops"] for urn, e in preview["ops"].items() if real_op(e["ops"]) != "same"}
     assert not changed, changed
+    live.compare("refresh after every run finished", preview)  # the program did not change: nothing
     up = live.pulumi("up")
     assert not {u: e["ops"] for u, e in up["ops"].items() if real_op(e["ops"]) != "same"}
     assert live.uids() == before
@@ -324,11 +328,16 @@ def test_7_a_run_deleted_by_hand_comes_back_with_up_refresh(live):
     # A plain preview reads the state, not the cluster: nothing to do.
     plain = live.pulumi("preview")
     assert all(real_op(e["ops"]) == "same" for e in plain["ops"].values()), plain["ops"]
+    live.compare("a Job deleted by hand, plain preview", plain)
     # --refresh reads the cluster first: the Job is gone, so it is created again.
     refreshed = live.pulumi("preview", "--refresh")
     ops = {urn.split("::")[-1]: real_op(e["ops"]) for urn, e in refreshed["ops"].items()}
     assert ops["workloads-single-node-job"] == "create", ops
     assert {n for n, op in ops.items() if op != "same"} == {"workloads-single-node-job"}, ops
+    # The offline impact compares program with program: it cannot see what was done to the cluster
+    # by hand (by design: the render needs no cluster); only a refresh can.
+    log(live.request, "a Job deleted by hand, preview --refresh: resource  offline  real preview\n"
+                      "  workloads-single-node-job  same (no cluster read)  create")
     live.pulumi("up", "--refresh")
     wait("the recreated run finished", lambda: job_complete(live.cluster, "rltrain-training"), RUNS_TIMEOUT)
     # Every object of the copy's render (its edited script's ConfigMap included) exists again.
@@ -409,6 +418,12 @@ def test_8_two_stacks_in_two_namespaces_leave_each_other_alone(live, tmp_path):
     assert not {(k, n) for _, k, ns, n in theirs if ns is None} & {(k, n) for _, k, ns, n in mine if ns is None}
     live.cluster.apply(nodes_mod.storage(render.load_stack(STACK, workdir / "project")[2]))
     b = Pulumi(workdir, live.cluster.kubeconfig, live.request)
+    first = b("preview")
+    created = {urn.split("::")[-1]: real_op(e["ops"]) for urn, e in first["ops"].items()
+               if e["type"].startswith("kubernetes:")}
+    log(live.request, f"{other}, first preview: offline create {len(theirs)} objects; real preview: "
+                      f"{dict(sorted(Counter(created.values()).items()))}")
+    assert set(created.values()) == {"create"} and len(created) == len(theirs), created
     up = b("up")
     try:
         assert not engine_warnings(up), engine_warnings(up)
