@@ -52,7 +52,8 @@ closed. Without it the webhooks see every namespace but kube-system and kueue-sy
 Jobs, the monitoring chart's hook Jobs) and a Kueue outage blocks them all. A label, not a list of
 names: Kueue reconciles only Jobs in namespaces the selector matches, queue label or not (v0.19.2
 pkg/controller/jobframework/reconciler.go), so a list of this stack's namespaces left a second
-stack's runs on the same cluster unqueued (tests/sim/test_day_two.py, scenario 8, deploys a second stack beside the first).
+stack's runs on the same cluster unqueued (tests/sim/test_day_two.py scenario 8 deploys a second
+stack beside the first).
 """
 
 from __future__ import annotations
@@ -80,7 +81,6 @@ RELEASE = "kueue"
 LOCAL_QUEUE = "training"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # The controller Deployment's selector labels (charts/kueue/templates/_helpers.tpl
 # kueue.selectorLabels at v0.19.2, release name RELEASE).
 CONTROLLER_SELECTOR = {"app.kubernetes.io/name": "kueue", "app.kubernetes.io/instance": "kueue",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from components.offline.mock_engine import UNKNOWN
+from components.offline.resources import quantity
 from components.stack.config import StackConfig
 
 Resource = dict[str, Any]
@@ -106,7 +107,6 @@ def _same_quantity(path: str, a: Any, b: Any) -> bool:
     (seen on the simulated cluster, docs/simulated-cluster.md)."""
     if not (isinstance(a, (str, int, float)) and isinstance(b, (str, int, float)) and _QUANTITY_PATH.search(path)):
         return False
-    from components.offline.resources import quantity
     try:
         return quantity(a) == quantity(b)
     except (TypeError, ValueError):
@@ -475,11 +475,6 @@ def _kubernetes_object(before, after, changes, cfg):
     return IN_PLACE, _paths(changes), "", True
 
 
-def _gib(quantity: Any) -> Optional[float]:
-    m = re.fullmatch(r"(\d+)(Gi|Ti)", str(quantity or ""))
-    return int(m.group(1)) * (1024 if m.group(2) == "Ti" else 1) if m else None
-
-
 def _claim_resize(before, after, changes, cfg):
     """A bound claim from a storage class (bring your own cluster). Measured on the simulated
     cluster's API server (Kubernetes v1.35, issue 18 scenario 5): a larger request is refused unless
@@ -488,11 +483,13 @@ def _claim_resize(before, after, changes, cfg):
     PersistentVolumeClaimResize, which reads only the class); a request not above status.capacity is
     refused whatever the class ("field can not be less than status.capacity"). The program cannot
     read the class, so growing takes the opt-in that says the class allows it."""
-    old = _gib(_get(before["inputs"], "spec.resources.requests.storage"))
-    new = _gib(_get(after["inputs"], "spec.resources.requests.storage"))
-    sizes = f"{_get(before['inputs'], 'spec.resources.requests.storage')} -> " \
-            f"{_get(after['inputs'], 'spec.resources.requests.storage')}"
-    if old is not None and new is not None and new < old:
+    old, new = (_get(r["inputs"], "spec.resources.requests.storage") for r in (before, after))
+    sizes = f"{old} -> {new}"
+    try:
+        shrinks = quantity(new) < quantity(old)
+    except (TypeError, ValueError):  # a size unknown before deploy
+        shrinks = False
+    if shrinks:
         return (REFUSED, f"{_paths(changes)}: {sizes}: the API server never shrinks a bound "
                 "claim (field can not be less than status.capacity)", "", False)
     return (IN_PLACE if cfg.storage.allow_claim_expansion else REFUSED,
