@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from components.offline.mock_engine import UNKNOWN
-from components.offline.resources import (GPU, EFA, POD_TEMPLATES, Reads, Violation, inputs_of, k8s_objects, pods, rule, spec_of)
+from components.offline.resources import (GPU, EFA, LAUNCH_TEMPLATE, POD_TEMPLATES, Reads, Violation, inputs_of, k8s_objects, pods, rule, spec_of)
 
 Resource = dict[str, Any]
 _PLACEHOLDER = re.compile(r"^\[known after deploy: (?P<res>.+)\.(?P<out>[^.\]]+)\]$")
@@ -121,7 +121,7 @@ def _is_gpu_node_group(r: Resource) -> bool:
         t.get("key") == GPU for t in (r["inputs"].get("taints") or []))
 
 
-def _releases(resources: list[Resource], chart: str) -> set[str]:
+def releases(resources: list[Resource], chart: str) -> set[str]:
     """Every Helm release of `chart` (a workload ordered after any of them is ordered after the
     chart: never "the first one in the list")."""
     return {ref(r) for r in resources if r["type"] == "kubernetes:helm.sh/v3:Release"
@@ -145,8 +145,8 @@ def _order(resources, ctx):
                                 "take the cluster name from the cluster's output (EksCluster.cluster_name) "
                                 "or add depends_on=[the cluster]", r["name"])
     gpu_groups = {ref(r) for r in resources if _is_gpu_node_group(r)}
-    nvidia = _releases(resources, "nvidia-device-plugin")
-    efa = _releases(resources, "aws-efa-k8s-device-plugin")
+    nvidia = releases(resources, "nvidia-device-plugin")
+    efa = releases(resources, "aws-efa-k8s-device-plugin")
     claims = {(o.get("metadata") or {}).get("name"): ref(r) for r, o in k8s_objects(resources)
               if o.get("kind") == "PersistentVolumeClaim"}
     for p in pods(resources):
@@ -435,7 +435,7 @@ def security_rules(resources: list[Resource]) -> list[SgRule]:
 def endpoints(resources: list[Resource]) -> dict[str, list[Endpoint]]:
     """Control plane, system nodes, GPU nodes and FSx with the security groups each carries: every
     resource of each role (two GPU node groups are two endpoints, each checked; never the last one
-    in the list), by name. `_eks_sg`: the EKS cluster security group of each cluster."""
+    in the list), by name. The control plane's endpoints carry each cluster's EKS cluster security group."""
     eps: dict[str, list[Endpoint]] = collections.defaultdict(list)
     clusters = sorted((r for r in resources if r["type"] == "eks:index:Cluster"), key=lambda r: r["name"])
     if not clusters:
@@ -443,11 +443,10 @@ def endpoints(resources: list[Resource]) -> dict[str, list[Endpoint]]:
     for cluster in clusters:
         eks_sg = f"[known after deploy: {cluster['name']}.eksCluster.vpcConfig.clusterSecurityGroupId]"
         eps["control plane"].append(Endpoint(cluster["name"], [eks_sg]))
-        eps["_eks_sg"].append(Endpoint(cluster["name"], [eks_sg]))
     # A node group without its own groups gets the cluster security group (EKS user guide, launch
     # templates); with several clusters any of theirs.
-    default = [g for e in eps["_eks_sg"] for g in e.sgs]
-    templates = {_sg_id_of(r): r for r in resources if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate"}
+    default = [g for e in eps["control plane"] for g in e.sgs]
+    templates = {_sg_id_of(r): r for r in resources if r["type"] == LAUNCH_TEMPLATE}
     for r in sorted(resources, key=lambda r: r["name"]):
         if r["type"] == "eks:index:ManagedNodeGroup":
             # EKS gives managed nodes the cluster security group unless their launch template sets
@@ -551,7 +550,7 @@ def evaluate_flows(resources: list[Resource]) -> list[FlowResult]:
     eps = endpoints(resources)
     if not eps:
         return []
-    eks_sgs = [g for e in eps.pop("_eks_sg") for g in e.sgs]
+    eks_sgs = [g for e in eps["control plane"] for g in e.sgs]
     rules = _rules_for(security_rules(resources), eks_sgs)
     vpcs = _vpc_cidrs(resources)
     results = []

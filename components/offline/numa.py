@@ -21,14 +21,13 @@ import base64
 import re
 from typing import Any, Optional
 
-from components.offline.resources import (GPU, INSTANCE_TYPE, POD_TEMPLATES, Reads, Violation, gpu_node_groups,
+from components.offline.resources import (GPU, INSTANCE_TYPE, LAUNCH_TEMPLATE, POD_TEMPLATES, Reads, Violation, gpu_node_groups,
                                          of_types, pod_requests, pods, rule)
 from components.stack import topology
 
 _SETTING = re.compile(r"^\s*(cpuManagerPolicy|topologyManagerPolicy):\s*(\S+)\s*$", re.M)
 
 
-LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
 def _settings(lt: dict[str, Any]) -> dict[str, str]:

@@ -22,12 +22,11 @@ from components.offline.mock_engine import UNKNOWN as UNKNOWN_VALUE
 from components.stack.config import SECRET_LIKE
 
 from components.offline.resources import (  # noqa: F401  (the names policy.X always offered)
-    BYO_NODE_LABELS, EFA, GPU, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, NODE_GROUP, POD_TEMPLATES, READS, RULES, Context,
+    BYO_NODE_LABELS, EFA, GPU, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, LAUNCH_TEMPLATE, NODE_GROUP, POD_TEMPLATES, READS, RULES, Context,
     Pod, Reads, Resource, Rule, Violation, _ref, _resources, context, coverage, gpu_node_groups, inputs_of,
     k8s_objects, of_types, pod_requests, pods, quantity, rule, spec_of, unread)
 
 _EFA_ENV = re.compile(r"^(FI_PROVIDER|FI_EFA_.*)$")
-LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 STATEFUL = ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:kms/key:Key")
 
 # What the rules below read besides the pod templates (resources.py: POD_TEMPLATES, INSTANCE_TYPE).

@@ -83,12 +83,15 @@ class Context:
     # The GPU nodes run the EFA driver (any pod requests EFA devices): its pre-allocated huge
     # pages come out of allocatable memory.
     efa: bool = False
-    # False when the stack has node groups and none carries the GPU taint: the GPU node group is
-    # not there to read, and the scheduling rule says so instead of passing.
-    gpu_nodes_found: bool = True
     # Namespaces that record different instance types ((namespace, value), sorted): the shape the
     # workloads are sized for is ambiguous, `instance` is None and the rules that read it say so.
     instance_conflict: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def gpu_nodes_found(self) -> bool:
+        """False when the stack has node groups and none carries the GPU taint: the GPU node group
+        is not there to read, and the scheduling rule says so instead of passing."""
+        return bool(self.gpu_groups)
 
     def allocatable(self) -> Optional[catalog.Allocatable]:
         return self.instance.allocatable(efa=self.efa) if self.instance else None
@@ -106,6 +109,14 @@ def k8s_objects(resources: Iterable[Resource]) -> Iterator[tuple[Resource, dict[
     for r in resources:
         if r["type"].startswith("kubernetes:") and "kind" in r.get("inputs", {}):
             yield r, r["inputs"]
+
+
+def namespace_annotations(resources: Iterable[Resource], key: str) -> list[tuple[str, str]]:
+    """(namespace, value) of every Namespace annotated `key`, sorted: read from all of them, never
+    from the first or last one in the list."""
+    return sorted({((obj.get("metadata") or {}).get("name", "?"), str(ann[key]))
+                   for _, obj in k8s_objects(resources) if obj.get("kind") == "Namespace"
+                   for ann in [(obj.get("metadata") or {}).get("annotations") or {}] if ann.get(key)})
 
 
 def _row(r: Resource) -> str:
@@ -143,6 +154,7 @@ def pods(resources: Iterable[Resource]) -> list[Pod]:
 
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
 def gpu_node_groups(resources: Iterable[Resource]) -> list[Resource]:
@@ -169,16 +181,12 @@ def context(resources: list[Resource]) -> Context:
         groups = (GpuNodes("bring-your-own GPU nodes", dict(BYO_NODE_LABELS), (GPU_TAINT,)),)
     # The training namespace records the GPU shape its workloads are sized for; other namespaces
     # (monitoring, ...) record the same or nothing. Two different values: ambiguous, not "the last".
-    recorded = sorted({((obj.get("metadata") or {}).get("name", "?"), str(ann[GPU_INSTANCE_ANNOTATION]))
-                       for _, obj in k8s_objects(resources) if obj.get("kind") == "Namespace"
-                       for ann in [(obj.get("metadata") or {}).get("annotations") or {}]
-                       if ann.get(GPU_INSTANCE_ANNOTATION)})
+    recorded = namespace_annotations(resources, GPU_INSTANCE_ANNOTATION)
     values = {v for _, v in recorded}
     instance = catalog.CATALOG.get(next(iter(values))) if len(values) == 1 else None
     efa = any(pod_requests(p).get(EFA, 0) > 0 for p in pods(resources))
     # Node groups but none with the GPU taint: nothing to check the GPU pods against (an error, not a pass).
-    return Context(instance, groups, efa, gpu_nodes_found=bool(groups),
-                   instance_conflict=tuple(recorded) if len(values) > 1 else ())
+    return Context(instance, groups, efa, instance_conflict=tuple(recorded) if len(values) > 1 else ())
 
 
 # --- quantities ---------------------------------------------------------------------------------
@@ -336,18 +344,18 @@ def _has_workloads(resources: list[Resource]) -> bool:
     return any(WORKLOADS(r) for r in resources)
 
 
+def _annotation_conflict(resources: list[Resource], key: str, what: str, use: str) -> str:
+    found = namespace_annotations(resources, key)
+    return (f"the Namespaces record different {what} (" + ", ".join(f"{ns}: {v}" for ns, v in found)
+            + f"): which one the workloads are {use} is ambiguous") if len({v for _, v in found}) > 1 else ""
+
+
 def _instance_conflict(resources: list[Resource]) -> str:
-    found = context(resources).instance_conflict
-    return ("the Namespaces record different instance types (" + ", ".join(f"{ns}: {v}" for ns, v in found)
-            + "): which one the workloads are sized for is ambiguous") if found else ""
+    return _annotation_conflict(resources, GPU_INSTANCE_ANNOTATION, "instance types", "sized for")
 
 
 def _node_count_conflict(resources: list[Resource]) -> str:
-    found = sorted({((obj.get("metadata") or {}).get("name", "?"), str(ann[GPU_NODES_ANNOTATION]))
-                    for _, obj in k8s_objects(resources) if obj.get("kind") == "Namespace"
-                    for ann in [(obj.get("metadata") or {}).get("annotations") or {}] if ann.get(GPU_NODES_ANNOTATION)})
-    return ("the Namespaces record different GPU node counts (" + ", ".join(f"{ns}: {v}" for ns, v in found)
-            + "): which one the workloads are placed on is ambiguous") if len({v for _, v in found}) > 1 else ""
+    return _annotation_conflict(resources, GPU_NODES_ANNOTATION, "GPU node counts", "placed on")
 
 
 POD_TEMPLATES = Reads("the pod templates (spec.template.spec.containers; an MPIJob's mpiReplicaSpecs, a RayJob's "

@@ -42,7 +42,8 @@ from typing import Any, Iterable, Optional
 
 from components.offline import deploy_model
 from components.offline.resources import (EFA, GPU, GPU_NODE_COUNT, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, POD_TEMPLATES,
-                                          Context, Pod, Violation, context, k8s_objects, pod_requests, rule, spec_of)
+                                          WORKLOAD_KINDS, Context, Pod, Violation, context, k8s_objects,
+                                          namespace_annotations, pod_requests, rule, spec_of)
 from components.stack import catalog
 from components.stack.labels import GPU_NODES_ANNOTATION
 
@@ -51,7 +52,6 @@ Resource = dict[str, Any]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
-WORKLOAD_KINDS = ("Job", "StatefulSet", "MPIJob", "RayJob", "Deployment")
 # Long-running workloads (the serving Deployment, components/workloads/serving.py): never finish,
 # not queued by Kueue (the ClusterQueue's quota leaves their GPUs out), placed before every run.
 PERMANENT_KINDS = ("Deployment",)
@@ -261,10 +261,7 @@ def node_group(resources: list[Resource], ctx: Optional[Context] = None) -> Opti
     ctx = ctx or context(resources)
     if ctx.instance is None:
         return None
-    count = 0
-    for _, obj in k8s_objects(resources):
-        if obj.get("kind") == "Namespace":
-            count = max(count, int(_quantity((_meta(obj).get("annotations") or {}).get(GPU_NODES_ANNOTATION, 0))))
+    count = max((int(_quantity(v)) for _, v in namespace_annotations(resources, GPU_NODES_ANNOTATION)), default=0)
     if count <= 0:
         return None
     it = ctx.instance
@@ -699,8 +696,7 @@ def _kueue_queue(resources, ctx):
     graph = deploy_model.Graph(resources)
     local_rows = {(_meta(o).get("namespace"), _meta(o).get("name")): deploy_model.ref(r)
                   for r, o in k8s_objects(resources) if o.get("kind") == "LocalQueue"}
-    release = [deploy_model.ref(r) for r in resources if r["type"] == "kubernetes:helm.sh/v3:Release"
-               and r["inputs"].get("chart") == KUEUE_CHART]
+    release = deploy_model.releases(resources, KUEUE_CHART)
     for w in found:
         q = qs.get((w.namespace, w.queue))
         if q is None:
