@@ -97,12 +97,15 @@ def test_preview_job():
     assert stacks == ["dev", "p4de", "p5"]
     for stack in stacks:
         assert (ROOT / f"Pulumi.{stack}.yaml").is_file(), stack
-    assert job["permissions"] == {"contents": "read", "id-token": "write", "pull-requests": "write"}
+    # actions: read for the gate's reading of the environment's protection rules (ci/preview-gate.sh).
+    assert job["permissions"] == {"actions": "read", "contents": "read", "id-token": "write", "pull-requests": "write"}
     # The gate is a step, not the job's `if`: a job skipped by its `if` is never expanded, and its one
     # check is named "pulumi preview (${{ matrix.stack }})"; each stack keeps its own check.
     assert job["if"] == "${{ !cancelled() }}" and "${{ matrix.stack }}" in job["name"]
-    # Credentials only in the `preview` environment (required reviewers), forks in one without secrets.
-    assert "'preview'" in job["environment"] and "head.repo.full_name == github.repository" in job["environment"]
+    # Credentials only in the `preview` environment (required reviewers), forks and Dependabot in one
+    # without secrets.
+    assert environment_of(job, same_repo=True) == "preview"
+    assert environment_of(job, same_repo=False) == "no-secrets"
 
     # pulumi/actions installs the CLI only: with no `command` input it installs and exits
     # (pulumi/actions v7 src/main.ts: makeInstallationConfig / installOnly). It comments only after a
@@ -136,9 +139,63 @@ def test_gate_asks_pulumi_cloud_token_only_of_pulumi_cloud():
     job = load(PR_WORKFLOW)["jobs"]["preview"]
     step = next(s for s in job["steps"] if s.get("id") == "gate")
     assert step["run"] == "ci/preview-gate.sh"
-    assert set(step["env"]) == {"FORK", "AWS_ROLE_ARN", "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL",
-                                "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SECRETS_PROVIDER"}
+    assert set(step["env"]) == {"FORK", "DEPENDABOT", "GH_TOKEN", "PROTECTED_ENVIRONMENT", "AWS_ROLE_ARN",
+                                "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE",
+                                "PULUMI_SECRETS_PROVIDER"}
     assert "head.repo.full_name != github.repository" in step["env"]["FORK"]
+    assert step["env"]["DEPENDABOT"] == ("${{ github.event_name == 'pull_request' && "
+                                         "github.event.pull_request.user.login == 'dependabot[bot]' }}")
+    # The environment the gate checks for required reviewers is the job's own.
+    assert step["env"]["PROTECTED_ENVIRONMENT"] == environment_of(job, same_repo=True)
+
+
+# --- a tiny evaluator for the one expression the environment is: A && B && 'x' || 'y' -------------
+
+def environment_of(job: dict, same_repo: bool, author: str = "alice", event: str = "pull_request") -> str:
+    """The environment the preview job runs in for a pull request, evaluated with Python's and/or
+    (GitHub's && / || return operands the same way: docs.github.com, "Evaluate expressions")."""
+    expr = job["environment"].strip()
+    assert expr.startswith("${{") and expr.endswith("}}"), expr
+    expr = expr[3:-2]
+    values = {
+        "github.event_name": repr(event),
+        "github.event.pull_request.head.repo.full_name": repr("o/r" if same_repo else "fork/r"),
+        "github.repository": repr("o/r"),
+        "github.event.pull_request.user.login": repr(author),
+    }
+    for name, value in sorted(values.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(name, value)
+    expr = expr.replace("&&", " and ").replace("||", " or ")
+    assert re.fullmatch(r"[\s'a-z0-9/\[\]\-_()!=]+", expr.replace(" and ", " ").replace(" or ", " ")), expr
+    return eval(expr, {"__builtins__": {}})  # noqa: S307 - the workflow's own expression, literals only
+
+
+def test_dependabot_runs_in_the_environment_without_secrets():
+    """Before: Dependabot's pull requests (same repository) waited for an approval of `preview`, whose
+    secrets GitHub never gives them. Now they go where forks go, and the gate says why."""
+    job = load(PR_WORKFLOW)["jobs"]["preview"]
+    assert environment_of(job, same_repo=True, author="dependabot[bot]") == "no-secrets"
+    assert environment_of(job, same_repo=True, author="alice") == "preview"
+    assert environment_of(job, same_repo=True, event="workflow_dispatch") == "preview"
+
+
+def credentialed(job: dict) -> bool:
+    text = json.dumps(job)
+    return "secrets." in text or (job.get("permissions") or {}).get("id-token") == "write"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_no_cache_in_a_job_that_holds_credentials(path: Path):
+    """Before: the preview job restored a pip cache (setup-python `cache: pip`) that an earlier,
+    unapproved run of the same pull request could have written. A job with secrets or an OIDC token
+    restores no cache at all."""
+    for job_id, job in (load(path).get("jobs") or {}).items():
+        if not credentialed(job):
+            continue
+        for step in job.get("steps") or []:
+            uses = step.get("uses", "")
+            assert not uses.startswith(("actions/cache@", "actions/cache/")), f"{path.name} {job_id}: {uses}"
+            assert "cache" not in (step.get("with") or {}), f"{path.name} {job_id}: {uses} restores a cache"
 
 
 # FACTS.md "PR review as GitHub runs it"; the others from the actions' own repositories (tags v7.0.0,
@@ -170,8 +227,10 @@ def test_comment_jobs():
     assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
     assert "head.repo.full_name == github.repository" in job["if"]
     run = next(s for s in job["steps"] if "run" in s)
-    assert run["run"] == "ci/review-comment.sh review" and run["env"]["FORK"] == "false"
+    assert run["run"] == 'ci/review-comment.sh "$REVIEW_DIR"' and run["env"]["FORK"] == "false"
     assert run["env"]["HEAD_SHA"] == "${{ github.event.pull_request.head.sha }}"
+    download = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert download["with"]["path"] == run["env"]["REVIEW_DIR"] == "${{ runner.temp }}/review"
 
     fork = load(WORKFLOW_DIR / "pr-comment.yml")
     on = fork.get("on", fork.get(True))  # YAML 1.1 reads `on` as True
@@ -184,10 +243,28 @@ def test_comment_jobs():
     download = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
     assert download["with"]["name"] == upload["with"]["name"] == "review"
     assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
+    # The fork's artifact is data: unpacked under the runner's temp directory, never in the checkout
+    # beside the scripts (before: `path: review`, inside the workspace).
+    assert download["with"]["path"] == "${{ runner.temp }}/review" and download.get("continue-on-error") is True
     run = next(s for s in job["steps"] if "run" in s)
-    assert run["run"] == "ci/review-comment.sh review" and run["env"]["FORK"] == "true"
+    assert run["run"] == 'ci/review-comment.sh "$REVIEW_DIR"' and run["env"]["FORK"] == "true"
+    assert run["env"]["REVIEW_DIR"] == download["with"]["path"]
+    # The pull request comes from what GitHub says about the run, never from the artifact.
     assert run["env"]["HEAD_SHA"] == "${{ github.event.workflow_run.head_sha }}"
-    assert "PR_NUMBER" not in run["env"]  # from the artifact, checked against HEAD_SHA before any write
+    assert run["env"]["HEAD_REPO"] == "${{ github.event.workflow_run.head_repository.full_name }}"
+    assert run["env"]["HEAD_BRANCH"] == "${{ github.event.workflow_run.head_branch }}"
+    assert "PR_NUMBER" not in run["env"]
+
+
+def test_fork_comment_skips_cancelled_runs_one_at_a_time():
+    """Before: no condition on the run's conclusion, no concurrency: every cancelled `pr` run (a newer
+    push cancels the older) started a comment job that failed on the missing artifact."""
+    fork = load(WORKFLOW_DIR / "pr-comment.yml")
+    (job,) = fork["jobs"].values()
+    assert "github.event.workflow_run.conclusion != 'cancelled'" in job["if"]
+    group = fork["concurrency"]["group"]
+    assert "workflow_run.head_repository.full_name" in group and "workflow_run.head_branch" in group
+    assert fork["concurrency"]["cancel-in-progress"] is True
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
