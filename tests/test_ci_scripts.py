@@ -224,8 +224,10 @@ fi""")
     calls = (bin_dir / "pulumi.log").read_text().splitlines()
     commands = calls[0::2]
     ref = select.rsplit(" ", 1)[-1]
-    assert commands == [login, select, f"preview --non-interactive --stack {ref} --diff --suppress-progress "
-                                       "--color never --policy-pack policy"]
+    assert commands == [login, select,
+                        f"refresh --preview-only --non-interactive --stack {ref} --diff --suppress-progress --color never",
+                        f"preview --non-interactive --stack {ref} --refresh --diff --suppress-progress --color never "
+                        f"--save-plan {out}/plan-p5.json --policy-pack policy"]
     # An empty secret is no passphrase: removed, not passed as "".
     for e in calls[1::2]:
         if env.get("PULUMI_CONFIG_PASSPHRASE") == "":
@@ -234,6 +236,72 @@ fi""")
             assert "PULUMI_ACCESS_TOKEN=<unset>" in e
     assert (out / "preview-p5.rc").read_text().strip() == "0"
     assert "Resources:\n    + 180 to create" in (out / "preview-p5.txt").read_text()
+
+
+DRIFT_OUTPUT = """Refreshing (p5):
+    ~  aws:fsx:LustreFileSystem storage-fs update [diff: ~storageCapacity]
+    -  kubernetes:core/v1:ConfigMap cm-extra delete
+
+Resources:
+    ~ 1 to update
+    - 1 to delete
+    178 unchanged
+
+Duration: 12s
+"""
+
+NO_DRIFT_OUTPUT = """Refreshing (p5):
+
+Resources:
+    180 unchanged
+
+Duration: 9s
+"""
+
+
+def fake_pulumi(bin_dir: Path, drift: str, drift_rc: int = 0) -> None:
+    fake(bin_dir, "pulumi", f"""case "$1" in
+  refresh) cat <<'OUT'
+{drift}OUT
+  exit {drift_rc} ;;
+  preview) cat <<'OUT'
+{PREVIEW_OUTPUT}OUT
+  for a in "$@"; do case "$prev" in --save-plan) echo '{{"resourcePlans": {{}}}}' > "$a" ;; esac; prev="$a"; done ;;
+esac""")
+
+
+def test_drift_is_shown_apart_from_the_change_and_the_preview_refreshes(tmp_path):
+    """Before: `pulumi preview` without --refresh judged the change against the state as last written:
+    a resource changed by hand showed as part of this PR's change, or not at all."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "ci-out"
+    fake_pulumi(bin_dir, DRIFT_OUTPUT)
+    res = run("preview.sh", "p5", env={"PULUMI_BACKEND_URL": "file:///tmp/state", "PULUMI_CONFIG_PASSPHRASE": "x",
+                                       "RLTRAIN_CI_OUT": str(out)}, bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr
+    assert (out / "drift-p5.rc").read_text().strip() == "0"
+    body = pr_comment.body("p5", out, commit=HEAD)
+    assert ("**Drift**: the live stack differs from its state, apart from this pull request's change "
+            "(`pulumi refresh --preview-only`: ~ 1 to update, - 1 to delete)") in body
+    assert "~  aws:fsx:LustreFileSystem storage-fs update [diff: ~storageCapacity]" in body
+    assert body.index("**Drift**") < body.index("Summary:") < body.index("+ 180 to create")
+    # The update plan, and the tree it was made on (what the deploy checks against main).
+    meta = dict(line.split("=", 1) for line in (out / "plan-p5.meta").read_text().splitlines())
+    tree = subprocess.run(["git", "rev-parse", "HEAD^{tree}"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert meta["stack"] == "p5" and meta["tree"] == tree and (out / "plan-p5.json").is_file()
+
+
+def test_no_drift_and_a_failed_drift_check_are_said(tmp_path):
+    bin_dir, out = tmp_path / "bin", tmp_path / "ci-out"
+    env = {"PULUMI_BACKEND_URL": "file:///tmp/state", "PULUMI_CONFIG_PASSPHRASE": "x", "RLTRAIN_CI_OUT": str(out)}
+    fake_pulumi(bin_dir, NO_DRIFT_OUTPUT)
+    assert run("preview.sh", "p5", env=env, bin_dir=bin_dir).returncode == 0
+    assert "No drift: the live stack matches its state" in pr_comment.body("p5", out)
+    fake_pulumi(bin_dir, "error: AccessDenied: eks:DescribeCluster\n", drift_rc=255)
+    res = run("preview.sh", "p5", env=env, bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr  # the preview still ran
+    body = pr_comment.body("p5", out)
+    assert "**Drift check failed** (`pulumi refresh --preview-only`, exit 255)" in body
+    assert "error: AccessDenied: eks:DescribeCluster" in body and "succeeded" in body
 
 
 def test_a_failed_preview_is_captured_and_fails_the_step(tmp_path):
