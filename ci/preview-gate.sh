@@ -24,6 +24,8 @@ set -euo pipefail
 . "$ROOT/ci/lib-github.sh"
 mkdir -p "$RLTRAIN_CI_OUT"
 rm -f "$RLTRAIN_CI_OUT/preview.unavailable"
+# What the credentials are for, in the messages: `pulumi preview` (pr.yml) or `pulumi up` (deploy.yml).
+what="${GATE_FOR:-pulumi preview}"
 
 # A pull request from a fork: GitHub gives it no secrets and a read-only token, and its code never
 # runs with the cloud role (docs/pr-review.md "Pull requests from forks").
@@ -80,7 +82,7 @@ if [ "${#missing[@]}" -eq 0 ]; then
   fi
   if [ "$rc" -ne 0 ]; then
     output has-credentials false
-    why="pulumi preview refused: ${verdict#not protected: }. The credentials are used only behind an approval: give the environment required reviewers (docs/pr-review.md \"Setting it up\")."
+    why="${what} refused: ${verdict#not protected: }. The credentials are used only behind an approval: give the environment required reviewers (docs/pr-review.md \"Setting it up\")."
     printf '%s\n' "$why" > "$RLTRAIN_CI_OUT/preview.unavailable"
     printf '::error title=Environment not protected::%s\n' "$why"
     exit 1
@@ -95,7 +97,7 @@ if [ "${#missing[@]}" -eq 0 ]; then
 else
   output has-credentials false
   list="$(printf '%s, ' "${missing[@]}")"
-  why="pulumi preview skipped: ${list%, } not available to this run (Dependabot, or a repository whose \`preview\` environment is not set up yet: docs/pr-review.md). The offline job still runs the tests and the impact review."
+  why="${what} skipped: ${list%, } not available to this run (a repository whose \`${PROTECTED_ENVIRONMENT:-preview}\` environment is not set up yet: docs/pr-review.md \"Setting it up\"). The offline job still runs the tests and the impact review."
   printf '%s\n' "$why" > "$RLTRAIN_CI_OUT/preview.unavailable"
-  notice "Pulumi preview skipped" "$why"
+  notice "${what^} skipped" "$why"
 fi
