@@ -293,3 +293,39 @@ def test_offline_job_runs_the_install_and_the_test_command_of_ci_run():
     commands = [line for line in (ROOT / "ci" / "test.sh").read_text().splitlines()
                 if line.strip() and not line.startswith(("#", "set ", ". ", "cd "))]
     assert commands == [readme_command]
+
+
+# --- docs/pr-review.md: what it cites exists; the setup checklist and the trust model are there ------
+
+PR_REVIEW_DOC = ROOT / "docs" / "pr-review.md"
+_CITED_PATH = re.compile(r"`((?:ci|tests|docs|components|policy|cluster|\.github)/[\w./-]*\w)`")
+_CITED_DOC = re.compile(r"(?<![\w/.-])([A-Z][A-Z0-9_-]*\.md)\b")
+_LINKED = re.compile(r"\]\(([\w./-]+\.md)(?:#[\w-]+)?\)")
+
+
+def test_pr_review_doc_cites_only_files_in_the_repository():
+    """Before: "The facts behind the design are in FACTS.md", a file that is not in the repository."""
+    text = PR_REVIEW_DOC.read_text()
+    missing = sorted({p for p in _CITED_PATH.findall(text) if not (ROOT / p).exists()}
+                     | {p for p in _CITED_DOC.findall(text) if not (ROOT / p).exists()}
+                     | {p for p in _LINKED.findall(text) if not (PR_REVIEW_DOC.parent / p).exists()})
+    assert not missing, f"docs/pr-review.md cites what the repository does not hold: {missing}"
+
+
+def test_pr_review_doc_has_the_setup_checklist_and_the_trust_model():
+    text = PR_REVIEW_DOC.read_text()
+    assert "\n## Trust model\n" in text and "\n## Setting it up\n" in text
+    header = next(line for line in text.splitlines() if line.startswith("| job (workflow) |"))
+    assert header == ("| job (workflow) | same-repository pull request | pull request from a fork | "
+                      "Dependabot's pull request | merge to `main` |")
+    checklist = text.split("\n## Setting it up\n", 1)[1].split("\n## ", 1)[0]
+    for must in ("required reviewers", "public", "Prevent self-review", "Allow administrators to bypass",
+                 "`no-secrets`", "`deploy`", "the first approved run previews nothing until the secrets are set",
+                 "Require\n   branches to be up to date before merging"):
+        assert must in checklist, must
+    # Every environment a workflow names is in the checklist.
+    for path in WORKFLOWS:
+        for env in re.findall(r"'([a-z-]+)'|environment: ([a-z-]+)$", path.read_text(), re.M):
+            name = env[0] or env[1]
+            if name in ("preview", "deploy", "no-secrets"):
+                assert f"`{name}`" in checklist, name
