@@ -15,6 +15,7 @@
 # written by the fork's own workflow: nothing in it is run or trusted, and the pull request is
 # resolved from what GitHub says about the run (ci/upsert_comment.py --resolve-pr), never from
 # review.json's pr_number. Its comment has a marker of its own (`review-fork`).
+# Then the impact as labels on the pull request (ci/review_labels.py).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dir="${1:?usage: ci/review-comment.sh DIR}"
@@ -33,3 +34,5 @@ body="$(mktemp)"
 trap 'rm -f "$body"' EXIT
 python3 "$here/review_comment.py" "$dir" "${RUN_URL:-}" > "$body"
 python3 "$here/upsert_comment.py" "$kind" "$body"
+# The impact as labels (replaces, data-loss, node-roll, run-restart, no-change): ci/review_labels.py.
+python3 "$here/review_labels.py" "$dir"

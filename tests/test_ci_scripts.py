@@ -398,13 +398,21 @@ def fake_github(bin_dir: Path, comments: list[dict], head: str = HEAD, pulls: li
   "api --paginate repos/o/r/commits/"*"/pulls "*) cat "{bin_dir}/commit-pulls.jsonl" ;;
   *--paginate*) cat "{bin_dir}/comments.jsonl" ;;
   "api repos/o/r/pulls/"*) n="${{2##*/}}"; cat "{bin_dir}/pull-$n.json" ;;
+  "api repos/o/r/issues/"*"/labels --jq .[].name") cat "{bin_dir}/labels.txt" 2>/dev/null ;;
+  *"/labels"*) for a in "$@"; do [ -f "$a" ] && cp "$a" "{bin_dir}/labels-payload.json"; done ;;
   *--method*) for a in "$@"; do [ -f "$a" ] && cp "$a" "{bin_dir}/payload.json"; done ;;
 esac
 exit 0""")
 
 
-def gh_calls(bin_dir: Path) -> list[str]:
-    return (bin_dir / "gh.log").read_text().splitlines()[0::2]
+def gh_calls(bin_dir: Path, labels: bool = False) -> list[str]:
+    """The `gh` calls, without those of ci/review_labels.py (the labels' own test reads them)."""
+    calls = (bin_dir / "gh.log").read_text().splitlines()[0::2]
+    if labels:
+        return calls
+    first_label = next((i for i, c in enumerate(calls) if "/labels" in c), None)
+    # ci/review_labels.py re-reads the pull request's head just before its label calls.
+    return calls if first_label is None else calls[:first_label - 1]
 
 
 def comment_env(out: Path, **extra: str) -> dict[str, str]:
@@ -624,3 +632,57 @@ def test_preflight_runs_the_aws_preflight_and_keeps_its_result_for_the_comment(t
     assert (out / "preflight-p5.rc").read_text().strip() == "3"
     assert "quota 0 vCPU < 192" in (out / "preflight-p5.txt").read_text()
     assert "**preflight failed** (exit 3)" in pr_comment.body("p5", out)
+
+
+# --- labels from the impact ----------------------------------------------------------------------------
+
+_lab = importlib.util.spec_from_file_location("review_labels", CI / "review_labels.py")
+review_labels = importlib.util.module_from_spec(_lab)
+_lab.loader.exec_module(review_labels)
+
+SUMMARY_P5_SHRINK = """### Stack `p5`
+
+| impact | resource | why | verdict |
+|---|---|---|---|
+| **replace (data loss)** | `LustreFileSystem storage-fs` | storageCapacity 4800 -> 2400 | refused: set `rltrain:storage.allowReplacement: true` |
+| replace | `PersistentVolume storage-pv` | spec.capacity.storage | ok |
+| in place | `PersistentVolumeClaim storage-claim` | spec.resources ignored | ok |
+
+### Stack `dev`
+
+| impact | resource | why | verdict |
+|---|---|---|---|
+| **node roll** | `NodeGroup gpu` | launch template | ok |
+
+### Stack `p4de`
+
+impact: no change against the base record
+"""
+
+
+@pytest.mark.parametrize("summary,labels", [
+    (SUMMARY_P5_SHRINK, {"replaces", "data-loss", "node-roll"}),
+    ("### Stack `p5`\n\nimpact: no change against the base record\n", {"no-change"}),
+    ("| impact | resource | why | verdict |\n|---|---|---|---|\n| **run restart** | `Job train` | image | ok |\n",
+     {"run-restart"}),
+    ("## What this change does to each stack: no review\n", set()),
+])
+def test_labels_from_the_impact_tables(summary, labels):
+    assert review_labels.labels(summary) == labels
+
+
+def test_labels_added_and_stale_ones_removed_on_the_pull_request(tmp_path):
+    """The review's impact as labels: `no-change` from an earlier push is removed, others' labels kept."""
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [])
+    (bin_dir / "labels.txt").write_text("no-change\nneeds-docs\nrun-restart\n")
+    art = review_artifact(tmp_path / "review")
+    (art / "summary.md").write_text(SUMMARY_P5_SHRINK)
+    res = run("review-comment.sh", str(art), env=comment_env(tmp_path / "ci-out", FORK="false"), bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr
+    calls = gh_calls(bin_dir, labels=True)
+    assert "api --method POST repos/o/r/issues/7/labels --input" in " ".join(calls)
+    assert json.loads((bin_dir / "labels-payload.json").read_text()) == {"labels": ["data-loss", "node-roll", "replaces"]}
+    deletes = sorted(c.split()[3] for c in calls if c.startswith("api --method DELETE"))
+    assert deletes == ["repos/o/r/issues/7/labels/no-change", "repos/o/r/issues/7/labels/run-restart"]
+    assert "labels of #7: added data-loss, node-roll, replaces; removed no-change, run-restart" in res.stdout
