@@ -95,7 +95,9 @@ up() {
   if [ -f policy/PulumiPolicy.yaml ]; then
     policy=(--policy-pack policy)
   fi
-  pulumi up --yes --non-interactive --stack "$ref" --plan "$plan" --diff --suppress-progress --color never "${policy[@]}"
+  # --refresh as the reviewed preview did: the plan was made against the refreshed live stack, so the
+  # update compares with the same, and a change of what is live since the review breaks the plan.
+  pulumi up --yes --non-interactive --stack "$ref" --refresh --plan "$plan" --diff --suppress-progress --color never "${policy[@]}"
 }
 up 2>&1 | tee "$log"
 rc="${PIPESTATUS[0]}"

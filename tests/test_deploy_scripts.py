@@ -73,7 +73,7 @@ def test_the_reviewed_plan_is_applied(tmp_path):
     assert pulumi_calls(tmp_path) == [
         "login --non-interactive file:///tmp/state",
         "stack select --non-interactive p5",  # never created here: the review's preview did that
-        f"up --yes --non-interactive --stack p5 --plan {plan_dir}/plan-p5.json --diff --suppress-progress "
+        f"up --yes --non-interactive --stack p5 --refresh --plan {plan_dir}/plan-p5.json --diff --suppress-progress "
         "--color never --policy-pack policy"]
     assert (tmp_path / "guard.log").read_text().strip() == f"guard --base {'b' * 40} p5"
     assert "applied the plan reviewed on aaaaaaaaaaaa to p5" in res.stdout
