@@ -3,7 +3,8 @@
     python3 ci/review_comment.py OUT_DIR [RUN_URL]     # prints the comment (Markdown)
 
 OUT_DIR holds what the offline job uploaded as the `review` artifact: summary.md and review.json
-(ci/render-review.sh). On a pull request from a fork (FORK=true: the `workflow_run` path,
+(ci/render-review.sh), and, when the simulated-cluster preview ran, sim-preview.md (the `sim-preview`
+artifact, ci/sim-preview.sh: the real engine's operations beside the offline impact), appended. On a pull request from a fork (FORK=true: the `workflow_run` path,
 .github/workflows/pr-comment.yml) the comment adds that the real preview runs only after a maintainer
 approves (docs/pr-review.md "Pull requests from forks"). Missing files (the offline job failed before
 the review) make a comment that says so. Standard library only: it runs with any python3.
@@ -23,7 +24,8 @@ import re
 import sys
 from pathlib import Path
 
-MAX_BODY = 63_000  # ci/upsert_comment.py trims at GitHub's cap; keep the end note inside it
+MAX_BODY = 55_000  # ci/upsert_comment.py trims at GitHub's cap; keep the end notes inside it
+MAX_SIM = 6_000    # the simulated-cluster preview's table
 
 FORK_NOTE = (
     "> **Previews run after a maintainer approves.** This pull request comes from a fork: GitHub gives "
@@ -74,6 +76,9 @@ def body(out_dir: Path, run_url: str = "", fork: bool = False) -> str:
             lines += [f"The review refused at least one stack (exit {code}){log}."]
         elif log:
             lines += [f"From the offline job{log}."]
+    sim = out_dir / "sim-preview.md"
+    if _regular(sim):
+        lines += ["", neutralise(sim.read_text(errors="replace"))[:MAX_SIM].rstrip("\n")]
     if fork:
         lines += ["", FORK_NOTE]
     return "\n".join(lines) + "\n"

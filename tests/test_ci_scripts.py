@@ -686,3 +686,17 @@ def test_labels_added_and_stale_ones_removed_on_the_pull_request(tmp_path):
     deletes = sorted(c.split()[3] for c in calls if c.startswith("api --method DELETE"))
     assert deletes == ["repos/o/r/issues/7/labels/no-change", "repos/o/r/issues/7/labels/run-restart"]
     assert "labels of #7: added data-loss, node-roll, replaces; removed no-change, run-restart" in res.stdout
+
+
+def test_the_simulated_cluster_preview_is_appended_to_the_review_comment(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [])
+    art = review_artifact(tmp_path / "review")
+    (art / "sim-preview.md").write_text("### Real preview of `sim` on the simulated cluster\n\n"
+                                        "| resource | offline impact | real preview | |\n|---|---|---|---|\n"
+                                        "| `workloads-staging-job` | run restart | update | **disagree** |\n@someone\n")
+    res = run("review-comment.sh", str(art), env=comment_env(tmp_path / "ci-out", FORK="false"), bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr
+    body = json.loads((bin_dir / "payload.json").read_text())["body"]
+    assert body.index("## What this change does to each stack") < body.index("### Real preview of `sim`")
+    assert "| update | **disagree** |" in body and "@\u200bsomeone" in body

@@ -205,7 +205,10 @@ PINNED = {"actions/checkout": ("3d3c42e5aac5ba805825da76410c181273ba90b1", "v7")
           "actions/setup-python": ("5fda3b95a4ea91299a34e894583c3862153e4b97", "v7.0.0"),
           "actions/upload-artifact": ("bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0"),
           "actions/download-artifact": ("3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
-          "aws-actions/configure-aws-credentials": ("e6de054238d6b7531b4efff3b6587d9aade6a06c", "v6.2.3")}
+          "aws-actions/configure-aws-credentials": ("e6de054238d6b7531b4efff3b6587d9aade6a06c", "v6.2.3"),
+          # `git rev-parse TAG^{commit}` in the actions' repositories (the snapshots read 2026-12-02).
+          "actions/setup-go": ("b7ad1dad31e06c5925ef5d2fc7ad053ef454303e", "v7.0.0"),
+          "actions/cache": ("27d5ce7f107fe9357f9df03efb73ab90386fccae", "v5.0.5")}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -329,3 +332,23 @@ def test_pr_review_doc_has_the_setup_checklist_and_the_trust_model():
             name = env[0] or env[1]
             if name in ("preview", "deploy", "no-secrets"):
                 assert f"`{name}`" in checklist, name
+
+
+def test_sim_preview_job_holds_nothing_and_feeds_the_comment():
+    """The real preview on the simulated cluster runs the pull request's code (forks' too): no secret,
+    a read-only token, its cache only the cluster's binaries keyed by what they are built from."""
+    workflow = load(PR_WORKFLOW)
+    job = workflow["jobs"]["sim-preview"]
+    assert not credentialed(job) and job["permissions"] == {"contents": "read"}
+    assert [s["run"] for s in job["steps"] if "run" in s] == ["ci/install.sh", "ci/sim-preview.sh"]
+    cache = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/cache@"))
+    assert cache["with"]["path"] == "~/.cache/rltrain-sim"
+    assert "hashFiles('cluster/versions.env', 'cluster/go/**')" in cache["with"]["key"]
+    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["name"] == "sim-preview"
+    # Both comment paths download it beside the review (the comment appends sim-preview.md).
+    assert "sim-preview" in workflow["jobs"]["comment"]["needs"]
+    for path, job_id in ((PR_WORKFLOW, "comment"), (WORKFLOW_DIR / "pr-comment.yml", "fork-review-comment")):
+        steps_ = load(path)["jobs"][job_id]["steps"]
+        names = {s["with"]["name"]: s["with"]["path"] for s in steps_ if s.get("uses", "").startswith("actions/download-artifact@")}
+        assert names == {"review": "${{ runner.temp }}/review", "sim-preview": "${{ runner.temp }}/review"}, path
