@@ -346,9 +346,17 @@ def test_sim_preview_job_holds_nothing_and_feeds_the_comment():
     assert "hashFiles('cluster/versions.env', 'cluster/go/**')" in cache["with"]["key"]
     upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["with"]["name"] == "sim-preview"
-    # Both comment paths download it beside the review (the comment appends sim-preview.md).
-    assert "sim-preview" in workflow["jobs"]["comment"]["needs"]
-    for path, job_id in ((PR_WORKFLOW, "comment"), (WORKFLOW_DIR / "pr-comment.yml", "fork-review-comment")):
+    # The review comment is not held back for it: posted after the offline job, then posted again
+    # (same run: it replaces the first) with the simulated-cluster preview, after the first.
+    jobs = workflow["jobs"]
+    assert jobs["comment"]["needs"] == ["offline"]
+    assert jobs["comment-with-sim"]["needs"] == ["offline", "sim-preview", "comment"]
+    assert jobs["comment-with-sim"]["if"] == jobs["comment"]["if"]
+    assert jobs["comment-with-sim"]["permissions"] == jobs["comment"]["permissions"]
+    same = [s for s in jobs["comment-with-sim"]["steps"] if "run" in s] == [s for s in jobs["comment"]["steps"] if "run" in s]
+    assert same
+    # Both paths with the simulated-cluster preview download it beside the review (sim-preview.md appended).
+    for path, job_id in ((PR_WORKFLOW, "comment-with-sim"), (WORKFLOW_DIR / "pr-comment.yml", "fork-review-comment")):
         steps_ = load(path)["jobs"][job_id]["steps"]
         names = {s["with"]["name"]: s["with"]["path"] for s in steps_ if s.get("uses", "").startswith("actions/download-artifact@")}
         assert names == {"review": "${{ runner.temp }}/review", "sim-preview": "${{ runner.temp }}/review"}, path
