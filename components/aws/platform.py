@@ -83,7 +83,7 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
         cluster_name=cluster_name, instance_type=g.instance_type, count=g.count, efa=g.efa_enabled,
         capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id,
         **gpu_root_volume(g), local_storage_raid0=g.local_storage == "raid0",
-        fast_image_pull=g.fast_image_pull,
+        fast_image_pull=g.fast_image_pull, allow_node_roll=g.allow_node_roll,
         cpu_manager_policy=kubelet.cpu_manager, topology_manager_policy=kubelet.topology_manager,
     ), vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id, cluster=cluster.cluster_name,
         kubernetes_version=cluster.kubernetes_version,
