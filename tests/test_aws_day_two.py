@@ -195,7 +195,30 @@ def test_summary_shows_destroy_order_and_the_ebs_claims():
     text = render.summary(rendered("p5"))
     assert "destroy order (`pulumi destroy --exclude-protected`" in text
     assert "kept (protected, and what they depend on): " in text
-    assert "before destroy: delete the claims of monitoring/kube-prometheus-stack" in text
+    # Prometheus's claim goes with its StatefulSet, and the monitoring namespace (waited for on
+    # destroy) goes before the EBS CSI add-on: no manual step is left.
+    assert "before destroy: delete the claims" not in text
+
+
+def test_monitoring_volumes_are_deleted_before_the_ebs_driver_goes():
+    import copy as _copy
+    from components.offline import deploy_model
+    rs = rows()
+    release = find(rs, "kubernetes:helm.sh/v3:Release", "monitoring-kube-prometheus-stack")
+    spec = release["inputs"]["values"]["prometheus"]["prometheusSpec"]
+    assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
+    ns = find(rs, "kubernetes:core/v1:Namespace", "monitoring-namespace")
+    assert "aws:eks/addon:Addon::monitoring-ebs-csi" in ns["dependsOn"]
+    assert deploy_model._ebs_claims_left(rs) == []
+    # Either protection removed: the summary asks for the manual step again.
+    kept = _copy.deepcopy(rs)
+    del find(kept, "kubernetes:helm.sh/v3:Release", "monitoring-kube-prometheus-stack")["inputs"]["values"][
+        "prometheus"]["prometheusSpec"]["persistentVolumeClaimRetentionPolicy"]
+    assert deploy_model._ebs_claims_left(kept) == ["monitoring/kube-prometheus-stack"]
+    racing = _copy.deepcopy(rs)
+    find(racing, "kubernetes:core/v1:Namespace", "monitoring-namespace")["dependsOn"].remove(
+        "aws:eks/addon:Addon::monitoring-ebs-csi")
+    assert deploy_model._ebs_claims_left(racing) == ["monitoring/kube-prometheus-stack"]
 
 
 # --- day two: versions, rolls, capacity -----------------------------------------------------------

@@ -6,9 +6,12 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import pulumi
+import pulumi_aws as aws
+from pulumi.runtime.mocks import MockMonitor
 
+from components.aws import account_checks
 from components.aws.cluster import EksCluster, EksClusterArgs
-from components.stack.config import StackConfig
+from components.stack.config import ConfigError, StackConfig
 from components.stack import topology
 from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
@@ -61,7 +64,40 @@ def gpu_root_volume(g) -> dict[str, int]:
             "root_volume_iops": values["iops"]}
 
 
+def deploy_problems(cfg: StackConfig, caller_arn: Optional[str]) -> list[tuple[str, str]]:
+    """What a real deploy refuses before it creates anything, that the offline render accepts (the
+    committed stack files carry placeholders, and the render has no account): a documentation
+    range as the only way to the public endpoint, and the deploying principal in adminRoleArns."""
+    c = cfg.cluster
+    problems = []
+    placeholders = account_checks.documentation_cidrs(c.public_access_cidrs)
+    if c.endpoint_public_access and placeholders:
+        problems.append(("rltrain:cluster.publicAccessCidrs",
+                         f"{', '.join(placeholders)} is a documentation range (RFC 5737), the stack file's "
+                         "placeholder: nobody reaches the API endpoint through it, and every Kubernetes resource "
+                         "would time out after the cluster exists. Set your office/VPN CIDRs (`curl -s "
+                         "https://checkip.amazonaws.com` shows this machine's address), or endpointPublicAccess: "
+                         "false and deploy from inside the VPC"))
+    mine = account_checks.creator_in_admins(caller_arn, c.admin_role_arns) if caller_arn else None
+    if mine:
+        problems.append(("rltrain:cluster.adminRoleArns",
+                         f"{mine} is the role deploying the stack ({caller_arn}); pulumi-eks already gives the "
+                         "cluster creator admin access (bootstrapClusterCreatorAdminPermissions), and a second "
+                         "access entry fails with ResourceInUseException (409). Remove it from adminRoleArns"))
+    return problems
+
+
+def offline() -> bool:
+    """Under a mock engine (the offline render, the tests): no account to ask."""
+    return isinstance(pulumi.runtime.settings.get_monitor(), MockMonitor)
+
+
 def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
+    if not offline():
+        # One read-only invoke (sts:GetCallerIdentity) before the first resource.
+        problems = deploy_problems(cfg, aws.get_caller_identity().arn)
+        if problems:
+            raise ConfigError(problems)
     n = cfg.network
     if n.existing:
         network = ExistingNetwork(n.existing.vpc_id, n.existing.private_subnet_ids, n.existing.gpu_subnet_id)

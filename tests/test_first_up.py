@@ -1,0 +1,91 @@
+"""A first `up` on a fresh account (issue 33): what the program refuses on a real deploy before it
+creates anything, and what it owns so that `pulumi destroy` leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from support import rendered
+
+from components.aws import account_checks, platform
+from components.offline import mock_engine, render
+from components.offline.mock_engine import run_program
+from components.stack import config
+
+ROLE = "arn:aws:iam::123456789012:role/platform/Deployer"
+ASSUMED = "arn:aws:sts::123456789012:assumed-role/Deployer/alice@example.com"
+
+
+@pytest.mark.parametrize("cidr", ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "203.0.113.7/32"])
+def test_documentation_ranges_are_placeholders(cidr):
+    assert account_checks.documentation_cidrs([cidr, "10.20.0.0/16"]) == [cidr]
+
+
+def test_caller_role_compares_by_account_and_name_not_path():
+    assert account_checks.caller_role(ASSUMED) == ("123456789012", "Deployer")
+    assert account_checks.creator_in_admins(ASSUMED, ["arn:aws:iam::123456789012:role/Other", ROLE]) == ROLE
+    assert account_checks.creator_in_admins(ASSUMED, ["arn:aws:iam::999999999999:role/Deployer"]) is None
+    assert account_checks.creator_in_admins("arn:aws:iam::123456789012:user/bob", [ROLE]) is None
+
+
+def _real_deploy(monkeypatch, caller=ASSUMED):
+    """The program as `pulumi up` runs it: not under a mock engine, sts:GetCallerIdentity answers."""
+    monkeypatch.setattr(platform, "offline", lambda: False)
+    monkeypatch.setattr(platform.aws, "get_caller_identity", lambda: SimpleNamespace(arn=caller))
+    monitors = []
+    real = mock_engine.RecordingMonitor
+
+    def recording(*a, **kw):
+        monitors.append(real(*a, **kw))
+        return monitors[-1]
+    monkeypatch.setattr(mock_engine, "RecordingMonitor", recording)
+    return monitors
+
+
+def _with(values, section, **patch):
+    doc = json.loads(values[f"rltrain:{section}"])
+    doc.update(patch)
+    return {**values, f"rltrain:{section}": json.dumps(doc)}
+
+
+def test_the_placeholder_cidr_is_refused_by_a_real_deploy_before_any_aws_resource(monkeypatch):
+    monitors = _real_deploy(monkeypatch)
+    vals, secret, _ = render.load_stack("p5")
+    with pytest.raises(config.ConfigError) as e:
+        run_program(stack="p5", config=vals, secret_keys=secret)
+    assert "rltrain:cluster.publicAccessCidrs: 203.0.113.0/24 is a documentation range" in str(e.value)
+    assert [r for r in monitors[0].records if r.type.startswith(("aws:", "eks:"))] == []
+
+
+def test_the_deploying_role_in_admin_role_arns_is_refused_by_a_real_deploy(monkeypatch):
+    monitors = _real_deploy(monkeypatch)
+    vals, secret, _ = render.load_stack("p5")
+    vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"], adminRoleArns=[ROLE])
+    with pytest.raises(config.ConfigError) as e:
+        run_program(stack="p5", config=vals, secret_keys=secret)
+    assert "rltrain:cluster.adminRoleArns" in str(e.value) and "ResourceInUseException (409)" in str(e.value)
+    assert [r for r in monitors[0].records if r.type.startswith(("aws:", "eks:"))] == []
+
+
+def test_a_real_deploy_with_real_cidrs_and_another_admin_goes_ahead(monkeypatch):
+    _real_deploy(monkeypatch)
+    vals, secret, _ = render.load_stack("p5")
+    vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"],
+                 adminRoleArns=["arn:aws:iam::123456789012:role/Admins"])
+    result = run_program(stack="p5", config=vals, secret_keys=secret)
+    assert result.one("eks:index:Cluster").inputs["publicAccessCidrs"] == ["198.18.0.0/15"]
+
+
+def test_the_offline_render_keeps_accepting_the_placeholder():
+    assert rendered("p5").cfg.cluster.public_access_cidrs == ("203.0.113.0/24",)
+
+
+def test_the_stack_owns_the_control_plane_log_group():
+    rs = rendered("p5").resources
+    [lg] = [r for r in rs if r["type"] == "aws:cloudwatch/logGroup:LogGroup"]
+    assert lg["inputs"]["name"] == "/aws/eks/rltrain-p5/cluster" and lg["inputs"]["retentionInDays"] == 90
+    eks = next(r for r in rs if r["type"] == "eks:index:Cluster")
+    assert "aws:cloudwatch/logGroup:LogGroup::cluster-control-plane-logs" in eks["dependsOn"]
+    assert not lg["options"]["protect"] and not lg["options"]["retainOnDelete"]
