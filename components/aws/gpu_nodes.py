@@ -39,6 +39,25 @@ CAPACITY_BLOCK_IGNORES = ("scalingConfig.desiredSize",)
 _BOUNDARY = "//rltrain-nodeadm//"
 
 
+def update_strategy(capacity_type: str) -> str:
+    """MINIMAL only where capacity is reserved: an exactly sized reservation or Capacity Block has
+    no spare instance to surge into (EKS user guide, managed-node-update-behavior: MINIMAL
+    terminates first and is meant for reservations and accelerated instances). On On-Demand
+    capacity MINIMAL terminates a p5 before its replacement is known to launch: an
+    InsufficientInstanceCapacity leaves the group a node short and the update failed, which blocks
+    the next control-plane upgrade. DEFAULT launches first (the same guide, "Scale up phase": EKS
+    itself raises the Auto Scaling group's max and desired size for the surge, so the node group's
+    maxSize needs no headroom); if the new nodes cannot launch, the old ones keep running."""
+    return ON_DEMAND_UPDATE_STRATEGY if capacity_type == "on-demand" else RESERVED_UPDATE_STRATEGY
+
+
+def roll_surge(capacity_type: str) -> int:
+    """Extra instances a roll launches before it terminates: EKS's DEFAULT scale-up adds the larger
+    of "up to twice the number of Availability Zones" and maxUnavailable (the guide above); one AZ,
+    maxUnavailable 1: 2. None for MINIMAL. Preflight sizes the quota for it."""
+    return 0 if update_strategy(capacity_type) == RESERVED_UPDATE_STRATEGY else 2
+
+
 class GpuNodeGroupArgs(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -93,22 +112,11 @@ class GpuNodeGroupArgs(BaseModel):
 
     @property
     def update_strategy(self) -> str:
-        """MINIMAL only where capacity is reserved: an exactly sized reservation or Capacity Block
-        has no spare instance to surge into (EKS user guide, managed-node-update-behavior: MINIMAL
-        terminates first and is meant for reservations and accelerated instances). On On-Demand
-        capacity MINIMAL terminates a p5 before its replacement is known to launch: an
-        InsufficientInstanceCapacity leaves the group a node short and the update failed, which
-        blocks the next control-plane upgrade. DEFAULT launches first (the same guide, "Scale up
-        phase": EKS itself raises the Auto Scaling group's max and desired size for the surge, by
-        up to twice the number of AZs, here one AZ: up to 2 instances); if they cannot launch the
-        old nodes keep running."""
-        return RESERVED_UPDATE_STRATEGY if self.reserved else ON_DEMAND_UPDATE_STRATEGY
+        return update_strategy(self.capacity_type)
 
     @property
     def roll_surge(self) -> int:
-        """Extra instances a roll launches before it terminates: EKS's DEFAULT scale-up phase, one
-        AZ (max(2 x AZs, maxUnavailable) = 2); none for MINIMAL. Preflight sizes the quota for it."""
-        return 0 if self.update_strategy == RESERVED_UPDATE_STRATEGY else 2
+        return roll_surge(self.capacity_type)
 
     @property
     def ignore_changes(self) -> list[str]:
