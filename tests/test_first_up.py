@@ -89,3 +89,23 @@ def test_the_stack_owns_the_control_plane_log_group():
     eks = next(r for r in rs if r["type"] == "eks:index:Cluster")
     assert "aws:cloudwatch/logGroup:LogGroup::cluster-control-plane-logs" in eks["dependsOn"]
     assert not lg["options"]["protect"] and not lg["options"]["retainOnDelete"]
+
+
+def test_running_for_real_has_a_first_up_checklist_in_order():
+    from components.offline.mock_engine import ROOT
+    text = (ROOT / "docs" / "running-for-real.md").read_text()
+    section = text.split("## The first `up`: a checklist, top to bottom", 1)[1].split("\n## ", 1)[0]
+    steps = ["**Pulumi CLI**", "**AWS CLI v2**", "**Credentials**", "**Backend**", "**Secrets**",
+             "**Endpoint CIDRs**", "**Capacity**", "**Preflight**", "**Up**", "**Kubeconfig**"]
+    at = [section.index(s) for s in steps]
+    assert at == sorted(at)
+    assert "ResourceInUseException" in section and "documentation range" in section
+
+
+def test_aws_operations_has_the_failed_node_group_recovery():
+    from components.offline.mock_engine import ROOT
+    text = (ROOT / "docs" / "aws-operations.md").read_text()
+    section = text.split("## A GPU node group that failed to create", 1)[1].split("\n## ", 1)[0]
+    for needed in ("InsufficientInstanceCapacity", "aws eks delete-nodegroup", "aws eks wait nodegroup-deleted",
+                   "pulumi refresh", "ResourceInUseException"):
+        assert needed in section, needed
