@@ -109,3 +109,26 @@ def test_aws_operations_has_the_failed_node_group_recovery():
     for needed in ("InsufficientInstanceCapacity", "aws eks delete-nodegroup", "aws eks wait nodegroup-deleted",
                    "pulumi refresh", "ResourceInUseException"):
         assert needed in section, needed
+
+
+def test_policy_rule_holds_the_node_roll_opt_in():
+    import copy
+    from components.aws import gpu_nodes
+    from components.offline import policy
+    assert (policy.ROLL_INPUTS, policy.ALLOW_NODE_ROLL_TAG) == (gpu_nodes.ROLL_INPUTS, gpu_nodes.ALLOW_NODE_ROLL_TAG)
+    rs = rendered("p5").resources
+    assert policy.evaluate(rs, ["gpu-roll-opt-in"]) == []
+    bare = copy.deepcopy(rs)
+    ng = next(r for r in bare if r["type"] == "aws:eks/nodeGroup:NodeGroup")
+    del ng["options"]["ignoreChanges"]
+    [v] = policy.evaluate(bare, ["gpu-roll-opt-in"])
+    assert "launchTemplate.version, version not in ignoreChanges" in v.message
+    ng["inputs"]["tags"] = {"rltrain/allow-node-roll": "true"}  # the stack opted in
+    assert policy.evaluate(bare, ["gpu-roll-opt-in"]) == []
+
+
+def test_opting_in_tags_the_node_group(monkeypatch):
+    vals, secret, _ = render.load_stack("p5")
+    result = run_program(stack="p5", config=_with(vals, "gpuNodes", allowNodeRoll=True), secret_keys=secret)
+    ng = result.one("aws:eks/nodeGroup:NodeGroup")
+    assert ng.inputs["tags"] == {"rltrain/allow-node-roll": "true"}

@@ -36,6 +36,9 @@ ROLL_INPUTS = ("launchTemplate.version", "version")
 # capacity-blocks, asks for scaling to zero 30+ minutes before the end time). Pulumi must not set
 # desiredSize back on the next `up` (a launch outside the window fails): EKS owns it after create.
 CAPACITY_BLOCK_IGNORES = ("scalingConfig.desiredSize",)
+# The opt-in, on the node group itself (an in-place tag update): the policy pack sees the stack's
+# resources only, and its rule `gpu-roll-opt-in` reads this tag and the ignoreChanges above.
+ALLOW_NODE_ROLL_TAG = "rltrain/allow-node-roll"
 _BOUNDARY = "//rltrain-nodeadm//"
 
 
@@ -285,6 +288,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             scaling_config=scaling,
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
             labels=args.labels(),
+            tags={ALLOW_NODE_ROLL_TAG: "true"} if args.allow_node_roll else None,
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
             # One node at a time; MINIMAL on reserved capacity, DEFAULT (launch first) on On-Demand
             # (GpuNodeGroupArgs.update_strategy; pulumi-aws 7.51 NodeGroupUpdateConfigArgs.update_strategy).
