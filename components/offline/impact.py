@@ -233,8 +233,9 @@ def _node_group(before, after, changes, cfg):
                           "placement group, which EC2 may not have room for: a later launch into a cluster group can fail "
                           "with InsufficientInstanceCapacity (EC2 user guide, limitations-placement-groups: reserve "
                           "capacity in the group with an On-Demand Capacity Reservation). `pulumi up` succeeds once EKS accepts the size; "
-                          "the new nodes may never join: check `kubectl get nodes -l role=gpu-training` and the "
-                          "node group's health (docs/aws-operations.md)"), "", True
+                          "the new nodes may never join, while the queue's quota follows gpuNodes.count in the same `up` "
+                          "and admits runs for them: check `kubectl get nodes -l role=gpu-training` and the node "
+                          "group's health before queueing (docs/aws-operations.md)"), "", True
     if _version_pinned(before, after, changes):
         return IN_PLACE, (f"{_paths(changes)}; version now follows the cluster ({after['inputs']['version']}, "
                           "what the nodes run since creation: no roll)"), "", True
