@@ -30,10 +30,14 @@ def test_caller_role_compares_by_account_and_name_not_path():
     assert account_checks.creator_in_admins("arn:aws:iam::123456789012:user/bob", [ROLE]) is None
 
 
-def _real_deploy(monkeypatch, caller=ASSUMED):
-    """The program as `pulumi up` runs it: not under a mock engine, sts:GetCallerIdentity answers."""
+def _real_deploy(monkeypatch, caller=ASSUMED, zones=None):
+    """The program as `pulumi up` runs it: not under a mock engine, sts:GetCallerIdentity and
+    ec2:DescribeAvailabilityZones answer."""
+    zones = zones or {"us-east-1a": "use1-az4", "us-east-1b": "use1-az6"}
     monkeypatch.setattr(platform, "offline", lambda: False)
     monkeypatch.setattr(platform.aws, "get_caller_identity", lambda: SimpleNamespace(arn=caller))
+    monkeypatch.setattr(platform.aws, "get_availability_zones",
+                        lambda filters: SimpleNamespace(names=list(zones), zone_ids=list(zones.values())))
     monitors = []
     real = mock_engine.RecordingMonitor
 
@@ -66,6 +70,17 @@ def test_the_deploying_role_in_admin_role_arns_is_refused_by_a_real_deploy(monke
     with pytest.raises(config.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
     assert "rltrain:cluster.adminRoleArns" in str(e.value) and "ResourceInUseException (409)" in str(e.value)
+    assert [r for r in monitors[0].records if r.type.startswith(("aws:", "eks:"))] == []
+
+
+def test_an_az_eks_refuses_is_refused_by_a_real_deploy(monkeypatch):
+    monitors = _real_deploy(monkeypatch, zones={"us-east-1a": "use1-az4", "us-east-1b": "use1-az3"})
+    vals, secret, _ = render.load_stack("p5")
+    vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"])
+    with pytest.raises(config.ConfigError) as e:
+        run_program(stack="p5", config=vals, secret_keys=secret)
+    assert "rltrain:network.availabilityZones: us-east-1b is use1-az3" in str(e.value)
+    assert "UnsupportedAvailabilityZoneException" in str(e.value)
     assert [r for r in monitors[0].records if r.type.startswith(("aws:", "eks:"))] == []
 
 

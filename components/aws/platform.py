@@ -64,12 +64,20 @@ def gpu_root_volume(g) -> dict[str, int]:
             "root_volume_iops": values["iops"]}
 
 
-def deploy_problems(cfg: StackConfig, caller_arn: Optional[str]) -> list[tuple[str, str]]:
+def deploy_problems(cfg: StackConfig, caller_arn: Optional[str],
+                    zone_ids: Optional[dict[str, str]] = None) -> list[tuple[str, str]]:
     """What a real deploy refuses before it creates anything, that the offline render accepts (the
     committed stack files carry placeholders, and the render has no account): a documentation
-    range as the only way to the public endpoint, and the deploying principal in adminRoleArns."""
+    range as the only way to the public endpoint, the deploying principal in adminRoleArns, and a
+    configured AZ whose ID (in this account) EKS does not support. `zone_ids`: {AZ name: AZ ID}."""
     c = cfg.cluster
     problems = []
+    bad = account_checks.unsupported_zones(zone_ids or {})
+    if bad:
+        problems.append(("rltrain:network.availabilityZones",
+                         f"{', '.join(f'{n} is {z}' for n, z in sorted(bad.items()))} in this account, an AZ EKS does "
+                         "not support: CreateCluster would fail with UnsupportedAvailabilityZoneException (EKS user "
+                         "guide, network-reqs). Pick another AZ name (`aws ec2 describe-availability-zones`)"))
     placeholders = account_checks.documentation_cidrs(c.public_access_cidrs)
     if c.endpoint_public_access and placeholders:
         problems.append(("rltrain:cluster.publicAccessCidrs",
@@ -94,8 +102,13 @@ def offline() -> bool:
 
 def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
     if not offline():
-        # One read-only invoke (sts:GetCallerIdentity) before the first resource.
-        problems = deploy_problems(cfg, aws.get_caller_identity().arn)
+        # Read-only invokes (sts:GetCallerIdentity, ec2:DescribeAvailabilityZones) before the first resource.
+        zones = {}
+        if not cfg.network.existing:
+            found = aws.get_availability_zones(filters=[aws.GetAvailabilityZonesFilterArgs(
+                name="zone-name", values=list(cfg.network.availability_zones))])
+            zones = dict(zip(found.names, found.zone_ids))
+        problems = deploy_problems(cfg, aws.get_caller_identity().arn, zones)
         if problems:
             raise ConfigError(problems)
     n = cfg.network
