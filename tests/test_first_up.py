@@ -147,3 +147,16 @@ def test_opting_in_tags_the_node_group(monkeypatch):
     result = run_program(stack="p5", config=_with(vals, "gpuNodes", allowNodeRoll=True), secret_keys=secret)
     ng = result.one("aws:eks/nodeGroup:NodeGroup")
     assert ng.inputs["tags"] == {"rltrain/allow-node-roll": "true"}
+
+
+def test_the_destroy_docs_say_what_each_key_really_does():
+    """The FSx key is protected and retained (its backups need it); the cluster-secrets key only
+    protected: the docs say each, not "the keys retain"."""
+    from components.offline.mock_engine import ROOT
+    keys = {r["name"]: r["options"] for r in rendered("p5").resources if r["type"] == "aws:kms/key:Key"}
+    assert keys["storage-key"]["protect"] and keys["storage-key"]["retainOnDelete"]
+    assert keys["cluster-secrets-key"]["protect"] and not keys["cluster-secrets-key"]["retainOnDelete"]
+    destroy = (ROOT / "docs" / "aws-operations.md").read_text().split("\n## Destroy", 1)[1].split("\n## ", 1)[0]
+    assert "The keys have `retainOnDelete`" not in destroy
+    assert "The FSx key is protected **and** `retainOnDelete`" in destroy
+    assert "The cluster-secrets key is only\n     protected" in destroy
