@@ -169,8 +169,9 @@ def test_fsx_capacity_3600_is_refused_before_any_resource_is_registered(monkeypa
 
 
 def test_fsx_security_group_change_is_a_data_losing_replacement():
-    """pulumi-aws's aws_fsx_lustre_file_system marks security_group_ids ForceNew (the file system
-    cannot move groups): a replaced group (here its description changed, which replaces an EC2
+    """pulumi-aws's aws_fsx_lustre_file_system (terraform-provider-aws internal/service/fsx/
+    lustre_file_system.go) takes security_group_ids at create only: ForceNew, and its Update never
+    sends them (UpdateFileSystem has no such field). A replaced group (here its description changed, which replaces an EC2
     security group) replaces the file system, which is data loss and refused without opt-in. Named
     here, not only through impact.FSX_REPLACE: dropping it from that tuple fails this test."""
     assert "securityGroupIds" in impact.FSX_REPLACE
