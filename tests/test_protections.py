@@ -13,6 +13,7 @@ from components.aws import iam
 from components.offline import impact
 from components.offline.mock_engine import run_program
 from components.offline import render
+from components.offline.resources import node_requirements
 
 
 def inputs(stack: str, type_: str, name: str | None = None) -> dict:
@@ -66,7 +67,12 @@ def test_gpu_workers_tolerate_the_gpu_taint_and_select_gpu_nodes():
     pods.append(mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"])
     for pod in pods:
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-        assert pod["nodeSelector"] == {"role": "gpu-training"}
+        # By required node affinity, never nodeSelector: Kueue owns that field of a queued run
+        # (components/workloads/placement.py; issue 34).
+        assert "nodeSelector" not in pod
+        assert node_requirements(pod) == {"role": "gpu-training"}
+        assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "role", "operator": "In", "values": ["gpu-training"]}]}]}
 
 
 def test_statefulset_done_marker_keeps_a_finished_run_from_training_again(sts):  # noqa: F811

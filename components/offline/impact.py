@@ -432,6 +432,25 @@ def _kueue_object(before, after, changes):
     return IN_PLACE, _paths(changes), "", True
 
 
+# Immutable after creation (Kubernetes v1.35.4 pkg/apis/scheduling/validation/validation.go
+# ValidatePriorityClassUpdate); the program replaces the class on them (workloads/build.py).
+_PRIORITY_CLASS_IMMUTABLE = ("value", "preemptionPolicy")
+
+
+def _priority_class(before, after, changes):
+    forced = [p for p in changes if _under(p, _PRIORITY_CLASS_IMMUTABLE)]
+    if not forced:
+        return IN_PLACE, _paths(changes), "", True
+    if not (all(_under(p, after["options"].get("replaceOnChanges") or ()) for p in forced)
+            and after["options"].get("deleteBeforeReplace")):
+        return (REFUSED, f"{_paths(forced)}: immutable: the API server refuses the update (\"may not be changed "
+                "in an update\")", "", False)
+    return (REPLACE, f"{_paths(forced)}: the class is deleted and created again under its name; runs already "
+            "queued or running keep the priority they were given (a pod's and a Kueue Workload's are set when "
+            "they are created): only runs created after this take the new value (recreate a queued run to "
+            "move it)", "", True)
+
+
 def _kubernetes(before, after, changes, cfg):
     return _run_or_check(before, after, _kubernetes_object(before, after, changes, cfg))
 
@@ -440,6 +459,8 @@ def _kubernetes_object(before, after, changes, cfg):
     kind = after["inputs"].get("kind")
     if kind in _KUEUE_IN_USE and after["type"].startswith("kubernetes:kueue.x-k8s.io/"):
         return _kueue_object(before, after, changes)
+    if kind == "PriorityClass" and not any(_under(p, ("metadata.name",)) for p in changes):
+        return _priority_class(before, after, changes)
     if any(_under(p, ("metadata.name", "metadata.namespace")) for p in changes):
         what = RUN_RESTART if kind in ("Job", "StatefulSet", "MPIJob", "RayJob") else REPLACE
         return (what, "name or namespace changed: a new object", *(_run_opt_in(cfg) if what == RUN_RESTART

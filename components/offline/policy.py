@@ -243,7 +243,8 @@ def _placement(resources, ctx):
                             "override cluster.component_placement by hand", p.pulumi_name)
 
 
-@rule("schedules-on-gpu-nodes", "nodeSelector and tolerations match a GPU node group of the stack",
+@rule("schedules-on-gpu-nodes", "node selector (nodeSelector, required node affinity) and tolerations match a GPU "
+      "node group of the stack",
       reads=(POD_TEMPLATES, NODE_GROUPS))
 def _scheduling(resources, ctx):
     for p in pods(resources):
@@ -257,7 +258,7 @@ def _scheduling(resources, ctx):
                             f"give the GPU node group the taint {GPU_TAINT}=true:NoSchedule "
                             "(components/aws/gpu_nodes.py does)")
             continue
-        selector = p.spec.get("nodeSelector") or {}
+        selector = p.node_selector
         tolerated = {t.get("key") for t in p.spec.get("tolerations") or []
                      if t.get("effect") in (None, "", "NoSchedule")}
         # Checked against every GPU node group: the pod is placeable when one of them takes it.
@@ -279,7 +280,7 @@ def _placement_problems(group, selector: dict[str, Any], tolerated: set) -> list
     out = []
     extra = {k: v for k, v in selector.items() if group.labels.get(k) != v}
     if extra:
-        out.append((f"nodeSelector {extra} matches no GPU node group (labels {group.labels})",
+        out.append((f"node selector {extra} matches no GPU node group (labels {group.labels})",
                     "select on the node group's labels (role: gpu-training)"))
     for taint in group.taints:
         if taint not in tolerated:
