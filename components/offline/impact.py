@@ -193,8 +193,9 @@ def how_a_roll_proceeds(r: Resource) -> str:
         how = (f"MINIMAL strategy: EKS cordons, drains and terminates {step} old node(s) first, then launches the "
                f"replacement, until {nodes} are new; no surge, so no spare GPU instance is needed")
     else:
-        how = (f"DEFAULT strategy: EKS first launches new nodes (surge), then drains {step} old node(s) at a time; "
-               "the surge needs spare instances a reservation, Capacity Block or tight quota does not have")
+        how = (f"DEFAULT strategy: EKS first launches new nodes (surge, up to 2 in one AZ), then drains {step} old "
+               "node(s) at a time; a replacement that cannot launch (InsufficientInstanceCapacity) leaves the old "
+               "nodes running and the update failed (the quota must cover the surge: preflight)")
     if i.get("capacityType") == "CAPACITY_BLOCK":
         how += ("; Capacity Block: the EKS guide asks for desired size 0 while the group is upgraded "
                 "(capacity-blocks-mng)")
@@ -217,20 +218,36 @@ def _node_group(before, after, changes, cfg):
                 "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
     if "version" in changes and not _version_pinned(before, after, changes):
         return (NODE_ROLL, f"Kubernetes {before['inputs'].get('version')} -> {_version_text(after)}: after the "
-                f"control plane, {how_a_roll_proceeds(after)}",
+                f"control plane, {how_a_roll_proceeds(after)}{_held(after)}",
                 "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
     if any(_under(p, ("launchTemplate.version",)) for p in changes):
-        return (NODE_ROLL, f"new launch template version: {how_a_roll_proceeds(after)}",
+        return (NODE_ROLL, f"new launch template version: {how_a_roll_proceeds(after)}{_held(after)}",
                 "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
     a = _get(before["inputs"], "scalingConfig.desiredSize")
     b = _get(after["inputs"], "scalingConfig.desiredSize")
     if isinstance(a, int) and isinstance(b, int) and b < a:
         return (NODE_ROLL, f"scaling {a} -> {b}: {a - b} node(s) removed with whatever runs on them",
                 "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
+    if isinstance(a, int) and isinstance(b, int) and b > a and after["inputs"].get("capacityType") == "ON_DEMAND":
+        return IN_PLACE, (f"scaling {a} -> {b} On-Demand: {b - a} more instance(s) into the existing cluster "
+                          "placement group, which EC2 may not have room for: a later launch into a cluster group can fail "
+                          "with InsufficientInstanceCapacity (EC2 user guide, limitations-placement-groups: reserve "
+                          "capacity in the group with an On-Demand Capacity Reservation). `pulumi up` succeeds once EKS accepts the size; "
+                          "the new nodes may never join, while the queue's quota follows gpuNodes.count in the same `up` "
+                          "and admits runs for them: check `kubectl get nodes -l role=gpu-training` and the node "
+                          "group's health before queueing (docs/aws-operations.md)"), "", True
     if _version_pinned(before, after, changes):
         return IN_PLACE, (f"{_paths(changes)}; version now follows the cluster ({after['inputs']['version']}, "
                           "what the nodes run since creation: no roll)"), "", True
     return IN_PLACE, _paths(changes), "", True
+
+
+def _held(r: Resource) -> str:
+    """The program's own guard (gpu_nodes.ROLL_INPUTS): without the opt-in the node group ignores a
+    new launch template or Kubernetes version, so `pulumi up` would not roll the nodes either."""
+    held = set((r.get("options") or {}).get("ignoreChanges") or ()) & {"launchTemplate.version", "version"}
+    return (f" (without the opt-in the program holds {', '.join(sorted(held))} at the deployed value: "
+            "`pulumi up` leaves the nodes as they are)") if held else ""
 
 
 def _version_text(r: Resource) -> str:

@@ -42,7 +42,10 @@ from components.workloads.serving import Serving, ServingArgs
 # Workload (spec.priority, set when Kueue creates it: kueue v0.19.2
 # pkg/controller/jobframework/reconciler.go constructWorkload, pkg/util/priority) stays, so runs
 # already queued or running keep the old value; a pod created in the seconds between delete and
-# create is refused and retried by its controller. components/offline/impact.py says so.
+# create is refused and retried by its controller. No run is replaced with it: they name the class
+# by a plain string and depend on it by dependsOn only, which the engine's delete-before-replace
+# does not follow (pulumi pkg/v3 resource/deploy/step_generator.go calculateDependentReplacements).
+# components/offline/impact.py says so.
 PRIORITY_CLASS_OPTS = dict(replace_on_changes=["value", "preemptionPolicy"], delete_before_replace=True)
 
 

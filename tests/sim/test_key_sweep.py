@@ -81,6 +81,7 @@ def test_every_key_changed_applies_as_its_impact_says(live):
         if p.skipped:
             log(live.request, f"sweep: {p.key} skipped: {p.skipped}")
     failures: list[str] = []
+    outcomes: dict[str, str] = {}
     for n, group in enumerate(changes, 1):
         t1 = time.monotonic()
         what = f"sweep change {n}/{len(changes)} ({', '.join(p.key for p in group)})"
@@ -111,6 +112,7 @@ def test_every_key_changed_applies_as_its_impact_says(live):
                 failures.append(f"{what}: `up` failed where the impact said it applies: "
                                 f"{str(up.get('diagnostics') or up.get('error'))[:2000]}")
         for p in group:
+            outcomes[p.key] = outcome
             log(live.request, _line(p, real, outcome))
         log(live.request, f"sweep change {n}: {time.monotonic() - t1:.0f}s")
         if outcome == "failed":
@@ -118,3 +120,9 @@ def test_every_key_changed_applies_as_its_impact_says(live):
     log(live.request, f"sweep: {len(swept)} keys in {len(changes)} changes, {len(planned) - len(swept)} skipped, "
                       f"{time.monotonic() - t0:.0f}s")
     assert not failures, "\n".join(failures)
+    # What issue 34 found by hand is in the sweep and applies: a priority (its class replaced under
+    # its name) and an in-place change of admitted runs (no conflict on Kueue's nodeSelector).
+    for key in ("workloads.priority", "workloads.validation.priority", "workloads.ncclTest.priority",
+                "workloads.maxRunMinutes", "workloads.retries"):
+        assert outcomes.get(key) == "ok", (key, outcomes.get(key))
+    assert outcomes.get("storage.claimSizeGiB") == "refused", outcomes.get("storage.claimSizeGiB")
