@@ -27,8 +27,12 @@ from pathlib import Path
 MAX_BODY = 55_000  # ci/upsert_comment.py trims at GitHub's cap; keep the end notes inside it
 MAX_SIM = 6_000    # the simulated-cluster preview's table
 
+# First in a fork's comment, before any of the fork's text: the offline job ran the fork's own code,
+# so what follows is what that code says, and no text of the fork can come before this.
 FORK_NOTE = (
-    "> **Previews run after a maintainer approves.** This pull request comes from a fork: GitHub gives "
+    "> **From a fork: the review below was computed by this pull request's own code** (its offline job "
+    "ran the fork's workflow and scripts), so read it as the author's claim, not as a check. "
+    "**Previews run after a maintainer approves.** This pull request comes from a fork: GitHub gives "
     "its workflows no secrets, so no real `pulumi preview` runs for it, and this comment comes from a "
     "separate workflow that never checks out the fork's code. A maintainer who has reviewed the change "
     "pushes it to a branch of this repository (`gh pr checkout N`, then `git push origin HEAD:refs/heads/pr-N`) "
@@ -56,7 +60,7 @@ def body(out_dir: Path, run_url: str = "", fork: bool = False) -> str:
     summary = out_dir / "summary.md"
     meta_file = out_dir / "review.json"
     log = f" ([run]({run_url}))" if run_url else ""
-    lines: list[str] = []
+    lines: list[str] = [FORK_NOTE, ""] if fork else []
     if not _regular(summary):
         lines += [f"## What this change does to each stack: no review{log}", "",
                   "The offline job stopped before its review (install, tests or the render check failed): "
@@ -79,8 +83,6 @@ def body(out_dir: Path, run_url: str = "", fork: bool = False) -> str:
     sim = out_dir / "sim-preview.md"
     if _regular(sim):
         lines += ["", neutralise(sim.read_text(errors="replace"))[:MAX_SIM].rstrip("\n")]
-    if fork:
-        lines += ["", FORK_NOTE]
     return "\n".join(lines) + "\n"
 
 

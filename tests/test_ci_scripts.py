@@ -524,8 +524,9 @@ def test_review_comment_of_a_fork_with_its_own_marker_and_the_approval_note(tmp_
     assert calls[1] == "api repos/o/r/pulls/7"
     assert calls[3].startswith("api --method POST repos/o/r/issues/7/comments ")
     body = json.loads((bin_dir / "payload.json").read_text())["body"]
-    assert body.startswith("<!-- rltrain-review-fork -->\n<!-- rltrain-meta commit=" + HEAD)
-    assert "## What this change does to each stack" in body and "Previews run after a maintainer approves" in body
+    assert body.startswith("<!-- rltrain-review-fork -->\n<!-- rltrain-meta commit=" + HEAD + " run=500 attempt=1 -->\n"
+                           "> **From a fork: the review below was computed by this pull request's own code**")
+    assert body.index("Previews run after a maintainer approves") < body.index("## What this change does to each stack")
 
 
 def test_a_forks_rerun_never_lands_on_the_mirror_pull_request(tmp_path):
