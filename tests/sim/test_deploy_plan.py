@@ -5,7 +5,7 @@ what is live (drift after the review) makes `up --plan` fail, and what the plan 
 applied. The `sim` stack on the simulated p5 cluster, through python -m cluster.deploy (the real CLI,
 engine, file backend and Kubernetes provider; the program inline: docs/simulated-cluster.md).
 
-NOT RUN YET when written (issue 32): the simulated cluster's build had not finished the Kubernetes provider.
+Run 2026-12-02 (issue 32): passed in about 140 s (up 20 s; the two refused `up --plan` 3 s and 19 s).
 """
 
 from __future__ import annotations

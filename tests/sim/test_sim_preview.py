@@ -3,7 +3,7 @@ as the workflow runs it: on a merge commit like the one actions/checkout checks 
 `pull_request`, for a script edit and for an image change, each printing the real engine's
 operations beside the offline impact (cluster/preview_compare.py) and agreeing with it.
 
-NOT RUN YET when written (issue 32): the simulated cluster's build had not finished the Kubernetes provider.
+NOT RUN YET when written (issue 32): the simulated cluster was busy with other tests; two cluster starts.
 Each case starts its own cluster (the script's), under the lock the other simulated-cluster tests take.
 """
 
