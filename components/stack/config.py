@@ -17,6 +17,7 @@ from typing import Any, Literal, Mapping, Optional
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from components.stack import catalog, refusals, trainers
+from components.stack.lifecycle import CheckpointRetention, ExportConfig
 from components.stack.model_base import _Model, _field_docstrings, _module_field_docstrings  # noqa: F401
 # Defined below this module (refusals.py reads them too, and config imports refusals): kept here by name.
 from components.stack.catalog import shm_default_gib  # noqa: F401
@@ -500,6 +501,8 @@ class ServingConfig(_Model):
     load_throughput_mb_s: Optional[int] = Field(None, ge=10, alias="loadThroughputMBps",
                                                 description="volume read throughput in MB/s (byo clusters)")
     evaluation: EvaluationConfig = EvaluationConfig()
+    export: ExportConfig = ExportConfig()
+    """the export Job of the served step (a trainer checkpoint to a Hugging Face directory the server loads)"""
 
     @field_validator("image")
     @classmethod
@@ -579,6 +582,8 @@ class WorkloadsConfig(_Model):
     # the grace period the trainer gets after SIGTERM. None = not estimated.
     checkpoint_size_gib: Optional[int] = Field(None, ge=1, alias="checkpointSizeGiB")
     """size of one checkpoint: the render estimates its write time to FSx and warns when it exceeds `terminationGracePeriodSeconds`; none = not estimated"""
+    checkpoints: CheckpointRetention = CheckpointRetention()
+    """checkpoint retention per run (the newest `keep` complete ones) and the volume budget's margin"""
     retries: int = Field(3, ge=0, le=20)
     """failures allowed (disruptions such as node drains never count)"""
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
@@ -607,15 +612,25 @@ class WorkloadsConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _profile_defaults(cls, data: Any) -> Any:
-        """venvName and modelPath default to what the trainer profile gives for configName."""
+        """configName, command and experimentName default to the trainer profile's; venvName and
+        modelPath to what the profile gives for configName."""
         if not isinstance(data, dict):
             return data
         profile = trainers.get(data.get("trainer", trainers.RLINF.name))
-        name = data.get("configName", data.get("config_name", profile.default_config if profile else None))
+        data = dict(data)
+        if profile is not None:
+            # The profile's own config, command and experiment name unless set (a second profile's
+            # defaults are its own, not the embodied default's).
+            if data.get("configName") is None and data.get("config_name") is None:
+                data["configName"] = profile.default_config
+            if data.get("command") is None:
+                data["command"] = profile.command
+            if data.get("experimentName") is None and data.get("experiment_name") is None:
+                data["experimentName"] = profile.experiment_name
+        name = data.get("configName", data.get("config_name"))
         tc = profile.configs.get(name) if profile and isinstance(name, str) else None
         if tc is None:
             return data
-        data = dict(data)
         if data.get("venvName") is None and data.get("venv_name") is None:
             data["venvName"] = tc.venv
         if data.get("modelPath") is None and data.get("model_path") is None:
@@ -1001,8 +1016,8 @@ def _trainer_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         p.append((_path(("workloads", "modelPath")),
                   f"{w.model_path!r} is not a model config {w.config_name} is staged with; "
                   f"expected {tc.model_path} (remove modelPath for the default)"))
-    if w.multi_node.enabled and not tc.placement:
-        multi = [n for n, c in profile.configs.items() if c.placement]
+    if w.multi_node.enabled and not tc.spreads:
+        multi = [n for n, c in profile.configs.items() if c.spreads]
         p.append((_path(("workloads", "configName")),
                   f"{w.config_name} places every component under one comma-joined key, which no "
                   f"override can spread over {cfg.multi_node_count} nodes (their GPUs would idle); "

@@ -11,7 +11,8 @@
   `restricted` with workloads whose pods it refuses; public-endpoint CIDRs that together cover the
   internet; env names; and the checks the program's builders would otherwise make while the
   program runs (a traceback instead of a key path): /dev/shm that does not fit the pod, protected
-  or clashing env names, an EFA type the pinned device plugin does not know.
+  or clashing env names, an EFA type the pinned device plugin does not know; and the volume
+  budget (volume_budget.py): models, assets and the kept checkpoints of every run within the FSx capacity.
 
 No Pulumi import here (components/stack is config only); `config` imports this module, so the
 `StackConfig` type is only named for type checkers.
@@ -25,7 +26,7 @@ import re
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 from urllib.parse import urlsplit
 
-from components.stack import catalog, secrets_scan, versions
+from components.stack import catalog, secrets_scan, versions, volume_budget
 
 if TYPE_CHECKING:  # pragma: no cover
     from components.stack.config import StackConfig
@@ -535,4 +536,4 @@ def _ray(cfg: StackConfig) -> list[Problem]:
 
 def stack_problems(cfg: StackConfig) -> list[Problem]:
     return (_no_effect(cfg) + _system_nodes(cfg) + _namespace(cfg) + _pod_security(cfg) + _cidrs(cfg)
-            + _env(cfg) + _program(cfg) + _ray(cfg))
+            + _env(cfg) + _program(cfg) + _ray(cfg) + volume_budget.problems(cfg))

@@ -31,6 +31,8 @@ from components.workloads.staging import StagingJob, StagingJobArgs
 from components.workloads.validation import ClusterValidation, ClusterValidationArgs
 from components.workloads import runs, staging, trainer
 from components.workloads.evaluation import EvaluationCronJob
+from components.workloads.retention import CheckpointRetention
+from components.workloads import retention
 from components.workloads.serving import Serving, ServingArgs
 
 
@@ -98,7 +100,8 @@ def scripts_used(cfg: StackConfig) -> list[str]:
                                    (w.serving.enabled and w.serving.evaluation.enabled, "evaluate.py"),
                                    (w.nccl_test.enabled and w.training_after_checks, "check_gate.py"),
                                    (training and trainer.resume_mapped(cfg), trainer.WRAPPER),
-                                   (training and w.staging_enabled, staging.SCRIPT)) if on})
+                                   (training and w.staging_enabled, staging.SCRIPT),
+                                   (retention.enabled(cfg), retention.SCRIPT)) if on})
 
 
 class Workloads(pulumi.ComponentResource):
@@ -161,6 +164,10 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     elif w.multi_node.enabled:
         out["multi_node"] = MultiNodeTraining(f"{name}-multi-node", MultiNodeTrainingArgs(**base), namespace,
                                               secret_name, opts=train_opts)
+    if retention.enabled(cfg):
+        # Beside the runs, not after them: it prunes while they train (retention.py).
+        out["checkpoint_retention"] = CheckpointRetention(f"{name}-checkpoint-retention", runs.WorkloadArgs(**base),
+                                                          namespace, opts=wl_opts)
     if w.serving.enabled:
         # Long-running, beside training: not gated on the checks (it trains nothing).
         out["serving"] = Serving(f"{name}-serving", ServingArgs(**base), namespace, opts=wl_opts)
