@@ -523,6 +523,11 @@ class Staging(_Model):
         None, alias="s3Prefix", pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$",
         description="stage from s3://bucket/prefix/<name>/ (each item's directory name) instead of the "
                     "model hub; the training role must be allowed to read it")
+    # RLinf/RLinf v0.3 docker/Dockerfile bakes ENV HF_ENDPOINT=https://hf-mirror.com into the image
+    # unless it is built with NO_MIRROR=1: the staging Job sets it explicitly, never the image's.
+    hf_endpoint: str = Field("https://huggingface.co", alias="hfEndpoint", pattern=r"^https://[^\s/]+(/\S*)?$",
+                             description="HF_ENDPOINT of the staging Job (the model hub it downloads from); "
+                                         "set explicitly because the RLinf image bakes a mirror in")
     deadline_minutes: int = Field(120, ge=5, le=1440,
                                   description="activeDeadlineSeconds of the staging Job, and how long "
                                               "`pulumi up` waits for it before training is created")
