@@ -461,7 +461,9 @@ class ServingModel(_Model):
     # A fixed model directory on the shared volume instead of a run's checkpoint.
     path: Optional[str] = Field(None, pattern=r"^/fsx/[^\s]*$", description="fixed model directory under /fsx")
     # Size of the weights: with the volume's read throughput it sets the startup probe's budget.
-    size_gib: int = Field(16, ge=1, le=4096, alias="sizeGiB", description="size of the model weights in GiB")
+    size_gib: Optional[int] = Field(None, ge=1, le=4096, alias="sizeGiB",
+                                    description="size of the model weights in GiB; none = the trainer profile's model "
+                                                "(parameters x 2 bytes, what the export writes), else 16")
 
 
 class EvaluationConfig(_Model):
@@ -1059,6 +1061,44 @@ def _kueue_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     return p
 
 
+def _served_model_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """A run's step served, against the trainer profile's model and save facts: a family vLLM
+    serves, a step the config saves, a tensor parallel size that divides the attention heads."""
+    p: list[tuple[str, str]] = []
+    sv, w = cfg.workloads.serving, cfg.workloads
+    m, profile, tc = sv.model, w.profile, w.trainer_config
+    key = ("workloads", "serving")
+    if m.run is None or profile is None or tc is None or tc.model is None:
+        return p
+    if not tc.model.vllm_servable:
+        servable = [f"{pr.name} {n} ({c.model.architecture})" for pr in trainers.PROFILES.values()
+                    for n, c in pr.configs.items() if c.model and c.model.vllm_servable]
+        p.append((_path((*key, "model", "run")),
+                  f"trainer {profile.name} config {w.config_name} trains {tc.model.architecture} ({profile.family} "
+                  f"family), which vLLM does not serve (not in vllm/model_executor/models/registry.py); "
+                  f"servable: {', '.join(servable)}; evaluate an embodied policy in its simulator instead"))
+        return p
+    saves = tc.saves
+    if saves is not None and m.step is not None:
+        if saves.last_step is not None and m.step > saves.last_step:
+            p.append((_path((*key, "model", "step")),
+                      f"{m.step} is after the last step of {w.config_name} ({saves.last_step}): it is never saved"))
+        elif m.step < saves.save_interval or m.step % saves.save_interval:
+            lo = max(saves.save_interval, m.step // saves.save_interval * saves.save_interval)
+            p.append((_path((*key, "model", "step")),
+                      f"{m.step} is not a step {w.config_name} saves (runner.save_interval {saves.save_interval}: "
+                      f"steps {saves.save_interval}, {2 * saves.save_interval}, ...); nearest: {lo}"
+                      + (f" or {lo + saves.save_interval}" if m.step > saves.save_interval else "")))
+    heads = tc.model.attention_heads
+    if heads % sv.tp:
+        ok = [n for n in range(1, cfg.gpu_nodes.instance.gpu_count + 1)
+              if heads % n == 0 and cfg.gpu_nodes.instance.gpu_count % n == 0]
+        p.append((_path((*key, "gpusPerReplica")),
+                  f"tensor parallel size {sv.tp} does not divide the {heads} attention heads of {tc.model.architecture} "
+                  f"({tc.model.source}; vLLM shards heads evenly over the ranks); allowed: {', '.join(map(str, ok))}"))
+    return p
+
+
 def _serving_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     """workloads.serving: the shape of a replica against the node, the model source, the flags."""
     p: list[tuple[str, str]] = []
@@ -1097,6 +1137,7 @@ def _serving_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         p.append((_path((*key, "model", "step")), f"required with run {m.run!r}: the checkpoint step to serve"))
     if m.path is not None and m.step is not None:
         p.append((_path((*key, "model", "step")), "only with run; path names the model directory itself"))
+    p += _served_model_checks(cfg)
     for i, arg in enumerate(sv.extra_args):
         flag = arg.split("=", 1)[0].replace("_", "-")
         if flag in SERVING_PROGRAM_FLAGS:

@@ -32,7 +32,8 @@ from components.workloads.validation import ClusterValidation, ClusterValidation
 from components.workloads import runs, staging, trainer
 from components.workloads.evaluation import EvaluationCronJob
 from components.workloads.retention import CheckpointRetention
-from components.workloads import retention
+from components.workloads import export, retention
+from components.workloads.export import ExportJob
 from components.workloads.serving import Serving, ServingArgs
 
 
@@ -101,7 +102,8 @@ def scripts_used(cfg: StackConfig) -> list[str]:
                                    (w.nccl_test.enabled and w.training_after_checks, "check_gate.py"),
                                    (training and trainer.resume_mapped(cfg), trainer.WRAPPER),
                                    (training and w.staging_enabled, staging.SCRIPT),
-                                   (retention.enabled(cfg), retention.SCRIPT)) if on})
+                                   (retention.enabled(cfg), retention.SCRIPT),
+                                   (export.enabled(cfg), export.SCRIPT)) if on})
 
 
 class Workloads(pulumi.ComponentResource):
@@ -170,6 +172,9 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
                                                           namespace, opts=wl_opts)
     if w.serving.enabled:
         # Long-running, beside training: not gated on the checks (it trains nothing).
+        if export.enabled(cfg):
+            # Created with serving; it waits for the step itself (export.py).
+            out["export"] = ExportJob(f"{name}-export", runs.WorkloadArgs(**base), namespace, opts=wl_opts)
         out["serving"] = Serving(f"{name}-serving", ServingArgs(**base), namespace, opts=wl_opts)
         if w.serving.evaluation.enabled:
             out["evaluation"] = EvaluationCronJob(f"{name}-evaluation", ServingArgs(**base), namespace,

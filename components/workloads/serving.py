@@ -56,7 +56,7 @@ from components.stack import versions
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.k8s import security
-from components.workloads import env, placement, runs, sizing, trainer, volumes
+from components.workloads import env, export, placement, runs, sizing, trainer, volumes
 from components.workloads.sizing import PodSizing
 
 NAME = "rltrain-serving"
@@ -82,6 +82,25 @@ SHM_BASE_GIB = 2
 PRESTOP_SLEEP_SECONDS = 15
 SHUTDOWN_MARGIN_SECONDS = 30
 PROMETHEUS_LABELS = {"app.kubernetes.io/name": "prometheus"}
+# vLLM's cache root (vllm-project/vllm v0.11.0 vllm/envs.py VLLM_CACHE_ROOT, default ~/.cache/vllm):
+# its torch.compile artifacts go under it, keyed by a hash of the model and compile config, so a
+# restarted or rolled replica of the same model reuses them instead of compiling again. On the
+# shared volume, it outlives the pod.
+VLLM_CACHE_ROOT = "/fsx/cache/vllm"
+WAIT_CONTAINER = "wait-for-export"
+WAIT_POLL_SECONDS = 30
+# The init container's program: poll for the export's marker, bounded, the path and the Job named
+# in the error (python3: the vLLM image has it; no shell arithmetic for Kubernetes to mistake for $(VAR)).
+WAIT_PROGRAM = (
+    "import os, sys, time\n"
+    "m, job, limit = os.environ['EXPORT_MARKER'], os.environ['EXPORT_JOB'], float(os.environ['EXPORT_WAIT_SECONDS'])\n"
+    "end = time.monotonic() + limit\n"
+    "print(f'[wait-for-export] waiting up to {limit:.0f} s for {m} (written by Job {job})', flush=True)\n"
+    "while not os.path.isfile(m):\n"
+    "    if time.monotonic() >= end:\n"
+    "        sys.exit(f'[wait-for-export] {m} not there after {limit:.0f} s: see kubectl logs job/{job}')\n"
+    f"    time.sleep({WAIT_POLL_SECONDS})\n"
+    "print(f'[wait-for-export] found {m}', flush=True)\n")
 
 # The server runs as the image's user (root) with a writable root (vLLM and Triton write caches
 # under $HOME and /tmp); the image is a pinned tag.
@@ -107,6 +126,8 @@ def model_path(cfg: StackConfig) -> str:
     if m.path:
         return m.path
     assert m.run is not None and m.step is not None  # config refuses otherwise
+    if export.enabled(cfg):  # what the export Job writes (export.py), never the raw trainer layout
+        return export.out_dir(cfg)
     ckpt = env.checkpoint_dir(cfg, run_nodes(cfg, m.run))
     # Step directories sit where the trainer writes them: with a trainer profile that is below the
     # run's directory (RLinf: <experiment>/<config experiment>/checkpoints, components/stack/trainers.py).
@@ -176,11 +197,25 @@ def throughput_mb_s(cfg: StackConfig) -> tuple[float, str]:
     return ASSUMED_THROUGHPUT_MB_S, "assumed: the smallest FSx PERSISTENT_2 file system"
 
 
+# Weights of a model the stack knows nothing of (model.path without model.sizeGiB).
+DEFAULT_WEIGHTS_GIB = 16
+
+
+def weights_gib(cfg: StackConfig) -> float:
+    """model.sizeGiB, else the trainer profile's model at the export's bf16 (export.py), else 16."""
+    m, tc = cfg.workloads.serving.model, cfg.workloads.trainer_config
+    if m.size_gib is not None:
+        return float(m.size_gib)
+    if m.run and tc is not None and tc.model is not None:
+        return tc.model.weights_gib(export.EXPORT_DTYPE_BYTES)
+    return float(DEFAULT_WEIGHTS_GIB)
+
+
 def load_seconds(cfg: StackConfig) -> float:
     """Every replica reading its weights at once from the shared volume."""
     sv = cfg.workloads.serving
     mb_s, _ = throughput_mb_s(cfg)
-    return sv.model.size_gib * 1024 * sv.replicas / mb_s
+    return weights_gib(cfg) * 1024 * sv.replicas / mb_s
 
 
 def startup_budget_seconds(cfg: StackConfig) -> int:
@@ -291,7 +326,8 @@ def pod_template(cfg: StackConfig, claim_name: str) -> k8s.core.v1.PodTemplateSp
         command=["python3", "-m", MODULE],
         args=server_args(cfg),
         ports=[k8s.core.v1.ContainerPortArgs(name=PORT_NAME, container_port=PORT, protocol="TCP")],
-        env=[k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")],  # weights come from /fsx only
+        env=[k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1"),  # weights come from /fsx only
+             k8s.core.v1.EnvVarArgs(name="VLLM_CACHE_ROOT", value=VLLM_CACHE_ROOT)],
         resources=s.resources(),
         startup_probe=p["startup"], readiness_probe=p["readiness"], liveness_probe=p["liveness"],
         lifecycle=k8s.core.v1.LifecycleArgs(pre_stop=k8s.core.v1.LifecycleHandlerArgs(
@@ -311,10 +347,43 @@ def pod_template(cfg: StackConfig, claim_name: str) -> k8s.core.v1.PodTemplateSp
             tolerations=placement.gpu_tolerations(),
             affinity=affinity(cfg),
             security_context=security.pod_security_context(),
+            init_containers=wait_containers(cfg),
             containers=[container],
             volumes=volumes.volumes(claim_name, s.shm_gib),
         ),
     )
+
+
+def await_annotations(cfg: StackConfig) -> dict[str, str]:
+    """`pulumi up` waits for the rollout (the provider's Deployment await) up to the time the
+    replicas need to load, plus the cold image pull. Served from an export, the replicas wait for
+    training to reach the step (hours): `up` then only waits for the Deployment to exist
+    (runs.AWAIT_CREATED), and the rollout is watched with kubectl (docs/serving.md)."""
+    if export.enabled(cfg):
+        return dict(runs.AWAIT_CREATED)
+    return {"pulumi.com/timeoutSeconds": str(startup_budget_seconds(cfg) + runs.IMAGE_PULL_MARGIN_SECONDS)}
+
+
+def wait_containers(cfg: StackConfig) -> Optional[list[k8s.core.v1.ContainerArgs]]:
+    """The init container that holds a replica until the export of its step exists: it waits,
+    neither crash-looping nor failing the deploy, for as long as the export Job may wait."""
+    if not export.enabled(cfg):
+        return None
+    res = {"cpu": "100m", "memory": "64Mi"}  # limits = requests: the pod stays Guaranteed
+    return [k8s.core.v1.ContainerArgs(
+        name=WAIT_CONTAINER, image=image(cfg), image_pull_policy="IfNotPresent",
+        command=["python3", "-c", WAIT_PROGRAM],
+        env=[k8s.core.v1.EnvVarArgs(name="EXPORT_MARKER", value=export.marker(cfg)),
+             k8s.core.v1.EnvVarArgs(name="EXPORT_JOB", value=export.name(cfg)),
+             k8s.core.v1.EnvVarArgs(name="EXPORT_WAIT_SECONDS", value=str(wait_seconds(cfg)))],
+        resources=k8s.core.v1.ResourceRequirementsArgs(requests=res, limits=res),
+        volume_mounts=[k8s.core.v1.VolumeMountArgs(name="fsx", mount_path=volumes.FSX_PATH, read_only=True)],
+        security_context=security.container_security_context(read_only_root=True))]
+
+
+def wait_seconds(cfg: StackConfig) -> int:
+    """How long a replica waits for the export: the export's own wait plus its conversion."""
+    return export.wait_seconds(cfg) + export.CONVERT_SECONDS if export.enabled(cfg) else 0
 
 
 def deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str]) -> k8s.apps.v1.DeploymentInitArgs:
@@ -324,9 +393,7 @@ def deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[s
     return k8s.apps.v1.DeploymentInitArgs(
         metadata=runs.object_metadata(NAME, namespace, labels(cfg), {
             MODEL_ANNOTATION: model_path(cfg),
-            # `pulumi up` waits for the rollout (the provider's Deployment await) up to the time
-            # the replicas need to load, plus the cold image pull.
-            "pulumi.com/timeoutSeconds": str(startup_budget_seconds(cfg) + runs.IMAGE_PULL_MARGIN_SECONDS),
+            **await_annotations(cfg),
             **security.annotate(template, SKIP_REASONS, kind="Deployment")}),
         spec=k8s.apps.v1.DeploymentSpecArgs(
             replicas=sv.replicas,
@@ -336,7 +403,7 @@ def deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[s
             # A replica is available once Ready (the startup probe already covers the load).
             min_ready_seconds=0,
             # A rollout that makes no progress for the load time plus a pull is reported failed.
-            progress_deadline_seconds=startup_budget_seconds(cfg) + runs.IMAGE_PULL_MARGIN_SECONDS,
+            progress_deadline_seconds=startup_budget_seconds(cfg) + runs.IMAGE_PULL_MARGIN_SECONDS + wait_seconds(cfg),
             revision_history_limit=3,
             template=template,
         ),
@@ -398,8 +465,10 @@ def summary(cfg: StackConfig) -> list[str]:
     what = f"run {m.run} step {m.step}" if m.run else "a fixed path"
     return [f"serving: {sv.replicas} x {sv.gpus_per_replica} GPU (tensor parallel {sv.tp}) {image(cfg)}, "
             f"{what}: {model_path(cfg)}",
+            *([f"  waits (init container {WAIT_CONTAINER}) up to {wait_seconds(cfg)} s for {export.marker(cfg)}"]
+              if export.enabled(cfg) else []),
             f"  startup budget {startup_budget_seconds(cfg)} s = {ENGINE_INIT_SECONDS} s engine start + 2 x "
-            f"{load_seconds(cfg):,.0f} s to read {sv.replicas} x {m.size_gib} GiB at {mb_s:,.0f} MB/s ({source})",
+            f"{load_seconds(cfg):,.0f} s to read {sv.replicas} x {weights_gib(cfg):,.1f} GiB at {mb_s:,.0f} MB/s ({source})",
             f"  rollout maxSurge {r.max_surge} / maxUnavailable {r.max_unavailable}: {r.why}",
             f"  grace period {grace_seconds(cfg)} s (longest request {sv.max_request_seconds} s)"]
 
