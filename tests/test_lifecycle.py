@@ -3,6 +3,7 @@ retention CronJob and HF_ENDPOINT of staging - through config and the mock engin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from test_refusals import problems, section
@@ -116,3 +117,96 @@ def test_retention_cronjob_prunes_every_run_and_protects_the_served_step():
     assert dirs == list(retention.steps_dirs(cfg).values()) and len(dirs) == 2
     assert "--keep=3" in args and "--prefix=global_step_" in args
     assert "--marks=actor/dcp_checkpoint/.metadata,actor/model_state_dict/full_weights.pt" in args
+
+
+# ---------------------------------------------------------------------------------------------
+# export, then serve
+
+
+def _serving(**model):
+    return {"validation": {"enabled": False},
+            "serving": {"enabled": True, "gpusPerReplica": 2, "model": {"run": "single-node", "step": 200, **model}}}
+
+
+def test_serving_an_embodied_policy_is_refused_naming_what_vllm_serves(tmp_path):
+    p, _ = problems(lambda c: section(c, "workloads").update(_serving()), tmp_path)
+    msg = p["rltrain:workloads.serving.model.run"]
+    assert "OpenVLAForActionPrediction (embodied family), which vLLM does not serve" in msg
+    assert "servable: rlinf-reasoning qwen2.5-1.5b-grpo-fsdp (Qwen2ForCausalLM)" in msg
+
+
+def test_a_step_the_config_never_saves_is_refused(tmp_path):
+    p, _ = problems(lambda c: section(c, "workloads").update({**REASONING, **_serving(step=220)}), tmp_path)
+    assert "runner.save_interval 50" in p["rltrain:workloads.serving.model.step"]
+    assert "nearest: 200 or 250" in p["rltrain:workloads.serving.model.step"]
+
+
+def test_a_step_after_the_configs_last_is_refused(tmp_path, monkeypatch):
+    # The embodied config's last step is 1000 (max_epochs 1000): the docs' old example served 1200.
+    assert trainers.RLINF.configs["maniskill_ppo_openvlaoft"].saves.last_step == 1000
+    # The reasoning config's last step depends on its data set (None); give it one to check the rule.
+    tc = R.configs["qwen2.5-1.5b-grpo-fsdp"]
+    capped = dataclasses.replace(tc, saves=dataclasses.replace(tc.saves, last_step=1000))
+    monkeypatch.setitem(trainers.PROFILES, R.name, dataclasses.replace(R, configs={"qwen2.5-1.5b-grpo-fsdp": capped}))
+    p, _ = problems(lambda c: section(c, "workloads").update({**REASONING, **_serving(step=1200)}), tmp_path)
+    assert "1200 is after the last step of qwen2.5-1.5b-grpo-fsdp (1000)" in p["rltrain:workloads.serving.model.step"]
+
+
+def test_tensor_parallel_not_dividing_the_heads_is_refused(tmp_path):
+    def edit(c):
+        section(c, "workloads").update({**REASONING, **_serving()})
+        section(c, "workloads")["serving"]["gpusPerReplica"] = 8
+    p, _ = problems(edit, tmp_path)
+    assert "does not divide the 12 attention heads" in p["rltrain:workloads.serving.gpusPerReplica"]
+    assert "allowed: 1, 2, 4" in p["rltrain:workloads.serving.gpusPerReplica"]
+
+
+def test_a_max_length_whose_kv_cache_does_not_fit_the_gpu_is_refused(tmp_path):
+    def edit(c):
+        section(c, "workloads").update({**REASONING, **_serving()})
+        section(c, "workloads")["serving"].update(gpusPerReplica=1, maxModelLen=2_000_000)
+    p, _ = problems(edit, tmp_path, stack="dev")
+    msg = p["rltrain:workloads.serving.maxModelLen"]
+    assert "2000000 tokens" in msg and "per GPU" in msg and "24 GiB" in msg
+
+
+def test_dev_reasoning_serving_exports_then_serves_the_export():
+    cfg, _, docs = _render("dev", lambda w: w.update({**REASONING, **_serving(), "multiNode": {"enabled": False}}))
+    from components.workloads import export, serving
+    job = find(docs, "Job", "rltrain-export-step-200")
+    assert job["metadata"]["annotations"]["pulumi.com/waitFor"] == "jsonpath={.metadata.uid}"
+    spec = job["spec"]["template"]["spec"]
+    [c] = spec["containers"]
+    assert "nvidia.com/gpu" not in c["resources"]["limits"]
+    out = f"{cfg.workloads.serving and export.out_dir(cfg)}"
+    assert out.endswith("/exports/global_step_200")
+    assert f"--out={out}" in c["args"] and "--step=200" in c["args"] and "--family=reasoning" in c["args"]
+    assert "--base-model=/fsx/models/DeepSeek-R1-Distill-Qwen-1.5B" in c["args"]
+    assert env(c)["PATH"].startswith("/opt/venv/reason/bin:")
+    dep = find(docs, "Deployment", serving.NAME)
+    assert dep["metadata"]["annotations"]["pulumi.com/waitFor"] == "jsonpath={.metadata.uid}"
+    pod = dep["spec"]["template"]["spec"]
+    [wait] = pod["initContainers"]
+    assert wait["name"] == "wait-for-export"
+    assert env(wait)["EXPORT_MARKER"] == f"{out}/.rltrain-export.json"
+    assert env(wait)["EXPORT_JOB"] == "rltrain-export-step-200"
+    server = pod["containers"][0]
+    assert f"--model={out}" in server["args"]
+    assert env(server)["VLLM_CACHE_ROOT"] == "/fsx/cache/vllm"
+
+
+def test_wait_for_export_program_waits_bounded_and_names_the_marker(tmp_path):
+    import subprocess
+    import sys
+
+    from components.workloads import serving
+    marker = tmp_path / "exports" / "global_step_200" / ".rltrain-export.json"
+    base = {"EXPORT_MARKER": str(marker), "EXPORT_JOB": "rltrain-export-step-200", "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-c", serving.WAIT_PROGRAM], env={**base, "EXPORT_WAIT_SECONDS": "0"},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and str(marker) in r.stderr and "job/rltrain-export-step-200" in r.stderr
+    marker.parent.mkdir(parents=True)
+    marker.write_text("{}")
+    r = subprocess.run([sys.executable, "-c", serving.WAIT_PROGRAM], env={**base, "EXPORT_WAIT_SECONDS": "5"},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "found" in r.stdout

@@ -286,7 +286,10 @@ def test_a_forced_surge_onto_a_full_node_group_is_refused():
 
 def test_serving_pods_are_in_the_schedule_and_the_fit_report(served):
     lines = policy.fit_report(served.resources)
-    assert any(line.strip().startswith(f"Deployment/{serving.NAME}: 93 CPU") and "4 GPU" in line for line in lines)
+    # Sized from the model, not a share of the node: 2 + 2 x 4 CPUs; 4 GiB of weights (3.3 rounded up)
+    # + 5 GiB /dev/shm (2 + 3 further TP ranks) + 6 GiB allowance.
+    assert any(line.strip().startswith(f"Deployment/{serving.NAME}: 10 CPU, 15.0 GiB") and "4 GPU" in line
+               for line in lines), lines
     s = schedule.simulate(served.resources)
     assert s.outcome(serving.NAME).status == schedule.SERVES
     assert s.outcome("rltrain-multinode").status == schedule.RUNS_NOW

@@ -1061,6 +1061,9 @@ def _kueue_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     return p
 
 
+GPU_ALLOWANCE_GIB = 2
+
+
 def _served_model_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     """A run's step served, against the trainer profile's model and save facts: a family vLLM
     serves, a step the config saves, a tensor parallel size that divides the attention heads."""
@@ -1089,6 +1092,21 @@ def _served_model_checks(cfg: StackConfig) -> list[tuple[str, str]]:
                       f"{m.step} is not a step {w.config_name} saves (runner.save_interval {saves.save_interval}: "
                       f"steps {saves.save_interval}, {2 * saves.save_interval}, ...); nearest: {lo}"
                       + (f" or {lo + saves.save_interval}" if m.step > saves.save_interval else "")))
+    # GPU memory: vLLM refuses to start when one max-length sequence's KV cache does not fit beside
+    # the weights in gpu_memory_utilization (default 0.9: vllm EngineArgs) of each GPU
+    # (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory). Both split over the TP ranks;
+    # GPU_ALLOWANCE_GIB for the CUDA context, activations and CUDA graphs (an allowance, not measured).
+    it = cfg.gpu_nodes.instance
+    length = sv.max_model_len or tc.model.max_position
+    weights, kv = tc.model.weights_gib(2), tc.model.kv_cache_gib(length)
+    per_gpu = (weights + kv) / sv.tp
+    room = it.gpu_memory_gib * 0.9 - GPU_ALLOWANCE_GIB
+    if per_gpu > room:
+        p.append((_path((*key, "maxModelLen")),
+                  f"{length} tokens: weights {weights:,.1f} GiB + one sequence's KV cache {kv:,.1f} GiB over "
+                  f"{sv.tp} GPU(s) = {per_gpu:,.1f} GiB per GPU > {room:,.1f} GiB usable of a {it.gpu_memory_gib} GiB "
+                  f"{it.gpu_model} (90 % gpu_memory_utilization, {GPU_ALLOWANCE_GIB} GiB runtime allowance); "
+                  f"lower maxModelLen or raise gpusPerReplica"))
     heads = tc.model.attention_heads
     if heads % sv.tp:
         ok = [n for n in range(1, cfg.gpu_nodes.instance.gpu_count + 1)

@@ -60,6 +60,11 @@ class ModelFacts:
     def weights_gib(self, dtype_bytes: Optional[int] = None) -> float:
         return self.params * (dtype_bytes or self.dtype_bytes) / 2**30
 
+    def kv_cache_gib(self, tokens: int, dtype_bytes: int = 2) -> float:
+        """KV cache of `tokens` tokens: a K and a V vector of kv_heads x head_dim per layer per token
+        (vLLM's full-attention KV spec, vllm/v1/kv_cache_interface.py page_size_bytes, at bf16)."""
+        return 2 * self.hidden_layers * self.kv_heads * self.head_dim * dtype_bytes * tokens / 2**30
+
 
 @dataclass(frozen=True)
 class SaveFacts:

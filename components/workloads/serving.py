@@ -157,11 +157,40 @@ def shm_gib(cfg: StackConfig) -> int:
     return SHM_BASE_GIB + cfg.workloads.serving.tp - 1
 
 
+# Host side of a replica beyond its weights: the Python server, the tokenizer, CUDA's host context
+# and pinned buffers, per replica (an allowance, not measured: check `kubectl top pod`).
+HOST_ALLOWANCE_GIB = 6
+# CPUs: the API server and the engine's scheduler process, plus one per tensor parallel worker
+# (vLLM runs one worker process per GPU); an allowance, not measured.
+CPU_BASE = 2
+CPU_PER_GPU = 2
+
+
+def model_facts(cfg: StackConfig):
+    """The served model's facts when the stack knows them (a profiled trainer's run step)."""
+    tc = cfg.workloads.trainer_config
+    if cfg.workloads.serving.model.run and tc is not None and tc.model is not None:
+        return tc.model
+    return None
+
+
+def max_len(cfg: StackConfig) -> Optional[int]:
+    m = model_facts(cfg)
+    return cfg.workloads.serving.max_model_len or (m.max_position if m else None)
+
+
 def replica_sizing(cfg: StackConfig) -> PodSizing:
-    """The GPUs' share of the whole-node training pod's CPU and memory; Guaranteed (CPU limit)."""
+    """Sized from the model when the stack knows it: host memory = the weights (vLLM reads them
+    through the host) + /dev/shm + HOST_ALLOWANCE_GIB, CPUs = CPU_BASE + CPU_PER_GPU per GPU; GPU
+    memory is checked in config (weights + one max-length sequence's KV cache per rank). Otherwise
+    the GPUs' share of the whole-node training pod's CPU and memory. Guaranteed (CPU limit)."""
     it = cfg.gpu_nodes.instance
-    whole = sizing.sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node, shm=1)
     gpus = cfg.workloads.serving.gpus_per_replica
+    if model_facts(cfg) is not None:
+        mem_gib = math.ceil(weights_gib(cfg)) + shm_gib(cfg) + HOST_ALLOWANCE_GIB
+        return PodSizing(cpu=CPU_BASE + CPU_PER_GPU * gpus, memory_mib=mem_gib * 1024, shm_gib=shm_gib(cfg),
+                         gpus=gpus, efa=0, cpu_limit=True)
+    whole = sizing.sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node, shm=1)
     mem_gib = whole.memory_gib * gpus // it.gpu_count
     return PodSizing(cpu=whole.cpu * gpus // it.gpu_count, memory_mib=mem_gib * 1024, shm_gib=shm_gib(cfg),
                      gpus=gpus, efa=0, cpu_limit=True)
@@ -454,6 +483,18 @@ def network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.n
     )
 
 
+def sizing_lines(cfg: StackConfig) -> list[str]:
+    s, m = replica_sizing(cfg), model_facts(cfg)
+    if m is None:
+        return [f"  replica: {s.cpu} CPU, {s.memory_mib // 1024} GiB (the GPUs' share of a node: model unknown)"]
+    length = max_len(cfg) or m.max_position
+    tp = cfg.workloads.serving.tp
+    per_gpu = (m.weights_gib(2) + m.kv_cache_gib(length)) / tp
+    return [f"  replica: {s.cpu} CPU, {s.memory_mib // 1024} GiB = weights {weights_gib(cfg):,.1f} GiB + /dev/shm "
+            f"{s.shm_gib} GiB + {HOST_ALLOWANCE_GIB} GiB allowance; per GPU {per_gpu:,.1f} GiB = (weights + KV cache of "
+            f"one {length}-token sequence {m.kv_cache_gib(length):,.1f} GiB) / tensor parallel {tp} ({m.source})"]
+
+
 def summary(cfg: StackConfig) -> list[str]:
     """Lines for the render summary: what is served and how it rolls out and starts."""
     sv = cfg.workloads.serving
@@ -469,6 +510,7 @@ def summary(cfg: StackConfig) -> list[str]:
               if export.enabled(cfg) else []),
             f"  startup budget {startup_budget_seconds(cfg)} s = {ENGINE_INIT_SECONDS} s engine start + 2 x "
             f"{load_seconds(cfg):,.0f} s to read {sv.replicas} x {weights_gib(cfg):,.1f} GiB at {mb_s:,.0f} MB/s ({source})",
+            *sizing_lines(cfg),
             f"  rollout maxSurge {r.max_surge} / maxUnavailable {r.max_unavailable}: {r.why}",
             f"  grace period {grace_seconds(cfg)} s (longest request {sv.max_request_seconds} s)"]
 
