@@ -210,3 +210,78 @@ def test_wait_for_export_program_waits_bounded_and_names_the_marker(tmp_path):
     r = subprocess.run([sys.executable, "-c", serving.WAIT_PROGRAM], env={**base, "EXPORT_WAIT_SECONDS": "5"},
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "found" in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation in the reasoning family's terms
+
+
+def test_math_answers_are_extracted_like_rlincs_reward():
+    from components.scripts._evaluate import answers
+    assert answers.extract("so x = 5. \\boxed{5}") == "5"
+    assert answers.extract("first \\boxed{3}, then \\boxed{\\frac{5}{6}}") == "\\frac{5}{6}"  # the last box
+    assert answers.extract("The answer is 12") == "12"
+    assert answers.extract("it is 12") is None  # no last-number fallback (use_last_number=False)
+    assert answers.extract("\\boxed{\\frac{1}{2") is None  # cut off inside the box
+    assert answers.correct("$\\boxed{\\dfrac{5}{6}}$.", "\\frac{5}{6}")[0]
+    assert answers.correct("\\boxed{x = 5}", "5")[0]
+    assert not answers.correct("\\boxed{6}", "5")[0]
+
+
+class _MathServer(__import__("http.server").server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def _send(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send({"data": [{"id": "math-grpo"}]})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        assert self.path == "/v1/chat/completions" and body["temperature"] == 0
+        q = body["messages"][0]["content"]
+        text = ("<think>17 plus 25</think> \\boxed{42}" if "17 + 25" in q else
+                "The sum is \\boxed{\\dfrac{5}{6}}." if "1/2 + 1/3" in q else "I think 7, \\boxed{7}")
+        self._send({"choices": [{"message": {"role": "assistant", "content": text}}], "usage": {"completion_tokens": 9}})
+
+
+def test_reasoning_evaluation_scores_the_shipped_set_through_the_chat_api(tmp_path):
+    import subprocess
+    import sys
+    import threading
+    from http.server import ThreadingHTTPServer
+    from pathlib import Path
+
+    from components.scripts._evaluate import math_set
+    script = Path(__file__).resolve().parents[1] / "components" / "scripts" / "evaluate.py"
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _MathServer)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        r = subprocess.run([sys.executable, str(script), f"--endpoint=http://127.0.0.1:{httpd.server_address[1]}",
+                            "--model=math-grpo", "--prompts=builtin:math", f"--out-dir={tmp_path}", "--label=step-200",
+                            "--scoring=math", "--chat", "--step=200"], capture_output=True, text=True, timeout=60)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert r.returncode == 0, r.stderr
+    [out] = list(tmp_path.glob("eval-step-200-*.json"))
+    s = json.loads(out.read_text())["summary"]
+    assert (s["step"], s["scoring"], s["judged"], s["correct"]) == (200, "math", len(math_set.PROBLEMS), 2)
+
+
+def test_the_evaluation_cronjob_of_a_reasoning_run_scores_math_with_the_step():
+    _, _, docs = _render("p5", lambda w: w.update({**REASONING, "validation": {"enabled": False}, "ncclTest": {"enabled": False},
+                                                  "serving": {"enabled": True, "gpusPerReplica": 4,
+                                                              "model": {"run": "single-node", "step": 200},
+                                                              "evaluation": {"enabled": True}}}))
+    from components.workloads import evaluation
+    c = find(docs, "CronJob", evaluation.NAME)["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    for arg in ("--prompts=builtin:math", "--scoring=math", "--step=200", "--max-tokens=4096", "--chat"):
+        assert arg in c["args"], c["args"]

@@ -474,9 +474,12 @@ class EvaluationConfig(_Model):
     # Image of the evaluation pod: a small Python image (the script uses the standard library only).
     image: Optional[str] = Field(None, description="evaluation image; default the pinned Python image")
     # A JSONL file of {"prompt": ..., "expected": ...} on the shared volume.
-    prompts_path: str = Field("/fsx/eval/prompts.jsonl", pattern=r"^/fsx/[^\s]+$",
-                              description="JSONL prompts file under /fsx")
-    max_tokens: int = Field(256, ge=1, le=32768, description="max_tokens per completion")
+    prompts_path: Optional[str] = Field(None, pattern=r"^/fsx/[^\s]+$",
+                                        description="JSONL prompts file under /fsx; none = the family's: the "
+                                                    "shipped math set for the reasoning family, else /fsx/eval/prompts.jsonl")
+    max_tokens: Optional[int] = Field(None, ge=1, le=32768,
+                                      description="max_tokens per completion; none = 4096 for the reasoning family "
+                                                  "(its models reason at length before the boxed answer), else 256")
     deadline_minutes: int = Field(60, ge=5, le=1440, description="activeDeadlineSeconds of each evaluation Job")
 
 

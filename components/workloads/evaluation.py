@@ -50,6 +50,31 @@ def label(cfg: StackConfig) -> str:
     return f"step-{m.step}" if m.run else "path"
 
 
+DEFAULT_PROMPTS = "/fsx/eval/prompts.jsonl"
+REASONING_MAX_TOKENS = 4096
+DEFAULT_MAX_TOKENS = 256
+
+
+def reasoning(cfg: StackConfig) -> bool:
+    p = cfg.workloads.profile
+    return p is not None and p.family == "reasoning" and bool(cfg.workloads.serving.model.run)
+
+
+def script_args(cfg: StackConfig) -> dict[str, str]:
+    """The evaluation's flags besides the endpoint: the family decides the set and the scoring."""
+    ev, m = cfg.workloads.serving.evaluation, cfg.workloads.serving.model
+    math = reasoning(cfg)
+    out = {"model": serving.served_model_name(cfg),
+           "prompts": ev.prompts_path or ("builtin:math" if math else DEFAULT_PROMPTS),
+           "out-dir": out_dir(cfg), "label": label(cfg),
+           "max-tokens": str(ev.max_tokens or (REASONING_MAX_TOKENS if math else DEFAULT_MAX_TOKENS))}
+    if math:
+        out["scoring"] = "math"
+    if m.run:
+        out["step"] = str(m.step)
+    return out
+
+
 def endpoint(namespace: pulumi.Input[str]) -> pulumi.Output[str]:
     return pulumi.Output.concat("http://", serving.NAME, ".", namespace, f".svc:{serving.PORT}")
 
@@ -57,15 +82,14 @@ def endpoint(namespace: pulumi.Input[str]) -> pulumi.Output[str]:
 def pod_template(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str],
                  scripts: list) -> k8s.core.v1.PodTemplateSpecArgs:
     ev = cfg.workloads.serving.evaluation
-    args = {"endpoint": endpoint(namespace), "model": serving.served_model_name(cfg), "prompts": ev.prompts_path,
-            "out-dir": out_dir(cfg), "label": label(cfg), "max-tokens": str(ev.max_tokens)}
+    args = {"endpoint": endpoint(namespace), **script_args(cfg)}
     command = ["python3", f"{volumes.SCRIPTS_PATH}/{SCRIPT}"]
     container = k8s.core.v1.ContainerArgs(
         name=CONTAINER,
         image=ev.image or versions.EVALUATION_IMAGE,
         image_pull_policy="IfNotPresent",
         command=command,
-        args=[pulumi.Output.concat(f"--{k}=", v) for k, v in args.items()],
+        args=[pulumi.Output.concat(f"--{k}=", v) for k, v in args.items()] + (["--chat"] if reasoning(cfg) else []),
         resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "500m", "memory": "512Mi"},
                                                        limits={"cpu": "500m", "memory": "512Mi"}),
         volume_mounts=[k8s.core.v1.VolumeMountArgs(name="fsx", mount_path=volumes.FSX_PATH),
