@@ -183,6 +183,8 @@ class ExportJob(pulumi.ComponentResource):
         cfg = args_.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name_}-netpol", network_policy_args(cfg, namespace),
                                                  runs.child_opts(self, opts))
+        # Replaced (a new step) delete first, like every Job here (policy rule run-replacement).
         self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT]]),
-                                    runs.child_opts(self, opts, netpol))
+                                    runs.child_opts(self, opts, netpol, delete_before_replace=True,
+                                                    replace_on_changes=runs.REPLACE_ON_LABELS))
         self.register_outputs({"job": name(cfg), "path": out_dir(cfg)})
