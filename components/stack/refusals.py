@@ -54,6 +54,7 @@ PATTERN_WORDS = {
     r"^/fsx/[^\s]+$": "a path under /fsx (the shared volume), without spaces",
     r"^/fsx/[^\s]*$": "a path under /fsx (the shared volume), without spaces",
     r"^(\S+\s+){4}\S+$": "a cron schedule of 5 fields, such as '0 */6 * * *'",
+    r"^https://[^\s/]+(/\S*)?$": "an https:// URL without spaces, such as 'https://huggingface.co'",
     r"^[^/].*\{step\}.*$": "a relative path containing {step}, such as 'global_step_{step}/actor/huggingface'",
     r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$":
         "at most 63 characters: lowercase letters, digits and '-', starting and ending with a letter or digit",
@@ -226,7 +227,9 @@ PROTECTED_ENV = frozenset({
 # checkpoint directory and the overrides in the trainer's own names (profile rlinf's listed here).
 PROGRAM_ENV = frozenset({"PATH", "VIRTUAL_ENV", "MANISKILL_ASSET_DIR", "CKPT_PATH", "HYDRA_OVERRIDES",
                          "CONFIG_NAME", "VENV_NAME", "MODEL_PATH", "EXPERIMENT_NAME", "PYTORCH_CUDA_ALLOC_CONF",
-                         "TORCH_NCCL_AVOID_RECORD_STREAMS", "RAY_START_EXTRA_ARGS"})
+                         "TORCH_NCCL_AVOID_RECORD_STREAMS", "RAY_START_EXTRA_ARGS",
+                         # the staging Job's hub (workloads.staging.hfEndpoint)
+                         "HF_ENDPOINT"})
 # Mirrors components/workloads/sizing.py (tests check the two agree for every type and size).
 MEMORY_HEADROOM = 0.02
 SHM_MAX_SHARE = 0.25
