@@ -176,7 +176,10 @@ def resource_view(r: PolicyResource, unknowns: Optional[Unknowns] = None, live: 
             "provider": f"{provider.resource_type}::{provider.name}" if provider else None,
             "inputs": inputs if isinstance(inputs, dict) else {},
             "options": {"protect": bool(getattr(opts, "protect", False)),
-                        "deleteBeforeReplace": bool(getattr(opts, "delete_before_replace", False))}}
+                        "deleteBeforeReplace": bool(getattr(opts, "delete_before_replace", False)),
+                        # The render records ignoreChanges only when set; the engine always sends it.
+                        **({"ignoreChanges": sorted(opts.ignore_changes)}
+                           if getattr(opts, "ignore_changes", None) else {})}}
 
 
 def _urn(resources: list[PolicyResource], v: policy.Violation) -> Optional[str]:

@@ -195,18 +195,42 @@ def test_summary_shows_destroy_order_and_the_ebs_claims():
     text = render.summary(rendered("p5"))
     assert "destroy order (`pulumi destroy --exclude-protected`" in text
     assert "kept (protected, and what they depend on): " in text
-    assert "before destroy: delete the claims of monitoring/kube-prometheus-stack" in text
+    # Prometheus's claim goes with its StatefulSet, and the monitoring namespace (waited for on
+    # destroy) goes before the EBS CSI add-on: no manual step is left.
+    assert "before destroy: delete the claims" not in text
+
+
+def test_monitoring_volumes_are_deleted_before_the_ebs_driver_goes():
+    import copy as _copy
+    from components.offline import deploy_model
+    rs = rows()
+    release = find(rs, "kubernetes:helm.sh/v3:Release", "monitoring-kube-prometheus-stack")
+    spec = release["inputs"]["values"]["prometheus"]["prometheusSpec"]
+    assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
+    ns = find(rs, "kubernetes:core/v1:Namespace", "monitoring-namespace")
+    assert "aws:eks/addon:Addon::monitoring-ebs-csi" in ns["dependsOn"]
+    assert deploy_model._ebs_claims_left(rs) == []
+    # Either protection removed: the summary asks for the manual step again.
+    kept = _copy.deepcopy(rs)
+    del find(kept, "kubernetes:helm.sh/v3:Release", "monitoring-kube-prometheus-stack")["inputs"]["values"][
+        "prometheus"]["prometheusSpec"]["persistentVolumeClaimRetentionPolicy"]
+    assert deploy_model._ebs_claims_left(kept) == ["monitoring/kube-prometheus-stack"]
+    racing = _copy.deepcopy(rs)
+    find(racing, "kubernetes:core/v1:Namespace", "monitoring-namespace")["dependsOn"].remove(
+        "aws:eks/addon:Addon::monitoring-ebs-csi")
+    assert deploy_model._ebs_claims_left(racing) == ["monitoring/kube-prometheus-stack"]
 
 
 # --- day two: versions, rolls, capacity -----------------------------------------------------------
 
 
-def test_node_groups_follow_the_cluster_version_and_roll_without_surge():
+def test_node_groups_follow_the_cluster_version_and_on_demand_rolls_launch_first():
     rs = rows()
     ng = find(rs, NODE_GROUP)
     assert ng["inputs"]["version"] == "1.35"
     assert "aws:eks/cluster:Cluster::cluster-eks-eksCluster" in ng["dependsOn"]
-    assert ng["inputs"]["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
+    # On-Demand p5: launch the replacement before terminating (a failed launch keeps the old node).
+    assert ng["inputs"]["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "DEFAULT"}
     assert find(rs, "eks:index:ManagedNodeGroup")["inputs"]["version"] == "1.35"
 
 
@@ -220,7 +244,7 @@ def test_kubernetes_upgrade_order_control_plane_then_nodes_then_addons(project):
     by = {i.name: i for i in impacts}
     assert by["cluster-eks"].kind == impact.IN_PLACE and "control plane Kubernetes 1.35 -> 1.36" in by["cluster-eks"].why
     assert by["gpu-nodes"].kind == impact.NODE_ROLL and by["gpu-nodes"].allowed
-    assert "MINIMAL strategy" in by["gpu-nodes"].why and "no spare GPU instance" in by["gpu-nodes"].why
+    assert "DEFAULT strategy" in by["gpu-nodes"].why and "leaves the old nodes running" in by["gpu-nodes"].why
     assert by["cluster-system"].kind == impact.NODE_ROLL
     assert "v1.13.2-eksbuild.3 -> v1.14.3-eksbuild.16" in by["cluster-coredns"].why
     lines = impact.sequence(impacts, r.resources)
@@ -239,7 +263,7 @@ def test_gpu_roll_refused_without_opt_in_says_how_it_proceeds(project):
     edit(project, "p5", "cluster", kubernetesVersion="1.36")
     [ng] = [i for i in impact_of_p5(project) if i.name == "gpu-nodes"]
     assert ng.refused and ng.opt_in == "rltrain:gpuNodes.allowNodeRoll"
-    assert "terminates 1 old node(s) first, then launches the replacement, until 2 node(s) are new" in ng.why
+    assert "EKS first launches new nodes (surge, up to 2 in one AZ), then drains 1 old node(s)" in ng.why
 
 
 @pytest.mark.parametrize("before,after,allowed,reason", [
@@ -353,7 +377,7 @@ def test_old_program_claim_resize_is_refused():
 
 
 def test_unused_helper_is_consistent():
-    assert gpu_nodes.UPDATE_STRATEGY == "MINIMAL"
+    assert gpu_nodes.RESERVED_UPDATE_STRATEGY == "MINIMAL" and gpu_nodes.ON_DEMAND_UPDATE_STRATEGY == "DEFAULT"
     assert _lt_and_group("capacity-block", "cr-0").min_size == 0
     assert _lt_and_group("odcr", "cr-0").min_size == 2
 
@@ -416,3 +440,70 @@ def test_pull_request_summary_shows_the_update_order(project):
     md = render.summary_markdown(r)
     assert "**Order of the update (each step after what it depends on)**:" in md
     assert "1. in place: Cluster cluster-eks: control plane Kubernetes 1.35 -> 1.36" in md
+
+
+# --- issue 33: rolls, placement group, scaling, Capacity Blocks -----------------------------------
+
+
+@pytest.mark.parametrize("capacity_type,reservation,strategy,surge", [
+    ("on-demand", None, "DEFAULT", 2), ("odcr", "cr-0", "MINIMAL", 0), ("capacity-block", "cr-0", "MINIMAL", 0)])
+def test_minimal_only_where_capacity_is_reserved(capacity_type, reservation, strategy, surge):
+    a = _lt_and_group(capacity_type, reservation)
+    assert (a.update_strategy, a.roll_surge) == (strategy, surge)
+
+
+def test_placement_group_does_not_depend_on_the_node_count():
+    base = dict(cluster_name="c", instance_type="p5.48xlarge", efa=True, root_volume_gib=500,
+                root_volume_throughput=1000, root_volume_iops=16000, local_storage_raid0=True, fast_image_pull=False)
+    assert all(GpuNodeGroupArgs(count=n, **base).placement_group for n in (1, 2, 4))
+    assert not GpuNodeGroupArgs(count=2, capacity_type="odcr", reservation_id="cr-0", **base).placement_group
+
+
+def test_scaling_1_to_2_with_efa_set_changes_no_launch_template(project):
+    """With `efa` set explicitly, scaling 1 -> 2 touches only the node group's scaling: no placement
+    group added, no new launch template version, no roll (before: the placement group was added)."""
+    from components.offline import render
+    edit(project, "p5", "workloads", multiNode={"enabled": False}, ncclTest={"enabled": False})
+    edit(project, "p5", "gpuNodes", count=1, efa=True)
+    one = render.render_stack("p5", project).resources
+    edit(project, "p5", "gpuNodes", count=2, efa=True)
+    two = render.render_stack("p5", project).resources
+    pg = [r for r in one if r["type"] == "aws:ec2/placementGroup:PlacementGroup"]
+    assert len(pg) == 1
+    assert find(one, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt") == find(
+        two, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")
+    by = {i.name: i for i in impact.classify(one, two, rendered("p5").cfg) if i.type.startswith("aws:")}
+    assert set(by) == {"gpu-nodes"} and by["gpu-nodes"].kind == impact.IN_PLACE
+
+
+def test_growing_on_demand_in_the_placement_group_names_the_capacity_risk():
+    before, after = rows(), rows()
+    find(after, NODE_GROUP)["inputs"]["scalingConfig"].update(desiredSize=4, minSize=4, maxSize=4)
+    [ng] = [i for i in impact.classify(before, after, rendered("p5").cfg) if i.name == "gpu-nodes"]
+    assert ng.kind == impact.IN_PLACE and ng.allowed
+    assert "2 -> 4 On-Demand" in ng.why and "InsufficientInstanceCapacity" in ng.why
+
+
+def test_node_roll_opt_in_is_enforced_by_the_program_not_only_the_render(project):
+    """Without rltrain:gpuNodes.allowNodeRoll the node group ignores a new launch template version
+    and Kubernetes version: `pulumi up` (which never runs the render) does not roll the nodes."""
+    from components.offline import render
+    ng = find(rows(), NODE_GROUP)
+    assert ng["options"]["ignoreChanges"] == ["launchTemplate.version", "version"]
+    edit(project, "p5", "gpuNodes", allowNodeRoll=True)
+    opened = find(render.render_stack("p5", project).resources, NODE_GROUP)
+    assert "ignoreChanges" not in opened["options"]
+    # The impact says the program holds the roll back.
+    before, after = rows(), rows()
+    find(after, NODE_GROUP)["inputs"]["launchTemplate"]["version"] = "7"
+    [i] = [i for i in impact.classify(before, after, rendered("p5").cfg) if i.name == "gpu-nodes"]
+    assert i.kind == impact.NODE_ROLL and not i.allowed and "`pulumi up` leaves the nodes as they are" in i.why
+
+
+def test_capacity_block_desired_size_is_left_to_eks(project):
+    from components.offline import render
+    edit(project, "p5", "gpuNodes.capacity", type="capacity-block", reservationId="cr-0123456789abcdef0")
+    ng = find(render.render_stack("p5", project).resources, NODE_GROUP)
+    assert "scalingConfig.desiredSize" in ng["options"]["ignoreChanges"]
+    assert ng["inputs"]["updateConfig"]["updateStrategy"] == "MINIMAL"
+    assert "scalingConfig.desiredSize" not in find(rows(), NODE_GROUP)["options"]["ignoreChanges"]

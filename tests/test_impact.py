@@ -304,3 +304,48 @@ def test_shrinking_a_claim_from_a_storage_class_is_refused_even_with_the_opt_in(
     [c] = [i for i in render_impact(project, "byo") if i.name == "storage-claim"]
     assert (c.kind, c.allowed, c.opt_in) == (impact.REFUSED, False, "")
     assert "1200Gi -> 600Gi" in c.why and "never shrinks" in c.why
+
+
+# --- day two in place (issue 34) -------------------------------------------------------------------
+
+
+def test_a_priority_change_replaces_its_class_under_its_name_and_says_what_runs_keep(project):
+    """A PriorityClass's value may not be changed in an update (the simulated cluster's preview:
+    `value: Forbidden: may not be changed in an update`): the class is replaced, deleted first."""
+    edit(project, "p5", "workloads", priority=2000000)
+    [i] = render_impact(project)
+    assert (i.name, i.kind, i.allowed) == ("workloads-priority", impact.REPLACE, True)
+    assert "runs already queued or running keep the priority they were given" in i.why
+    pc = find(render.render_stack("p5", project).resources, "kubernetes:scheduling.k8s.io/v1:PriorityClass",
+              "workloads-priority")
+    assert pc["options"]["replaceOnChanges"] == ["preemptionPolicy", "value"]
+    assert pc["options"]["deleteBeforeReplace"] is True
+
+
+def test_a_priority_change_the_program_cannot_replace_is_refused():
+    """The model without the program's replace options: the API server would refuse the update."""
+    before, after = rows(), rows()
+    for r in (before, after):
+        find(r, "kubernetes:scheduling.k8s.io/v1:PriorityClass", "workloads-priority")["options"].pop(
+            "replaceOnChanges", None)
+    find(after, "kubernetes:scheduling.k8s.io/v1:PriorityClass", "workloads-priority")["inputs"]["value"] = 7
+    [i] = impact.classify(before, after, cfg())
+    assert (i.kind, i.allowed) == (impact.REFUSED, False) and "may not be changed in an update" in i.why
+    # A description is not immutable: in place.
+    after = rows()
+    find(after, "kubernetes:scheduling.k8s.io/v1:PriorityClass", "workloads-priority")["inputs"]["description"] = "x"
+    [i] = impact.classify(rows(), after, cfg())
+    assert i.kind == impact.IN_PLACE
+
+
+def test_a_deadline_change_is_in_place_on_a_template_kueue_can_own_the_selector_of(project):
+    """maxRunMinutes changes only activeDeadlineSeconds (mutable): in place. It applies for real only
+    because no run template sets nodeSelector, the field Kueue writes on admission (the simulated
+    cluster: `conflict with "kueue" ... .spec.template.spec.nodeSelector`)."""
+    edit(project, "p5", "workloads", maxRunMinutes=2000)
+    k = kinds(render_impact(project))
+    assert k and set(k.values()) == {impact.IN_PLACE}, k
+    for r in render.render_stack("p5", project).resources:
+        obj = r["inputs"]
+        if r["type"].startswith("kubernetes:") and obj.get("kind") in ("Job", "MPIJob", "RayJob"):
+            assert '"nodeSelector"' not in json.dumps(obj), r["name"]

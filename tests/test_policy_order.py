@@ -168,11 +168,26 @@ def test_a_pod_fits_when_one_gpu_node_group_takes_it():
     assert [v for v in policy.evaluate(rows, rules=["schedules-on-gpu-nodes"])] == []
     spec["nodeSelector"] = {"role": "gpu-inference"}  # neither
     [v] = policy.evaluate(rows, rules=["schedules-on-gpu-nodes"])
-    assert v.message == ("fits none of the GPU node groups: gpu-nodes: nodeSelector {'role': 'gpu-inference'} matches "
+    assert v.message == ("fits none of the GPU node groups: gpu-nodes: node selector {'role': 'gpu-inference'} matches "
                          "no GPU node group (labels {'nvidia.com/gpu.present': 'true', 'rltrain/instance-type': "
-                         "'p5.48xlarge', 'role': 'gpu-training'}); gpu-nodes-b: nodeSelector {'role': 'gpu-inference'} "
+                         "'p5.48xlarge', 'role': 'gpu-training'}); gpu-nodes-b: node selector {'role': 'gpu-inference'} "
                          "matches no GPU node group (labels {'nvidia.com/gpu.present': 'true', 'rltrain/instance-type': "
                          "'p5.48xlarge', 'role': 'gpu-training-b'})")
+
+
+def test_the_gpu_node_requirement_is_read_from_required_node_affinity():
+    """The program requires the GPU nodes by node affinity (Kueue owns nodeSelector: issue 34): the
+    rule reads that form too, so a wrong role there is found as one in a nodeSelector would be."""
+    rows = two_gpu_node_groups()
+    spec = next(r for r in rows if r["name"] == "workloads-single-node-job")["inputs"]["spec"]["template"]["spec"]
+    assert "nodeSelector" not in spec
+    [expr] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"]
+    assert expr == {"key": "role", "operator": "In", "values": ["gpu-training"]}
+    assert [v for v in policy.evaluate(rows, rules=["schedules-on-gpu-nodes"])] == []
+    expr["values"] = ["gpu-inference"]
+    [v] = policy.evaluate(rows, rules=["schedules-on-gpu-nodes"])
+    assert "gpu-nodes: node selector {'role': 'gpu-inference'} matches no GPU node group" in v.message
 
 
 def test_two_namespaces_disagreeing_on_the_instance_type_are_ambiguous_in_any_order():

@@ -128,7 +128,8 @@ def request(stack: str, rows: list[dict[str, Any]], first_preview: bool = False)
             if provider else None,
             options=proto.AnalyzerResourceOptions(protect=opts["protect"], parent=parent,
                                                   deleteBeforeReplace=opts["deleteBeforeReplace"],
-                                                  deleteBeforeReplaceDefined=True)))
+                                                  deleteBeforeReplaceDefined=True,
+                                                  ignoreChanges=opts.get("ignoreChanges", []))))
     return proto.AnalyzeStackRequest(resources=resources)
 
 

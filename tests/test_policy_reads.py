@@ -103,7 +103,7 @@ EXPECTED = {
 }
 # Nothing of theirs on a bring-your-own cluster (no AWS resources, no node groups): not an error.
 NOTHING_IN_SCOPE = {"stateful-protected", "imdsv2", "endpoint-not-open", "addon-conflicts", "network-flows",
-                    "least-privilege"}
+                    "least-privilege", "gpu-roll-opt-in"}
 
 
 def test_every_rule_is_accounted_for():

@@ -13,6 +13,7 @@ from components.aws import iam
 from components.offline import impact
 from components.offline.mock_engine import run_program
 from components.offline import render
+from components.offline.resources import node_requirements
 
 
 def inputs(stack: str, type_: str, name: str | None = None) -> dict:
@@ -66,7 +67,12 @@ def test_gpu_workers_tolerate_the_gpu_taint_and_select_gpu_nodes():
     pods.append(mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"])
     for pod in pods:
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-        assert pod["nodeSelector"] == {"role": "gpu-training"}
+        # By required node affinity, never nodeSelector: Kueue owns that field of a queued run
+        # (components/workloads/placement.py; issue 34).
+        assert "nodeSelector" not in pod
+        assert node_requirements(pod) == {"role": "gpu-training"}
+        assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "role", "operator": "In", "values": ["gpu-training"]}]}]}
 
 
 def test_statefulset_done_marker_keeps_a_finished_run_from_training_again(sts):  # noqa: F811
@@ -136,3 +142,73 @@ def test_training_role_trusts_only_its_service_account():
     cond = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Condition"]["StringEquals"]
     assert cond["aws:RequestTag/kubernetes-service-account"] == "training-sa"
     assert cond["aws:RequestTag/eks-cluster-name"] == "rltrain-p5"
+
+
+# --- three protections that had no test of their own (issue 33) --------------------------------------
+
+
+def test_fsx_capacity_3600_is_refused_before_any_resource_is_registered(monkeypatch):
+    """PERSISTENT_2 takes 1200, 2400, then steps of 2400 GiB (FSx for Lustre API reference,
+    CreateFileSystem StorageCapacity: "For PERSISTENT_2 SSD ... 1200 GiB, 2400 GiB, or increments
+    of 2400 GiB"). 3600 is a multiple of 1200: a check weakened to 1200-steps lets it through and
+    CreateFileSystem fails after the cluster exists."""
+    from components.offline import mock_engine
+    from components.stack import config as config_mod
+
+    monitors = []
+    real = mock_engine.RecordingMonitor
+
+    def recording(*a, **kw):
+        monitors.append(real(*a, **kw))
+        return monitors[-1]
+    monkeypatch.setattr(mock_engine, "RecordingMonitor", recording)
+    vals, secret, _ = render.load_stack("p5")
+    s = json.loads(vals["rltrain:storage"])
+    s["fsx"]["storageCapacityGiB"] = 3600
+    with pytest.raises(config_mod.ConfigError) as e:
+        run_program(stack="p5", config={**vals, "rltrain:storage": json.dumps(s)}, secret_keys=secret)
+    assert "rltrain:storage.fsx.storageCapacityGiB" in str(e.value) and "(got 3600)" in str(e.value)
+    assert monitors and monitors[0].records == []  # refused before the first resource
+    for ok in (1200, 2400, 4800, 7200):
+        s["fsx"]["storageCapacityGiB"] = ok
+        assert config_mod.FsxConfig(storageCapacityGiB=ok).storage_capacity_gib == ok
+
+
+def test_fsx_security_group_change_is_a_data_losing_replacement():
+    """pulumi-aws's aws_fsx_lustre_file_system (terraform-provider-aws internal/service/fsx/
+    lustre_file_system.go) takes security_group_ids at create only: ForceNew, and its Update never
+    sends them (UpdateFileSystem has no such field). A replaced group (here its description changed, which replaces an EC2
+    security group) replaces the file system, which is data loss and refused without opt-in. Named
+    here, not only through impact.FSX_REPLACE: dropping it from that tuple fails this test."""
+    assert "securityGroupIds" in impact.FSX_REPLACE
+    before = rendered("p5").resources
+    after = json.loads(json.dumps(before))
+    sg = next(r for r in after if r["type"] == "aws:ec2/securityGroup:SecurityGroup" and r["name"] == "storage-sg")
+    sg["inputs"]["description"] = "FSx for Lustre: another description"
+    found = {i.name: i for i in impact.classify(before, after, rendered("p5").cfg)}
+    assert found["storage-sg"].kind == impact.REPLACE
+    fs = found["storage-fs"]
+    assert fs.kind == impact.DATA_LOSS and not fs.allowed and "securityGroupIds" in fs.why
+    assert fs.opt_in == "rltrain:storage.allowReplacement"
+    # And the file system's own list edited directly (a second group added):
+    after = json.loads(json.dumps(before))
+    fsr = next(r for r in after if r["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem")
+    fsr["inputs"]["securityGroupIds"] = [*fsr["inputs"]["securityGroupIds"], "sg-0123456789abcdef0"]
+    [i] = [i for i in impact.classify(before, after, rendered("p5").cfg) if i.name == "storage-fs"]
+    assert i.kind == impact.DATA_LOSS and not i.allowed
+
+
+def test_statefulset_done_marker_changes_with_the_image():
+    """The StatefulSet form skips training when RUN_DONE_MARKER exists: a new image with the same
+    marker would be taken as already done. Each input of the run moves the marker."""
+    def marker(**workloads):
+        def mutate(w):
+            w.update(multiNode={"enabled": True, "form": "statefulset"}, **workloads)
+        _, _, docs = _render("p5", mutate, kueue={"enabled": False})
+        return env(container(find(docs, "StatefulSet", "rltrain-multinode")))["RUN_DONE_MARKER"]
+
+    base = marker()
+    assert marker() == base  # unchanged inputs: the same run, its marker kept
+    new_image = marker(image="123456789012.dkr.ecr.us-east-1.amazonaws.com/rlinf-on-eks/rlinf:20260501-000000")
+    assert new_image != base
+    assert marker(command=["python", "-m", "other.entry"]) != base

@@ -235,7 +235,8 @@ def test_shm_tensor_parallel_and_graceful_shutdown(served):
 def test_placed_like_the_training_pods(served):
     spec = obj(served, "Deployment", serving.NAME)["spec"]["template"]["spec"]
     training = obj(served, "Job", "rltrain-training")["spec"]["template"]["spec"]
-    assert spec["nodeSelector"] == training["nodeSelector"]
+    assert spec["affinity"]["nodeAffinity"] == training["affinity"]["nodeAffinity"]
+    assert "nodeSelector" not in spec and "nodeSelector" not in training
     assert spec["tolerations"] == training["tolerations"]
     # Two 4-GPU replicas fit one p5: packed (preferred), not one per node.
     assert "podAffinity" in spec["affinity"] and "podAntiAffinity" not in spec["affinity"]

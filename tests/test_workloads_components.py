@@ -10,6 +10,7 @@ import pytest
 
 from components.stack import config
 from components.offline import render
+from components.offline.resources import node_requirements
 from components.offline.mock_engine import run_program
 from components.workloads import nccl
 from components.workloads.build import build_workloads
@@ -256,7 +257,8 @@ def test_mpijob(p5):
     assert w["resources"]["requests"]["hugepages-2Mi"] == w["resources"]["limits"]["hugepages-2Mi"]
     assert w["resources"]["requests"]["memory"] == w["resources"]["limits"]["memory"]
     assert w["command"] == ["/usr/sbin/sshd", "-De"]
-    assert workers["template"]["spec"]["nodeSelector"] == {"role": "gpu-training"}
+    assert "nodeSelector" not in workers["template"]["spec"]  # Kueue's (placement.py)
+    assert node_requirements(workers["template"]["spec"]) == {"role": "gpu-training"}
     assert env(w)["FI_PROVIDER"] == "efa"
     launcher = spec["mpiReplicaSpecs"]["Launcher"]
     assert launcher["replicas"] == 1

@@ -201,7 +201,11 @@ def test_hardened_security_context():
 
 def test_scheduling_on_gpu_nodes():
     t = template(make_cfg())
-    assert t.spec.node_selector == {"role": "gpu-training"}
+    # Required node affinity on the GPU role, no nodeSelector: Kueue owns it (placement.py).
+    assert t.spec.node_selector is None
+    [term] = t.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    [(expr)] = term.match_expressions
+    assert (expr.key, expr.operator, expr.values) == ("role", "In", ["gpu-training"])
     (tol,) = t.spec.tolerations
     assert (tol.key, tol.operator, tol.effect) == ("nvidia.com/gpu", "Exists", "NoSchedule")
     assert t.spec.topology_spread_constraints is None

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from components.aws import iam
 from components.stack import versions
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+# Days CloudWatch keeps the control-plane logs (EKS's own group would keep them for ever).
+LOG_RETENTION_DAYS = 90
 # System nodes run operators and add-ons only; images are small.
 SYSTEM_ROOT_GIB = 50
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
@@ -60,6 +62,14 @@ class EksCluster(pulumi.ComponentResource):
         key = aws.kms.Key(f"{name}-secrets-key", description=f"{args.cluster_name} Kubernetes Secrets",
                           enable_key_rotation=True, deletion_window_in_days=30,
                           opts=pulumi.ResourceOptions(parent=self, protect=True))
+        # The control plane's log group, owned by the stack so that `pulumi destroy` deletes it: EKS
+        # writes the enabled log types to /aws/eks/<cluster>/cluster and creates that group itself
+        # when it is missing, which then outlives the cluster (EKS user guide, control-plane-logs;
+        # pulumi-eks creates none: nodejs/eks/cluster/cluster.ts passes enabledClusterLogTypes only).
+        # Created before the cluster, so EKS finds it; deleted after it.
+        self.log_group = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane-logs", name=f"/aws/eks/{args.cluster_name}/cluster",
+            retention_in_days=LOG_RETENTION_DAYS, opts=child)
         access = {
             f"admin-{i}": eks.AccessEntryArgs(
                 principal_arn=arn,
@@ -96,7 +106,7 @@ class EksCluster(pulumi.ComponentResource):
             # pulumi-eks manages coredns only with its default node group or Fargate; it is
             # created below, pinned, once the system nodes can run it.
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.log_group]),
         )
         self.cluster_name = self.cluster.eks_cluster.name
         self.cluster_arn = self.cluster.eks_cluster.arn

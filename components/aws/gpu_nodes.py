@@ -22,9 +22,43 @@ from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 # Labels workloads select on; `nvidia.com/gpu.present` also satisfies the NVIDIA device plugin's
 # default node affinity, which EKS does not set (FACTS.md: without it the plugin runs zero pods).
 AMI_TYPE = "AL2023_x86_64_NVIDIA"
-# How a roll replaces GPU nodes: terminate first, then launch (no surge). See GpuNodeGroup.
-UPDATE_STRATEGY = "MINIMAL"
+# How a roll replaces GPU nodes (GpuNodeGroupArgs.update_strategy): on reserved capacity terminate
+# first, then launch (MINIMAL: the reservation has no spare instance); on On-Demand launch first,
+# then terminate (DEFAULT: a replacement that cannot launch leaves the old node running).
+RESERVED_UPDATE_STRATEGY = "MINIMAL"
+ON_DEMAND_UPDATE_STRATEGY = "DEFAULT"
+# What a GPU node group ignores until the stack opts in (rltrain:gpuNodes.allowNodeRoll): a new
+# launch template version or Kubernetes version rolls every node, so without the opt-in the program
+# itself keeps the deployed values (pulumi ignoreChanges), not only the offline render's refusal.
+ROLL_INPUTS = ("launchTemplate.version", "version")
+# A Capacity Block's group: EKS scales it down itself ahead of the block's end time, and the group
+# is scaled to 0 around upgrades (EKS user guide, capacity-blocks-mng; the self-managed guide,
+# capacity-blocks, asks for scaling to zero 30+ minutes before the end time). Pulumi must not set
+# desiredSize back on the next `up` (a launch outside the window fails): EKS owns it after create.
+CAPACITY_BLOCK_IGNORES = ("scalingConfig.desiredSize",)
+# The opt-in, on the node group itself (an in-place tag update): the policy pack sees the stack's
+# resources only, and its rule `gpu-roll-opt-in` reads this tag and the ignoreChanges above.
+ALLOW_NODE_ROLL_TAG = "rltrain/allow-node-roll"
 _BOUNDARY = "//rltrain-nodeadm//"
+
+
+def update_strategy(capacity_type: str) -> str:
+    """MINIMAL only where capacity is reserved: an exactly sized reservation or Capacity Block has
+    no spare instance to surge into (EKS user guide, managed-node-update-behavior: MINIMAL
+    terminates first and is meant for reservations and accelerated instances). On On-Demand
+    capacity MINIMAL terminates a p5 before its replacement is known to launch: an
+    InsufficientInstanceCapacity leaves the group a node short and the update failed, which blocks
+    the next control-plane upgrade. DEFAULT launches first (the same guide, "Scale up phase": EKS
+    itself raises the Auto Scaling group's max and desired size for the surge, so the node group's
+    maxSize needs no headroom); if the new nodes cannot launch, the old ones keep running."""
+    return ON_DEMAND_UPDATE_STRATEGY if capacity_type == "on-demand" else RESERVED_UPDATE_STRATEGY
+
+
+def roll_surge(capacity_type: str) -> int:
+    """Extra instances a roll launches before it terminates: EKS's DEFAULT scale-up adds the larger
+    of "up to twice the number of Availability Zones" and maxUnavailable (the guide above); one AZ,
+    maxUnavailable 1: 2. None for MINIMAL. Preflight sizes the quota for it."""
+    return 0 if update_strategy(capacity_type) == RESERVED_UPDATE_STRATEGY else 2
 
 
 class GpuNodeGroupArgs(BaseModel):
@@ -64,11 +98,35 @@ class GpuNodeGroupArgs(BaseModel):
         # node group is set to 0") the group must be allowed to hold no node.
         return 0 if self.capacity_type == "capacity-block" else self.count
 
+    allow_node_roll: bool = False
+
     @property
     def placement_group(self) -> bool:
         # A reservation already places its instances; forcing a cluster placement group on top of
-        # it fails with InsufficientInstanceCapacity (KNOWN-FAILURES F6).
-        return self.capacity_type == "on-demand" and self.count >= 2
+        # it fails with InsufficientInstanceCapacity (KNOWN-FAILURES F6). Not tied to the node
+        # count: a placement group added or removed when scaling between 1 and 2 nodes changes the
+        # launch template, and every GPU node rolls (issue 33). One node in a cluster placement
+        # group costs nothing.
+        return self.capacity_type == "on-demand"
+
+    @property
+    def reserved(self) -> bool:
+        return self.capacity_type != "on-demand"
+
+    @property
+    def update_strategy(self) -> str:
+        return update_strategy(self.capacity_type)
+
+    @property
+    def roll_surge(self) -> int:
+        return roll_surge(self.capacity_type)
+
+    @property
+    def ignore_changes(self) -> list[str]:
+        out = [] if self.allow_node_roll else list(ROLL_INPUTS)
+        if self.capacity_type == "capacity-block":
+            out += CAPACITY_BLOCK_IGNORES
+        return out
 
     def labels(self) -> dict[str, str]:
         return {**ROLE_LABEL, "rltrain/instance-type": self.instance_type, "nvidia.com/gpu.present": "true"}
@@ -230,19 +288,18 @@ class GpuNodeGroup(pulumi.ComponentResource):
             scaling_config=scaling,
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
             labels=args.labels(),
+            tags={ALLOW_NODE_ROLL_TAG: "true"} if args.allow_node_roll else None,
             taints=[aws.eks.NodeGroupTaintArgs(key=GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")],
-            # MINIMAL: a roll terminates an old node before it launches its replacement (no surge),
-            # one at a time. DEFAULT first scales the group up, which on an exactly sized
-            # reservation or Capacity Block, or a tight p5 quota, has no spare instance to launch
-            # and stalls the roll (EKS user guide, managed-node-update-behavior: MINIMAL is
-            # recommended for accelerated instances and reservations; pulumi-aws 7.51
-            # NodeGroupUpdateConfigArgs.update_strategy).
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1, update_strategy=UPDATE_STRATEGY),
+            # One node at a time; MINIMAL on reserved capacity, DEFAULT (launch first) on On-Demand
+            # (GpuNodeGroupArgs.update_strategy; pulumi-aws 7.51 NodeGroupUpdateConfigArgs.update_strategy).
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1,
+                                                            update_strategy=args.update_strategy),
             node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
             # After the node role's policies and deleted before them (iam.AttachedRole): EKS needs
-            # them to terminate the instances and delete their interfaces.
+            # them to terminate the instances and delete their interfaces. ignore_changes: a roll
+            # only with rltrain:gpuNodes.allowNodeRoll; a Capacity Block's desiredSize is EKS's.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, *role.attachments],
-                                        delete_before_replace=True),
+                                        delete_before_replace=True, ignore_changes=args.ignore_changes),
         )
         self.register_outputs({"securityGroupId": self.security_group_id,
                                "nodeGroupName": self.node_group.node_group_name})

@@ -6,9 +6,12 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import pulumi
+import pulumi_aws as aws
+from pulumi.runtime.mocks import MockMonitor
 
+from components.aws import account_checks
 from components.aws.cluster import EksCluster, EksClusterArgs
-from components.stack.config import StackConfig
+from components.stack.config import ConfigError, StackConfig
 from components.stack import topology
 from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
@@ -61,7 +64,53 @@ def gpu_root_volume(g) -> dict[str, int]:
             "root_volume_iops": values["iops"]}
 
 
+def deploy_problems(cfg: StackConfig, caller_arn: Optional[str],
+                    zone_ids: Optional[dict[str, str]] = None) -> list[tuple[str, str]]:
+    """What a real deploy refuses before it creates anything, that the offline render accepts (the
+    committed stack files carry placeholders, and the render has no account): a documentation
+    range as the only way to the public endpoint, the deploying principal in adminRoleArns, and a
+    configured AZ whose ID (in this account) EKS does not support. `zone_ids`: {AZ name: AZ ID}."""
+    c = cfg.cluster
+    problems = []
+    bad = account_checks.unsupported_zones(zone_ids or {})
+    if bad:
+        problems.append(("rltrain:network.availabilityZones",
+                         f"{', '.join(f'{n} is {z}' for n, z in sorted(bad.items()))} in this account, an AZ EKS does "
+                         "not support: CreateCluster would fail with UnsupportedAvailabilityZoneException (EKS user "
+                         "guide, network-reqs). Pick another AZ name (`aws ec2 describe-availability-zones`)"))
+    placeholders = account_checks.documentation_cidrs(c.public_access_cidrs)
+    if c.endpoint_public_access and placeholders:
+        problems.append(("rltrain:cluster.publicAccessCidrs",
+                         f"{', '.join(placeholders)} is a documentation range (RFC 5737), the stack file's "
+                         "placeholder: nobody reaches the API endpoint through it, and every Kubernetes resource "
+                         "would time out after the cluster exists. Set your office/VPN CIDRs (`curl -s "
+                         "https://checkip.amazonaws.com` shows this machine's address), or endpointPublicAccess: "
+                         "false and deploy from inside the VPC"))
+    mine = account_checks.creator_in_admins(caller_arn, c.admin_role_arns) if caller_arn else None
+    if mine:
+        problems.append(("rltrain:cluster.adminRoleArns",
+                         f"{mine} is the role deploying the stack ({caller_arn}); pulumi-eks already gives the "
+                         "cluster creator admin access (bootstrapClusterCreatorAdminPermissions), and a second "
+                         "access entry fails with ResourceInUseException (409). Remove it from adminRoleArns"))
+    return problems
+
+
+def offline() -> bool:
+    """Under a mock engine (the offline render, the tests): no account to ask."""
+    return isinstance(pulumi.runtime.settings.get_monitor(), MockMonitor)
+
+
 def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
+    if not offline():
+        # Read-only invokes (sts:GetCallerIdentity, ec2:DescribeAvailabilityZones) before the first resource.
+        zones = {}
+        if not cfg.network.existing:
+            found = aws.get_availability_zones(filters=[aws.GetAvailabilityZonesFilterArgs(
+                name="zone-name", values=list(cfg.network.availability_zones))])
+            zones = dict(zip(found.names, found.zone_ids))
+        problems = deploy_problems(cfg, aws.get_caller_identity().arn, zones)
+        if problems:
+            raise ConfigError(problems)
     n = cfg.network
     if n.existing:
         network = ExistingNetwork(n.existing.vpc_id, n.existing.private_subnet_ids, n.existing.gpu_subnet_id)
@@ -83,7 +132,7 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
         cluster_name=cluster_name, instance_type=g.instance_type, count=g.count, efa=g.efa_enabled,
         capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id,
         **gpu_root_volume(g), local_storage_raid0=g.local_storage == "raid0",
-        fast_image_pull=g.fast_image_pull,
+        fast_image_pull=g.fast_image_pull, allow_node_roll=g.allow_node_roll,
         cpu_manager_policy=kubelet.cpu_manager, topology_manager_policy=kubelet.topology_manager,
     ), vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id, cluster=cluster.cluster_name,
         kubernetes_version=cluster.kubernetes_version,

@@ -257,6 +257,13 @@ def kps_values(a: MonitoringArgs) -> dict[str, Any]:
                 # Below the volume size: Prometheus deletes old blocks before the disk fills.
                 "retentionSize": f"{retention_size_gib}GB",
                 "storageSpec": {"volumeClaimTemplate": {"spec": storage}},
+                # The claim goes with the StatefulSet (the release): on destroy Kubernetes deletes
+                # it, and the StorageClass's reclaim Delete the EBS volume, while the EBS CSI driver
+                # still runs (the namespace waits for its claims and goes before the driver, below).
+                # prometheus-operator CommonPrometheusFields.persistentVolumeClaimRetentionPolicy,
+                # copied onto the StatefulSet; StatefulSetAutoDeletePVC is GA since Kubernetes 1.32
+                # (KEP-1847). Scaling keeps the claim: whenScaled Retain.
+                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
                 # Pick up every ServiceMonitor, PodMonitor and PrometheusRule, not only this
                 # release's (FACTS "Monitoring"): the DCGM exporter's, the Ray PodMonitor, our rules.
                 "serviceMonitorSelectorNilUsesHelmValues": False,
@@ -497,9 +504,8 @@ class Monitoring(pulumi.ComponentResource):
         # the children that must come after it rather than left to the parent link.
         outer = list(opts.depends_on) if opts and isinstance(opts.depends_on, (list, tuple)) else []
         child = pulumi.ResourceOptions(parent=self, depends_on=outer)
-        ns = k8s.core.v1.Namespace(f"{name}-namespace", namespace_args(args), child)
-        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
-        before_release: list[pulumi.Resource] = [ns]
+        before_release: list[pulumi.Resource] = []
+        storage_first: list[pulumi.Resource] = []
 
         if args.created_cluster and cluster is not None:
             if pod_identity_role is None:
@@ -523,6 +529,15 @@ class Monitoring(pulumi.ComponentResource):
             sc = k8s.storage.v1.StorageClass(f"{name}-gp3", storage_class_args(),
                                              pulumi.ResourceOptions(parent=self, depends_on=[addon]))
             before_release += [addon, sc]
+            storage_first = [addon, sc]
+
+        # After the EBS CSI driver and its StorageClass, so deleted before them: `pulumi destroy`
+        # waits for the namespace to be gone, claims included, before it deletes the driver, which
+        # then deletes no volume (the volumes of claims deleted after it stay, billed).
+        ns = k8s.core.v1.Namespace(f"{name}-namespace", namespace_args(args),
+                                   pulumi.ResourceOptions(parent=self, depends_on=[*outer, *storage_first]))
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        before_release.insert(0, ns)
 
         grafana = k8s.core.v1.Secret(f"{name}-grafana-admin", k8s.core.v1.SecretInitArgs(
             metadata=k8s.meta.v1.ObjectMetaArgs(name=GRAFANA_SECRET, namespace=args.namespace,

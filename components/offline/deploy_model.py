@@ -846,15 +846,24 @@ def destroy_plan(resources: list[Resource]) -> tuple[list[list[str]], list[str]]
 def _ebs_claims_left(resources: list[Resource]) -> list[str]:
     """Helm releases whose values name a storage class of the EBS CSI driver: the claims their
     StatefulSets create (volumeClaimTemplates) are not Pulumi resources and survive the release's
-    uninstall; once the driver is gone their EBS volumes are never deleted."""
+    uninstall; once the driver is gone their EBS volumes are never deleted. Not listed: a release
+    whose claims go with their StatefulSet (persistentVolumeClaimRetentionPolicy whenDeleted
+    Delete) in a namespace that is deleted before the driver (it depends on the driver's add-on):
+    `pulumi destroy` waits for the namespace, claims included, before the add-on goes."""
     classes = [(o.get("metadata") or {}).get("name") for _, o in k8s_objects(resources)
                if o.get("kind") == "StorageClass" and o.get("provisioner") == "ebs.csi.aws.com"]
+    ebs_addons = {ref(r) for r in resources if r["type"] == "aws:eks/addon:Addon"
+                  and r["inputs"].get("addonName") == "aws-ebs-csi-driver"}
+    before_driver = {(r["inputs"].get("metadata") or {}).get("name") for r in resources
+                     if r["type"] == "kubernetes:core/v1:Namespace" and ebs_addons & set(r.get("dependsOn") or ())}
     out = []
     for r in resources:
         if r["type"] == "kubernetes:helm.sh/v3:Release":
             text = json.dumps(r["inputs"].get("values") or {})
             if any(c and f'"{c}"' in text for c in classes):
-                out.append(f"{r['inputs'].get('namespace')}/{r['inputs'].get('name')}")
+                deleted = '"whenDeleted": "Delete"' in text and r["inputs"].get("namespace") in before_driver
+                if not deleted:
+                    out.append(f"{r['inputs'].get('namespace')}/{r['inputs'].get('name')}")
     return sorted(out)
 
 

@@ -193,8 +193,9 @@ def how_a_roll_proceeds(r: Resource) -> str:
         how = (f"MINIMAL strategy: EKS cordons, drains and terminates {step} old node(s) first, then launches the "
                f"replacement, until {nodes} are new; no surge, so no spare GPU instance is needed")
     else:
-        how = (f"DEFAULT strategy: EKS first launches new nodes (surge), then drains {step} old node(s) at a time; "
-               "the surge needs spare instances a reservation, Capacity Block or tight quota does not have")
+        how = (f"DEFAULT strategy: EKS first launches new nodes (surge, up to 2 in one AZ), then drains {step} old "
+               "node(s) at a time; a replacement that cannot launch (InsufficientInstanceCapacity) leaves the old "
+               "nodes running and the update failed (the quota must cover the surge: preflight)")
     if i.get("capacityType") == "CAPACITY_BLOCK":
         how += ("; Capacity Block: the EKS guide asks for desired size 0 while the group is upgraded "
                 "(capacity-blocks-mng)")
@@ -217,20 +218,36 @@ def _node_group(before, after, changes, cfg):
                 "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
     if "version" in changes and not _version_pinned(before, after, changes):
         return (NODE_ROLL, f"Kubernetes {before['inputs'].get('version')} -> {_version_text(after)}: after the "
-                f"control plane, {how_a_roll_proceeds(after)}",
+                f"control plane, {how_a_roll_proceeds(after)}{_held(after)}",
                 "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
     if any(_under(p, ("launchTemplate.version",)) for p in changes):
-        return (NODE_ROLL, f"new launch template version: {how_a_roll_proceeds(after)}",
+        return (NODE_ROLL, f"new launch template version: {how_a_roll_proceeds(after)}{_held(after)}",
                 "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
     a = _get(before["inputs"], "scalingConfig.desiredSize")
     b = _get(after["inputs"], "scalingConfig.desiredSize")
     if isinstance(a, int) and isinstance(b, int) and b < a:
         return (NODE_ROLL, f"scaling {a} -> {b}: {a - b} node(s) removed with whatever runs on them",
                 "rltrain:gpuNodes.allowNodeRoll", cfg.gpu_nodes.allow_node_roll)
+    if isinstance(a, int) and isinstance(b, int) and b > a and after["inputs"].get("capacityType") == "ON_DEMAND":
+        return IN_PLACE, (f"scaling {a} -> {b} On-Demand: {b - a} more instance(s) into the existing cluster "
+                          "placement group, which EC2 may not have room for: a later launch into a cluster group can fail "
+                          "with InsufficientInstanceCapacity (EC2 user guide, limitations-placement-groups: reserve "
+                          "capacity in the group with an On-Demand Capacity Reservation). `pulumi up` succeeds once EKS accepts the size; "
+                          "the new nodes may never join, while the queue's quota follows gpuNodes.count in the same `up` "
+                          "and admits runs for them: check `kubectl get nodes -l role=gpu-training` and the node "
+                          "group's health before queueing (docs/aws-operations.md)"), "", True
     if _version_pinned(before, after, changes):
         return IN_PLACE, (f"{_paths(changes)}; version now follows the cluster ({after['inputs']['version']}, "
                           "what the nodes run since creation: no roll)"), "", True
     return IN_PLACE, _paths(changes), "", True
+
+
+def _held(r: Resource) -> str:
+    """The program's own guard (gpu_nodes.ROLL_INPUTS): without the opt-in the node group ignores a
+    new launch template or Kubernetes version, so `pulumi up` would not roll the nodes either."""
+    held = set((r.get("options") or {}).get("ignoreChanges") or ()) & {"launchTemplate.version", "version"}
+    return (f" (without the opt-in the program holds {', '.join(sorted(held))} at the deployed value: "
+            "`pulumi up` leaves the nodes as they are)") if held else ""
 
 
 def _version_text(r: Resource) -> str:
@@ -415,6 +432,25 @@ def _kueue_object(before, after, changes):
     return IN_PLACE, _paths(changes), "", True
 
 
+# Immutable after creation (Kubernetes v1.35.4 pkg/apis/scheduling/validation/validation.go
+# ValidatePriorityClassUpdate); the program replaces the class on them (workloads/build.py).
+_PRIORITY_CLASS_IMMUTABLE = ("value", "preemptionPolicy")
+
+
+def _priority_class(before, after, changes):
+    forced = [p for p in changes if _under(p, _PRIORITY_CLASS_IMMUTABLE)]
+    if not forced:
+        return IN_PLACE, _paths(changes), "", True
+    if not (all(_under(p, after["options"].get("replaceOnChanges") or ()) for p in forced)
+            and after["options"].get("deleteBeforeReplace")):
+        return (REFUSED, f"{_paths(forced)}: immutable: the API server refuses the update (\"may not be changed "
+                "in an update\")", "", False)
+    return (REPLACE, f"{_paths(forced)}: the class is deleted and created again under its name; runs already "
+            "queued or running keep the priority they were given (a pod's and a Kueue Workload's are set when "
+            "they are created): only runs created after this take the new value (recreate a queued run to "
+            "move it)", "", True)
+
+
 def _kubernetes(before, after, changes, cfg):
     return _run_or_check(before, after, _kubernetes_object(before, after, changes, cfg))
 
@@ -423,6 +459,8 @@ def _kubernetes_object(before, after, changes, cfg):
     kind = after["inputs"].get("kind")
     if kind in _KUEUE_IN_USE and after["type"].startswith("kubernetes:kueue.x-k8s.io/"):
         return _kueue_object(before, after, changes)
+    if kind == "PriorityClass" and not any(_under(p, ("metadata.name",)) for p in changes):
+        return _priority_class(before, after, changes)
     if any(_under(p, ("metadata.name", "metadata.namespace")) for p in changes):
         what = RUN_RESTART if kind in ("Job", "StatefulSet", "MPIJob", "RayJob") else REPLACE
         return (what, "name or namespace changed: a new object", *(_run_opt_in(cfg) if what == RUN_RESTART

@@ -126,7 +126,7 @@ def _numa_checks(resources, ctx, template: str, settings: dict[str, str]):
     cpus_per_numa = it.vcpu / topology.numa_nodes(it)
     static = settings.get("cpuManagerPolicy") == "static"
     for p in pods(resources):
-        selector = p.spec.get("nodeSelector") or {}
+        selector = p.node_selector
         on_gpu = p.requests_gpu() or ctx.on_gpu_nodes(selector)
         if not on_gpu:
             continue

@@ -243,7 +243,8 @@ def _placement(resources, ctx):
                             "override cluster.component_placement by hand", p.pulumi_name)
 
 
-@rule("schedules-on-gpu-nodes", "nodeSelector and tolerations match a GPU node group of the stack",
+@rule("schedules-on-gpu-nodes", "node selector (nodeSelector, required node affinity) and tolerations match a GPU "
+      "node group of the stack",
       reads=(POD_TEMPLATES, NODE_GROUPS))
 def _scheduling(resources, ctx):
     for p in pods(resources):
@@ -257,7 +258,7 @@ def _scheduling(resources, ctx):
                             f"give the GPU node group the taint {GPU_TAINT}=true:NoSchedule "
                             "(components/aws/gpu_nodes.py does)")
             continue
-        selector = p.spec.get("nodeSelector") or {}
+        selector = p.node_selector
         tolerated = {t.get("key") for t in p.spec.get("tolerations") or []
                      if t.get("effect") in (None, "", "NoSchedule")}
         # Checked against every GPU node group: the pod is placeable when one of them takes it.
@@ -279,7 +280,7 @@ def _placement_problems(group, selector: dict[str, Any], tolerated: set) -> list
     out = []
     extra = {k: v for k, v in selector.items() if group.labels.get(k) != v}
     if extra:
-        out.append((f"nodeSelector {extra} matches no GPU node group (labels {group.labels})",
+        out.append((f"node selector {extra} matches no GPU node group (labels {group.labels})",
                     "select on the node group's labels (role: gpu-training)"))
     for taint in group.taints:
         if taint not in tolerated:
@@ -398,6 +399,44 @@ def _endpoint(resources, ctx):
             yield Violation("endpoint-not-open", label,
                             f"public endpoint open to {cidrs or 'the internet (no CIDRs)'}",
                             "rltrain:cluster.publicAccessCidrs = your office/VPN CIDRs", name)
+
+
+# The GPU node group's own guard (components/aws/gpu_nodes.py ROLL_INPUTS, ALLOW_NODE_ROLL_TAG),
+# repeated here so the policy pack's process needs no pulumi_aws; tests/test_first_up.py keeps them equal.
+ROLL_INPUTS = ("launchTemplate.version", "version")
+ALLOW_NODE_ROLL_TAG = "rltrain/allow-node-roll"
+
+
+def _gpu_node_group(r: Resource) -> bool:
+    return r["type"] == NODE_GROUP and any(isinstance(t, dict) and t.get("key") == GPU_TAINT
+                                           for t in (r["inputs"].get("taints") or []))
+
+
+def _roll_guard_read(r: Resource) -> Optional[bool]:
+    # The engine sends every resource's options (an empty ignoreChanges is no key in the view):
+    # only a tag unknown before deploy is not read.
+    return None if r["inputs"].get("tags") == UNKNOWN_VALUE else True
+
+
+ROLL_GUARD = Reads("the GPU node groups' ignoreChanges option and tags", _gpu_node_group, _roll_guard_read)
+
+
+@rule("gpu-roll-opt-in", "a GPU node group rolls only with rltrain:gpuNodes.allowNodeRoll: without it, it ignores "
+                         "a new launch template version and Kubernetes version", reads=(ROLL_GUARD,))
+def _roll_opt_in(resources, ctx):
+    for r in resources:
+        if not _gpu_node_group(r):
+            continue
+        tags = r["inputs"].get("tags")
+        if isinstance(tags, dict) and tags.get(ALLOW_NODE_ROLL_TAG) == "true":
+            continue
+        missing = [p for p in ROLL_INPUTS if p not in ((r.get("options") or {}).get("ignoreChanges") or ())]
+        if missing:
+            yield Violation("gpu-roll-opt-in", f"{r['type']} {r['name']}",
+                            f"not opted in to node rolls, yet {', '.join(missing)} not in ignoreChanges: `pulumi up` "
+                            "would roll every GPU node (and kill the runs on them) on a template or version change",
+                            "ignore_changes=[launchTemplate.version, version] unless rltrain:gpuNodes.allowNodeRoll "
+                            f"(which tags the group {ALLOW_NODE_ROLL_TAG}: true)", r["name"])
 
 
 def evaluate(resources: list[Resource], rules: Optional[Iterable[str]] = None) -> list[Violation]:

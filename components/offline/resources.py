@@ -25,6 +25,23 @@ GPU_TAINT = GPU_TAINT_KEY
 BYO_NODE_LABELS = dict(ROLE_LABEL)
 
 
+def node_requirements(spec: dict[str, Any]) -> dict[str, str]:
+    """The node labels a pod spec requires, as one selector: its nodeSelector and, from a required
+    node affinity with a single term (several terms are alternatives), each `In` expression of one
+    value (the form components/workloads/placement.py writes; Kueue owns nodeSelector on a queued
+    run). Where the two name one key with different values the nodeSelector's is kept: no node
+    carries both, and that is the value a reader set by hand."""
+    terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
+              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    out: dict[str, str] = {}
+    if len(terms) == 1:
+        for e in terms[0].get("matchExpressions") or []:
+            if e.get("operator") == "In" and len(e.get("values") or []) == 1:
+                out[e["key"]] = e["values"][0]
+    out.update(spec.get("nodeSelector") or {})
+    return out
+
+
 @dataclass(frozen=True)
 class Violation:
     rule: str
@@ -53,6 +70,11 @@ class Pod:
     @property
     def containers(self) -> list[dict[str, Any]]:
         return list(self.spec.get("containers") or [])
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        """Its nodeSelector and required node affinity together (node_requirements)."""
+        return node_requirements(self.spec)
 
     def requests_gpu(self) -> bool:
         return any(GPU in _resources(c).get("limits", {}) or GPU in _resources(c).get("requests", {})

@@ -43,7 +43,8 @@ from typing import Any, Iterable, Optional
 from components.offline import deploy_model
 from components.offline.resources import (EFA, GPU, GPU_NODE_COUNT, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, POD_TEMPLATES,
                                           WORKLOAD_KINDS, Context, Pod, Violation, context, k8s_objects,
-                                          namespace_annotations, pod_requests, rule, spec_of)
+                                          namespace_annotations, node_requirements, pod_requests, rule,
+                                          spec_of)
 from components.stack import catalog
 from components.stack.labels import GPU_NODES_ANNOTATION
 
@@ -276,7 +277,7 @@ def node_group(resources: list[Resource], ctx: Optional[Context] = None) -> Opti
         if obj.get("kind") != "DaemonSet":
             continue
         spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-        selector = spec.get("nodeSelector") or {}
+        selector = node_requirements(spec)
         # On the GPU nodes when it runs on any GPU node group (its pods then take room there).
         if not _tolerates_gpu_taint(spec) or not (not selector or ctx.on_gpu_nodes(selector, it_label)):
             continue
@@ -308,7 +309,7 @@ def workloads(resources: list[Resource], ctx: Optional[Context] = None) -> list[
         for name, count, tmpl, suspend in _templates(obj):
             spec = tmpl.get("spec") or {}
             req = pod_requests(Pod("", obj.get("kind", ""), count, spec, {}))
-            selector = spec.get("nodeSelector") or {}
+            selector = node_requirements(spec)
             on_gpu = req.get(GPU, 0) > 0 or flavor_on_gpu or ctx.on_gpu_nodes(selector, it_label)
             sets.append(PodSet(name, count, req, _one_per_node(spec), on_gpu, suspend))
             pclass = pclass or spec.get("priorityClassName")

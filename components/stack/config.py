@@ -184,7 +184,7 @@ class KubeletTopology(_Model):
 
 
 class GpuNodesConfig(_Model):
-    """The GPU node group: one instance type, one AZ, EFA and a placement group when it has EFA."""
+    """The GPU node group: one instance type, one AZ, EFA, and a cluster placement group on On-Demand capacity."""
 
     instance_type: str
     """an instance type of the catalog (components/stack/catalog.py)"""
@@ -207,7 +207,7 @@ class GpuNodesConfig(_Model):
     # Opt-in for a change that rolls every GPU node (a new launch template version, fewer nodes):
     # running runs are killed, or the roll fails on their PodDisruptionBudgets.
     allow_node_roll: bool = False
-    """explicit opt-in for a change that rolls every GPU node (a new launch template version, fewer nodes)"""
+    """explicit opt-in for a change that rolls every GPU node (a new launch template version, a Kubernetes upgrade, fewer nodes); without it the node group ignores a new template or version"""
     # Kubelet CPU / Topology Manager policies (nodeadm); unset = derived from the pod shapes.
     topology: KubeletTopology = KubeletTopology()
     """kubelet CPU and Topology Manager policies of the GPU nodes (nodeadm); unset = derived from the pod shapes"""

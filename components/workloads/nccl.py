@@ -241,7 +241,6 @@ def worker_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
                                             annotations=kueue.podset_topology(cfg)),
         spec=k8s.core.v1.PodSpecArgs(
             **_pod_spec_common(cfg),
-            node_selector=dict(placement.GPU_NODE_SELECTOR),
             tolerations=placement.gpu_tolerations(),
             affinity=placement.run_affinity(run),
             containers=[k8s.core.v1.ContainerArgs(

@@ -17,7 +17,7 @@ import pulumi_kubernetes as k8s
 
 from components.stack.config import StackConfig
 from components.workloads.env import env_vars
-from components.workloads.placement import GPU_NODE_SELECTOR, gpu_tolerations
+from components.workloads.placement import gpu_affinity, gpu_tolerations
 from components.workloads.runs import CONTAINER, priority_class
 from components.workloads.script_files import Script
 from components.k8s.security import container_security_context, pod_security_context
@@ -81,9 +81,10 @@ def training_pod_template(
             automount_service_account_token=False,
             priority_class_name=priority_class_name or priority_class(cfg),
             termination_grace_period_seconds=w.termination_grace_period_seconds,
-            node_selector=dict(GPU_NODE_SELECTOR),
+            # GPU nodes by affinity (placement.py: Kueue owns nodeSelector); callers pass
+            # placement.run_affinity or gpu_affinity, which carry the requirement.
             tolerations=gpu_tolerations(),
-            affinity=affinity,
+            affinity=affinity or gpu_affinity(),
             subdomain=subdomain,
             security_context=pod_security_context(),
             containers=[container],

@@ -339,8 +339,8 @@ def affinity(cfg: StackConfig) -> k8s.core.v1.AffinityArgs:
                                            label_selector=k8s.meta.v1.LabelSelectorArgs(
                                                match_labels=runs.selector_labels(NAME)))
     if one_replica_per_node(cfg):
-        return k8s.core.v1.AffinityArgs(pod_anti_affinity=placement.one_pod_per_node(NAME))
-    return k8s.core.v1.AffinityArgs(pod_affinity=k8s.core.v1.PodAffinityArgs(
+        return placement.gpu_affinity(pod_anti_affinity=placement.one_pod_per_node(NAME))
+    return placement.gpu_affinity(pod_affinity=k8s.core.v1.PodAffinityArgs(
         preferred_during_scheduling_ignored_during_execution=[
             k8s.core.v1.WeightedPodAffinityTermArgs(weight=100, pod_affinity_term=term)]))
 
@@ -372,7 +372,6 @@ def pod_template(cfg: StackConfig, claim_name: str) -> k8s.core.v1.PodTemplateSp
             automount_service_account_token=False,
             priority_class_name=runs.priority_class(cfg),
             termination_grace_period_seconds=grace_seconds(cfg),
-            node_selector=dict(placement.GPU_NODE_SELECTOR),
             tolerations=placement.gpu_tolerations(),
             affinity=affinity(cfg),
             security_context=security.pod_security_context(),

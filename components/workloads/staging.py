@@ -87,8 +87,8 @@ def pod_template(a: StagingJobArgs, secret_name: Optional[pulumi.Input[str]]) ->
             service_account_name=cfg.training.service_account,  # S3 reads through the training role
             automount_service_account_token=False,
             priority_class_name=runs.priority_class(cfg),
-            node_selector=dict(placement.GPU_NODE_SELECTOR),
             tolerations=placement.gpu_tolerations(),
+            affinity=placement.gpu_affinity(),  # not nodeSelector: Kueue's (placement.py)
             security_context=security.pod_security_context(),
             containers=[k8s.core.v1.ContainerArgs(
                 name=runs.CONTAINER,

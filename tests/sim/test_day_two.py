@@ -11,21 +11,16 @@ cluster is checked (which runs kept their uid, which were recreated, no AlreadyE
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
-from typing import Any, Callable
 
 import pytest
-import yaml
 from conftest import ENABLE, log, sim_requested
 
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
 
-from simdeploy import (NAMESPACE, ROOT, RUNS_TIMEOUT, STACK, Pulumi, engine_warnings, job_complete,  # noqa: E402
-                       mpijob_succeeded, project, rendered_objects, wait)
+from simdeploy import (NAMESPACE, ROOT, RUNS, RUNS_TIMEOUT, STACK, Live, Pulumi, engine_warnings,  # noqa: E402
+                       job_complete, mpijob_succeeded, project, real_op, rendered_objects, wait)
 
 from cluster import nodes as nodes_mod  # noqa: E402
 from components.k8s import kueue  # noqa: E402
@@ -33,115 +28,6 @@ from components.offline import impact, render  # noqa: E402
 from components.stack.labels import GPU_NODES_ANNOTATION  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.sim]
-
-RUNS = ("rltrain-validation", "rltrain-training", "rltrain-multinode")
-# What an offline impact kind means for the engine's plan of that resource.
-OFFLINE_OP = {impact.CREATE: "create", impact.DELETE: "delete", impact.IN_PLACE: "update",
-              impact.SERVING_RESTART: "update", impact.REPLACE: "replace", impact.DATA_LOSS: "replace",
-              impact.RUN_RESTART: "replace", impact.CHECK_RERUN: "replace", impact.NEVER_FINISHES: "replace",
-              # Refused before `up` by the impact guard: the engine would try it (any operation) and
-              # the test then runs `up` to show the API server refuses it too.
-              impact.REFUSED: "refused"}
-
-
-def real_op(ops: list[str]) -> str:
-    """One word per resource from the engine's step events (a replacement is reported as
-    create-replacement / replace / delete-replaced; refresh and read steps are not changes)."""
-    ops = [o for o in ops if o not in ("refresh", "read")]
-    for word, found in (("replace", {"replace", "create-replacement", "delete-replaced"}), ("create", {"create"}),
-                        ("delete", {"delete"}), ("update", {"update"})):
-        if found & set(ops):
-            return word
-    return "same"
-
-
-class Live:
-    """The deployment under test: its program copy, the real CLI, the last offline record."""
-
-    def __init__(self, cluster, workdir: Path, request):
-        self.cluster = cluster
-        self.workdir = workdir
-        self.project = workdir / "project"
-        self.request = request
-        self.pulumi = Pulumi(workdir, cluster.kubeconfig, request)
-        self.rows = self.offline()
-        self.step = 0
-
-    def offline(self) -> list[dict[str, Any]]:
-        """The render of the program copy as it is now, run from the copy (its edited scripts)."""
-        self.step = getattr(self, "step", 0) + 1
-        out, base = self.workdir / f"render-{self.step}", self.workdir / "no-base"
-        base.mkdir(exist_ok=True)
-        r = subprocess.run([sys.executable, "-m", "components.offline.render", "--stack", STACK, "--project-dir", ".",
-                            "--out", str(out), "--base", str(base)], cwd=self.project, capture_output=True, text=True,
-                           timeout=300)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        return json.loads((out / "resources.json").read_text())
-
-    def uids(self) -> dict[str, str]:
-        out = {}
-        for name in RUNS:
-            job = self.cluster.get("batch/v1", "Job", name, NAMESPACE)
-            out[name] = job["metadata"]["uid"] if job else ""
-        mpi = self.cluster.get("kubeflow.org/v2beta1", "MPIJob", "rltrain-nccl-test", NAMESPACE)
-        out["rltrain-nccl-test"] = mpi["metadata"]["uid"] if mpi else ""
-        return out
-
-    def runs_done(self) -> None:
-        wait("every run finished", lambda: all(job_complete(self.cluster, j) for j in RUNS)
-             and mpijob_succeeded(self.cluster, "rltrain-nccl-test"), RUNS_TIMEOUT,
-             lambda: str({j: (self.cluster.get("batch/v1", "Job", j, NAMESPACE) or {}).get("status") for j in RUNS}))
-
-    def edit_stack(self, edit: Callable[[dict[str, Any]], None]) -> None:
-        path = self.project / f"Pulumi.{STACK}.yaml"
-        doc = yaml.safe_load(path.read_text())
-        edit(doc["config"])
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-    def edit_program(self, rel: str, old: str, new: str) -> None:
-        path = self.project / rel
-        text = path.read_text()
-        assert text.count(old) == 1, (rel, old)
-        path.write_text(text.replace(old, new))
-
-    def deployed(self, kind: str) -> str:
-        """The metadata.name of the one object of `kind` in the last offline record."""
-        [name] = [r["inputs"]["metadata"]["name"] for r in self.rows
-                  if r["type"].startswith("kubernetes:") and r["inputs"].get("kind") == kind]
-        return name
-
-    def compare(self, what: str, preview: dict[str, Any]) -> dict[str, str]:
-        """The offline impact of the change against the real preview, per Kubernetes resource.
-        Returns the agreed operation per resource name ("refused" where the impact guard refuses
-        what the engine would try); fails on any disagreement."""
-        after = self.offline()
-        cfg = render.load_stack(STACK, self.project)[2]
-        compared = ("kubernetes:", "pulumi:providers:")  # not the components, not the stack
-        impacts = [i for i in impact.classify(self.rows, after, cfg) if i.type.startswith(compared)]
-        self.kinds = {i.name: i.kind for i in reversed(impacts)}  # the worst kind per name (worst first)
-        predicted = {i.name: OFFLINE_OP.get(i.kind, i.kind) for i in impacts}
-        real = {urn.split("::")[-1]: real_op(e["ops"]) for urn, e in preview["ops"].items()
-                if e["type"].startswith(compared)}
-        names = sorted(set(real) | set(predicted))
-        width = max(len(n) for n in names)
-        lines = [f"{what}: {'resource':<{width}}  offline  real preview"]
-        bad = []
-        for n in names:
-            off, got = predicted.get(n, "same"), real.get(n, "same")
-            if off == got == "same":
-                continue
-            agree = off == got or (off == "refused" and got != "same")
-            mark = "   (up must fail)" if off == "refused" and agree else "" if agree else "   <-- DISAGREE"
-            lines.append(f"  {n:<{width}}  {off:<8} {got}{mark}")
-            if not agree:
-                bad.append(n)
-        if len(lines) == 1:
-            lines.append("  (no change, offline and in the real preview)")
-        log(self.request, "\n".join(lines))
-        assert not bad, "\n".join(lines)
-        self.rows = after
-        return {n: "refused" if predicted.get(n) == "refused" else real.get(n, "same") for n in names}
-
 
 @pytest.fixture(scope="module")
 def live(cluster, tmp_path_factory, request):

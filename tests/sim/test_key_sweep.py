@@ -1,0 +1,128 @@
+"""Every configuration key, changed on the simulated cluster (issue 34): the impact table's "in place"
+must mean `pulumi up` applies it.
+
+The keys and their values come from the config models (components/offline/key_sweep.py plans them
+against the deployed copy of the `sim` stack); a key whose change alters no Kubernetes object of
+the stack, or that the simulated cluster cannot exercise, is printed with why. The swept keys are
+applied in groups (key_sweep.groups: in a group an object is either patched by every key touching
+it or replaced by every key touching it, so no key's update hides under another's replacement).
+For each group: the offline impact beside the real preview (Live.compare: a disagreement fails),
+then `up` (a failure where the impact said it applies fails), then every run finished again. A key
+the impact guard refuses goes alone, and its `up` must fail; its edit is then undone.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+from conftest import ENABLE, log, sim_requested
+
+if not sim_requested():
+    pytest.skip(ENABLE, allow_module_level=True)
+
+from simdeploy import Live, engine_warnings, project  # noqa: E402
+
+from cluster import nodes as nodes_mod  # noqa: E402
+from components.offline import key_sweep, render  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.sim]
+
+
+@pytest.fixture(scope="module")
+def live(cluster, tmp_path_factory, request):
+    tmp = tmp_path_factory.mktemp("key-sweep")
+    # Run restarts are part of what is swept: the copy opts in, as a stack under change would.
+    workdir = project(tmp, {"rltrain:workloads.allowRunRestart": True})
+    cluster.reset_storage()
+    lv = Live(cluster, workdir, request)
+    up = lv.pulumi("up")
+    assert not engine_warnings(up), engine_warnings(up)
+    lv.runs_done()
+    lv.rows = lv.offline()
+    yield lv
+    lv.pulumi("destroy")
+
+
+def _gpu_nodes(lv: Live, count: int) -> None:
+    """The GPU nodes a new gpuNodes.count asks for, made first (as the node group would)."""
+    existing = lv.cluster.get("v1", "Node", "gpu-p5-48xlarge-0")
+    hw = render.load_stack(lv.cluster.info["stack"])[2]
+    region = existing["metadata"]["labels"]["topology.kubernetes.io/region"]
+    for i in range(count):
+        node = nodes_mod.gpu_node(hw, i, stack=lv.cluster.info["stack"], region=region)
+        if lv.cluster.get("v1", "Node", node["metadata"]["name"]) is None:
+            lv.cluster.api("/api/v1/nodes", "POST", node)
+
+
+def _edit(lv: Live, group: list[key_sweep.Planned]) -> None:
+    by_path = {k.path: k for k in key_sweep.keys()}
+    lv.edit_stack(lambda c: [key_sweep.set_key(c, by_path[p.key], p.value) for p in group])
+    for p in group:
+        if p.key == "gpuNodes.count":
+            _gpu_nodes(lv, p.value)
+
+
+def _line(p: key_sweep.Planned, real: dict[str, str], up: str) -> str:
+    ops = ",".join(sorted({real.get(n, "same") for n in p.changes}))
+    return f"sweep: {p.key} offline={p.kinds()} real={ops} up={up}"
+
+
+def test_every_key_changed_applies_as_its_impact_says(live):
+    t0 = time.monotonic()
+    doc = yaml.safe_load((live.project / "Pulumi.sim.yaml").read_text())
+    planned = key_sweep.plan("sim", live.project, doc)
+    changes = key_sweep.groups(planned)
+    swept = [p for p in planned if p.changes]
+    log(live.request, f"sweep plan: {len(planned)} keys, {len(swept)} swept in {len(changes)} changes, "
+                      f"{len(planned) - len(swept)} skipped ({time.monotonic() - t0:.0f}s to plan)")
+    for p in planned:
+        if p.skipped:
+            log(live.request, f"sweep: {p.key} skipped: {p.skipped}")
+    failures: list[str] = []
+    outcomes: dict[str, str] = {}
+    for n, group in enumerate(changes, 1):
+        t1 = time.monotonic()
+        what = f"sweep change {n}/{len(changes)} ({', '.join(p.key for p in group)})"
+        before_doc = (live.project / "Pulumi.sim.yaml").read_text()
+        base = live.rows
+        _edit(live, group)
+        refused = group[0].refused
+        preview = live.pulumi("preview", check=not refused)
+        real: dict[str, str] = {}
+        if preview["ok"]:
+            assert not engine_warnings(preview), engine_warnings(preview)
+            real = live.compare(what, preview)  # fails on a disagreement
+        if refused:
+            up = live.pulumi("up", check=False) if preview["ok"] else preview
+            outcome = "refused" if not up["ok"] else "ok"
+            # Undone: the refused change left the cluster and the state as they were.
+            (live.project / "Pulumi.sim.yaml").write_text(before_doc)
+            live.rows = base
+            if up["ok"]:
+                failures.append(f"{group[0].key}: the impact guard refuses it, but `up` applied it")
+        else:
+            up = live.pulumi("up", check=False)
+            outcome = "ok" if up["ok"] else "failed"
+            if up["ok"]:
+                assert not engine_warnings(up), engine_warnings(up)
+                live.runs_done()
+            else:
+                failures.append(f"{what}: `up` failed where the impact said it applies: "
+                                f"{str(up.get('diagnostics') or up.get('error'))[:2000]}")
+        for p in group:
+            outcomes[p.key] = outcome
+            log(live.request, _line(p, real, outcome))
+        log(live.request, f"sweep change {n}: {time.monotonic() - t1:.0f}s")
+        if outcome == "failed":
+            break  # the state no longer matches the plan: what follows would not mean anything
+    log(live.request, f"sweep: {len(swept)} keys in {len(changes)} changes, {len(planned) - len(swept)} skipped, "
+                      f"{time.monotonic() - t0:.0f}s")
+    assert not failures, "\n".join(failures)
+    # What issue 34 found by hand is in the sweep and applies: a priority (its class replaced under
+    # its name) and an in-place change of admitted runs (no conflict on Kueue's nodeSelector).
+    for key in ("workloads.priority", "workloads.validation.priority", "workloads.ncclTest.priority",
+                "workloads.maxRunMinutes", "workloads.retries"):
+        assert outcomes.get(key) == "ok", (key, outcomes.get(key))
+    assert outcomes.get("storage.claimSizeGiB") == "refused", outcomes.get("storage.claimSizeGiB")
