@@ -109,7 +109,7 @@ def pod_template(cfg: StackConfig, claim_name: str, scripts: list) -> k8s.core.v
             restart_policy="Never",
             service_account_name=cfg.training.service_account,
             automount_service_account_token=False,
-            node_selector=dict(placement.GPU_NODE_SELECTOR),
+            affinity=placement.gpu_affinity(),  # as the staging Job (placement.py)
             tolerations=placement.gpu_tolerations(),
             security_context=security.pod_security_context(),
             containers=[k8s.core.v1.ContainerArgs(
