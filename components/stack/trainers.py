@@ -208,7 +208,7 @@ OPENVLA_7B = ModelFacts(architecture="OpenVLAForActionPrediction", params=7_541_
                         attention_heads=32, kv_heads=32, head_dim=128, max_position=2048, dtype_bytes=2,
                         source="openvla/openvla-7b config.json (Llama 2 7B text backbone)")
 # RLINF examples/embodiment/config/maniskill_ppo_openvlaoft.yaml: save_interval 40, max_epochs 1000
-# (one global step per epoch: rlinf/runners/embodied_runner.py), is_lora True, lora_rank 32; the
+# (one global step per epoch: rlinf/runners/embodied_runner.py set_max_steps), is_lora True, lora_rank 32; the
 # model's precision bf16 (examples/embodiment/config/model/openvla_oft.yaml). LoRA r=32 on every
 # linear layer of the 32 Llama layers ~ 80 M trainable parameters, ~1.1 % of 7.54 B (an estimate:
 # r x (in + out) per adapted matrix).
