@@ -285,3 +285,60 @@ def test_the_evaluation_cronjob_of_a_reasoning_run_scores_math_with_the_step():
     c = find(docs, "CronJob", evaluation.NAME)["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     for arg in ("--prompts=builtin:math", "--scoring=math", "--step=200", "--max-tokens=4096", "--chat"):
         assert arg in c["args"], c["args"]
+
+
+def test_eval_metrics_serve_the_newest_result_per_step(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    for name, step, acc, mtime in (("eval-step-100-a.json", 100, 0.25, 1000), ("eval-step-100-b.json", 100, 0.3, 2000),
+                                   ("eval-step-200-a.json", 200, 0.5, 3000)):
+        f = tmp_path / name
+        f.write_text(json.dumps({"summary": {"step": step, "accuracy": acc, "correct": int(acc * 20), "judged": 20,
+                                             "scoring": "math"}}))
+        os.utime(f, (mtime, mtime))
+    (tmp_path / "eval-step-300-torn.json").write_text("{")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = Path(__file__).resolve().parents[1] / "components" / "scripts" / "eval_metrics.py"
+    proc = subprocess.Popen([sys.executable, str(script), f"--eval-dir={tmp_path}", "--model=math-grpo",
+                             f"--port={port}", "--host=127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(100):
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            raise AssertionError("eval_metrics.py did not answer")
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0  # SIGTERM ends it (PID 1 in its pod)
+    assert 'rltrain_eval_accuracy{model="math-grpo",step="100",scoring="math"} 0.3' in text
+    assert 'rltrain_eval_accuracy{model="math-grpo",step="200",scoring="math"} 0.5' in text
+    assert "rltrain_eval_unreadable_files 1" in text
+
+
+def test_eval_metrics_deployment_and_podmonitor_beside_the_cronjob():
+    from components.k8s import dashboards
+    from components.workloads import evaluation
+    from test_workloads_components import _render as render_
+    _, _, docs = render_("p5", lambda w: w.update({**REASONING, "validation": {"enabled": False},
+                                                   "ncclTest": {"enabled": False},
+                                                   "serving": {"enabled": True, "gpusPerReplica": 4,
+                                                               "model": {"run": "single-node", "step": 200},
+                                                               "evaluation": {"enabled": True}}}))
+    dep = find(docs, "Deployment", evaluation.METRICS_NAME)
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    assert "nvidia.com/gpu" not in c["resources"]["limits"]
+    board = dashboards.serving_board("rltrain", evaluation=True)
+    assert any("rltrain_eval_accuracy" in q for q in board.queries())
+    assert not any("rltrain_eval_accuracy" in q for q in dashboards.serving_board("rltrain").queries())

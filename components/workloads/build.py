@@ -114,6 +114,7 @@ def scripts_used(cfg: StackConfig) -> list[str]:
                                    (w.multi_node.enabled and w.multi_node.form != "rayjob", "ray_launcher.py"),
                                    (w.nccl_test.enabled, "nccl_check.py"),
                                    (w.serving.enabled and w.serving.evaluation.enabled, "evaluate.py"),
+                                   (w.serving.enabled and w.serving.evaluation.enabled, "eval_metrics.py"),
                                    (w.nccl_test.enabled and w.training_after_checks, "check_gate.py"),
                                    (training and trainer.resume_mapped(cfg), trainer.WRAPPER),
                                    (training and w.staging_enabled, staging.SCRIPT),
