@@ -342,3 +342,10 @@ def test_eval_metrics_deployment_and_podmonitor_beside_the_cronjob():
     board = dashboards.serving_board("rltrain", evaluation=True)
     assert any("rltrain_eval_accuracy" in q for q in board.queries())
     assert not any("rltrain_eval_accuracy" in q for q in dashboards.serving_board("rltrain").queries())
+
+
+def test_the_served_run_budgets_one_more_checkpoint():
+    cfg, _, _ = _render("dev", lambda w: w.update({**REASONING, **_serving(), "multiNode": {"enabled": False}}))
+    b = volume_budget.budget(cfg)
+    assert dict(b.runs)["single-node"] == 5 * b.checkpoint_gib  # 3 kept + 1 being written + 1 served
+    assert volume_budget.lines(cfg)[0].startswith("checkpoint budget single-node: (3 kept + 1 being written + 1 served)")

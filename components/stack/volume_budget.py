@@ -3,7 +3,8 @@
 Per stack: the staged models and assets of the trainer config, the export of the served step,
 and for every training run (each has its own checkpoint directory, components/workloads/env.py)
 `keep + 1` checkpoints: the `keep` complete ones the retention pass keeps
-(components/scripts/retention.py) and the one being written. One checkpoint's size is derived
+(components/scripts/retention.py) and the one being written; one more for the run whose step is
+served (retention never deletes it, and it may be older than the newest `keep`). One checkpoint's size is derived
 from the config's model (trainers.SaveFacts.checkpoint_gib: the DCP training state - parameters,
 and Adam's two moments per trainable parameter - plus full_weights.pt, at the actor's precision;
 RLinf rlinf/hybrid_engines/fsdp/strategy/base.py save_checkpoint), or `workloads.checkpointSizeGiB`
@@ -107,10 +108,17 @@ def budget(cfg: StackConfig) -> Optional[Budget]:
     if fsx is None or cfg.byo_cluster or size is None or not retention_on(cfg):
         return None
     keep = cfg.workloads.checkpoints.keep
-    runs = tuple((name, (keep + 1) * size) for name in run_names(cfg))
+    runs = tuple((name, (keep + 1 + served_extra(cfg, name)) * size) for name in run_names(cfg))
     cap = fsx.storage_capacity_gib
     usable = cap * (100 - cfg.workloads.checkpoints.volume_margin_percent) / 100
     return Budget(runs, size, keep, staged_gib(cfg), export_gib(cfg), cap, usable)
+
+
+def served_extra(cfg: StackConfig, run: str) -> int:
+    """1 for the run whose step is served: retention keeps that step besides the newest `keep`
+    (it may be older than all of them)."""
+    sv = cfg.workloads.serving
+    return 1 if sv.enabled and sv.model.run == run else 0
 
 
 def retention_on(cfg: StackConfig) -> bool:
@@ -127,10 +135,11 @@ def capacity_for(total_gib: float, margin_percent: int) -> int:
 
 
 def max_keep(b: Budget) -> int:
-    """The largest keep that fits (0 = none does)."""
+    """The largest keep that fits (0 = none does): each run holds keep + 1 (+ 1 served) checkpoints."""
     room = b.usable_gib - b.staged_gib - b.export_gib
     n = len(b.runs) or 1
-    return max(0, math.floor(room / (n * b.checkpoint_gib)) - 1)
+    extra = sum(round(g / b.checkpoint_gib) - (b.keep + 1) for _, g in b.runs)  # the served step(s)
+    return max(0, math.floor((room / b.checkpoint_gib - extra) / n) - 1)
 
 
 def lines(cfg: StackConfig) -> list[str]:
@@ -140,7 +149,8 @@ def lines(cfg: StackConfig) -> list[str]:
         if retention_on(cfg) or cfg.workloads.resume_terms is None:
             return []
         return ["volume budget: none (workloads.checkpoints.enabled false: nothing prunes checkpoints)"]
-    out = [f"checkpoint budget {run}: ({b.keep} kept + 1 being written) x {b.checkpoint_gib:,.1f} GiB = {g:,.1f} GiB"
+    out = [f"checkpoint budget {run}: ({b.keep} kept + 1 being written"
+           + (" + 1 served" if served_extra(cfg, run) else "") + f") x {b.checkpoint_gib:,.1f} GiB = {g:,.1f} GiB"
            for run, g in b.runs]
     breakdown = save_breakdown(cfg)
     if breakdown:
