@@ -162,11 +162,13 @@ def test_a_new_served_checkpoint_is_a_serving_restart_and_a_new_export_only():
         impact.RUN_RESTART, impact.REPLACE, impact.NODE_ROLL, impact.DATA_LOSS, impact.DELETE, impact.CREATE)], found
 
 
-@pytest.mark.xfail(strict=True, reason="impact.py (the lead's) classifies the replaced export Job as a run restart "
-                                        "needing allowRunRestart; it should be re-runnable like a check (issue 29 report)")
 def test_a_new_served_checkpoint_needs_no_opt_in():
+    """A new step re-runs the export (a new export Job: nothing is lost) and rolls the replicas."""
     before, after, _ = _step_change()
     assert impact.check(before.resources, after.resources, after.cfg).refused == []
+    kinds = {i.name: i.kind for i in impact.classify(before.resources, after.resources, after.cfg)}
+    assert kinds["workloads-export-job"] == impact.CHECK_RERUN, kinds
+    assert impact.RUN_RESTART not in kinds.values(), kinds
 
 
 # --- the Deployment -------------------------------------------------------------------------------
