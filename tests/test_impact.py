@@ -100,8 +100,8 @@ def test_scaling_up_is_in_place_for_the_node_group(project):
 
 
 def test_check_components_are_the_workloads_own():
-    from components.workloads import gate, nccl, validation
-    assert impact.CHECK_COMPONENTS == (validation.COMPONENT, nccl.COMPONENT, gate.COMPONENT)
+    from components.workloads import export, gate, nccl, validation
+    assert impact.CHECK_COMPONENTS == (validation.COMPONENT, nccl.COMPONENT, gate.COMPONENT, export.COMPONENT)
 
 
 def test_count_in_the_launch_template_description_rolled_every_node():
@@ -309,27 +309,26 @@ def test_shrinking_a_claim_from_a_storage_class_is_refused_even_with_the_opt_in(
 # --- day two in place (issue 34) -------------------------------------------------------------------
 
 
-def test_a_priority_change_replaces_its_class_under_its_name_and_says_what_runs_keep(project):
+def test_a_priority_change_is_a_new_class_and_restarts_the_runs_that_name_it(project):
     """A PriorityClass's value may not be changed in an update (the simulated cluster's preview:
-    `value: Forbidden: may not be changed in an update`): the class is replaced, deleted first."""
+    `value: Forbidden: may not be changed in an update`), and a class replaced under its own name
+    fails the preview's dry run too: the value is in the name, a new value a new class."""
     edit(project, "p5", "workloads", priority=2000000)
-    [i] = render_impact(project)
-    assert (i.name, i.kind, i.allowed) == ("workloads-priority", impact.REPLACE, True)
-    assert "runs already queued or running keep the priority they were given" in i.why
-    pc = find(render.render_stack("p5", project).resources, "kubernetes:scheduling.k8s.io/v1:PriorityClass",
-              "workloads-priority")
-    assert pc["options"]["replaceOnChanges"] == ["preemptionPolicy", "value"]
-    assert pc["options"]["deleteBeforeReplace"] is True
+    k = kinds(render_impact(project))
+    assert k.pop("workloads-priority") == impact.REPLACE
+    # The runs that name it are recreated (their template names the new class): opt-in.
+    assert k == {"workloads-single-node-job": impact.RUN_RESTART, "workloads-multi-node-job": impact.RUN_RESTART,
+                 "workloads-staging-job": impact.RUN_RESTART}, k
+    names = {r["inputs"]["metadata"]["name"] for r in render.render_stack("p5", project).resources
+             if r["type"] == "kubernetes:scheduling.k8s.io/v1:PriorityClass"}
+    assert names == {"rltrain-training-2000000", "rltrain-validation-1000200", "rltrain-nccl-test-1000100"}
 
 
-def test_a_priority_change_the_program_cannot_replace_is_refused():
-    """The model without the program's replace options: the API server would refuse the update."""
-    before, after = rows(), rows()
-    for r in (before, after):
-        find(r, "kubernetes:scheduling.k8s.io/v1:PriorityClass", "workloads-priority")["options"].pop(
-            "replaceOnChanges", None)
+def test_a_priority_change_under_the_same_name_is_refused():
+    """The model without the value in the name: the API server would refuse the update."""
+    after = rows()
     find(after, "kubernetes:scheduling.k8s.io/v1:PriorityClass", "workloads-priority")["inputs"]["value"] = 7
-    [i] = impact.classify(before, after, cfg())
+    [i] = impact.classify(rows(), after, cfg())
     assert (i.kind, i.allowed) == (impact.REFUSED, False) and "may not be changed in an update" in i.why
     # A description is not immutable: in place.
     after = rows()

@@ -41,7 +41,9 @@ SERVING_RESTART = "serving restart"
 CHECK_RERUN = "check re-runs"
 # The app.kubernetes.io/component of the check runs (workloads/validation.py, nccl.py, gate.py
 # COMPONENT; tests/test_impact.py keeps them equal): replacing one re-runs a check, no work is lost.
-CHECK_COMPONENTS = ("validation", "nccl-test", "check-gate")
+# The export of a served step (workloads/export.py) is re-run the same way: it rewrites an export
+# from a checkpoint that stays, and no training run is touched.
+CHECK_COMPONENTS = ("validation", "nccl-test", "check-gate", "export")
 NEVER_FINISHES = "never finishes"
 # Worst first, for the table and for the one verdict per resource.
 SEVERITY = [REFUSED, NEVER_FINISHES, DATA_LOSS, NODE_ROLL, RUN_RESTART, SERVING_RESTART, CHECK_RERUN, REPLACE, DELETE,
@@ -433,22 +435,21 @@ def _kueue_object(before, after, changes):
 
 
 # Immutable after creation (Kubernetes v1.35.4 pkg/apis/scheduling/validation/validation.go
-# ValidatePriorityClassUpdate); the program replaces the class on them (workloads/build.py).
+# ValidatePriorityClassUpdate). The program names a class after its value (workloads/runs.py).
 _PRIORITY_CLASS_IMMUTABLE = ("value", "preemptionPolicy")
 
 
 def _priority_class(before, after, changes):
+    if any(_under(p, ("metadata.name",)) for p in changes):
+        return (REPLACE, "a new class under a new name (the value is in the name): created first, the runs that "
+                "name it are replaced with it (their pod template changes: below), the old class deleted after; "
+                "runs take the new priority only because they are recreated (a pod's and a Kueue Workload's "
+                "priority are set when they are created)", "", True)
     forced = [p for p in changes if _under(p, _PRIORITY_CLASS_IMMUTABLE)]
-    if not forced:
-        return IN_PLACE, _paths(changes), "", True
-    if not (all(_under(p, after["options"].get("replaceOnChanges") or ()) for p in forced)
-            and after["options"].get("deleteBeforeReplace")):
+    if forced:
         return (REFUSED, f"{_paths(forced)}: immutable: the API server refuses the update (\"may not be changed "
-                "in an update\")", "", False)
-    return (REPLACE, f"{_paths(forced)}: the class is deleted and created again under its name; runs already "
-            "queued or running keep the priority they were given (a pod's and a Kueue Workload's are set when "
-            "they are created): only runs created after this take the new value (recreate a queued run to "
-            "move it)", "", True)
+                "in an update\"); a new value needs a new name", "", False)
+    return IN_PLACE, _paths(changes), "", True
 
 
 def _kubernetes(before, after, changes, cfg):
@@ -459,7 +460,7 @@ def _kubernetes_object(before, after, changes, cfg):
     kind = after["inputs"].get("kind")
     if kind in _KUEUE_IN_USE and after["type"].startswith("kubernetes:kueue.x-k8s.io/"):
         return _kueue_object(before, after, changes)
-    if kind == "PriorityClass" and not any(_under(p, ("metadata.name",)) for p in changes):
+    if kind == "PriorityClass":
         return _priority_class(before, after, changes)
     if any(_under(p, ("metadata.name", "metadata.namespace")) for p in changes):
         what = RUN_RESTART if kind in ("Job", "StatefulSet", "MPIJob", "RayJob") else REPLACE
@@ -564,17 +565,21 @@ def _run_opt_in(cfg: StackConfig) -> tuple[str, bool]:
     return "rltrain:workloads.allowRunRestart", cfg.workloads.allow_run_restart
 
 
+def _component(r: Resource) -> str:
+    return (((r.get("inputs") or {}).get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component", "")
+
+
 def _is_check(r: Resource) -> bool:
-    labels = ((r.get("inputs") or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get("app.kubernetes.io/component") in CHECK_COMPONENTS
+    return _component(r) in CHECK_COMPONENTS
 
 
 def _run_or_check(before: Resource, after: Resource, verdict: tuple) -> tuple:
     """A run restart of a check is a re-run: nothing to lose, no opt-in (issue 18: scaling the GPU
     nodes re-runs validation and the NCCL test, whose pod counts follow the node count)."""
     if verdict[0] == RUN_RESTART and _is_check(after) and _is_check(before):
-        return (CHECK_RERUN, verdict[1].replace("the run is stopped and started anew", "the check runs again")
-                .replace("the run is replaced", "the check runs again"), "", True)
+        what = "the export runs again" if _component(after) == "export" else "the check runs again"
+        return (CHECK_RERUN, verdict[1].replace("the run is stopped and started anew", what)
+                .replace("the run is replaced", what), "", True)
     return verdict
 
 

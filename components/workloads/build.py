@@ -31,24 +31,17 @@ from components.workloads.staging import StagingJob, StagingJobArgs
 from components.workloads.validation import ClusterValidation, ClusterValidationArgs
 from components.workloads import runs, staging, trainer
 from components.workloads.evaluation import EvaluationCronJob
+from components.workloads.retention import CheckpointRetention
+from components.workloads import export, retention
+from components.workloads.export import ExportJob
 from components.workloads.serving import Serving, ServingArgs
 
 
-# A PriorityClass's value and preemptionPolicy may not be changed in an update (Kubernetes v1.35.4
-# pkg/apis/scheduling/validation/validation.go ValidatePriorityClassUpdate): a change replaces the
-# class under its name, deleted first (pods name it, so it keeps its name; a second class of one
-# name cannot exist beside it). Deleting a class in use is allowed; the priority already resolved
-# into a pod (spec.priority, set at creation by the Priority admission plugin) and into a Kueue
-# Workload (spec.priority, set when Kueue creates it: kueue v0.19.2
-# pkg/controller/jobframework/reconciler.go constructWorkload, pkg/util/priority) stays, so runs
-# already queued or running keep the old value; a pod created in the seconds between delete and
-# create is refused and retried by its controller. No run is replaced with it: they name the class
-# by a plain string and depend on it by dependsOn only, which the engine's delete-before-replace
-# does not follow (pulumi pkg/v3 resource/deploy/step_generator.go calculateDependentReplacements).
-# components/offline/impact.py says so.
-PRIORITY_CLASS_OPTS = dict(replace_on_changes=["value", "preemptionPolicy"], delete_before_replace=True)
-
-
+# A PriorityClass's value and preemptionPolicy may not be changed in an update: the value is in the
+# class's name (runs.priority_class), so a new value is a new class and every run that names it is
+# replaced with it (a pod's priority, and a Kueue Workload's, are set when they are created:
+# kueue v0.19.2 pkg/controller/jobframework/reconciler.go constructWorkload); the impact table
+# says so (components/offline/impact.py _priority_class refuses a change under the same name).
 def priority_class_args(cfg: StackConfig) -> k8s.scheduling.v1.PriorityClassInitArgs:
     return k8s.scheduling.v1.PriorityClassInitArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(name=runs.priority_class(cfg), labels=MANAGED_BY),
@@ -111,9 +104,12 @@ def scripts_used(cfg: StackConfig) -> list[str]:
                                    (w.multi_node.enabled and w.multi_node.form != "rayjob", "ray_launcher.py"),
                                    (w.nccl_test.enabled, "nccl_check.py"),
                                    (w.serving.enabled and w.serving.evaluation.enabled, "evaluate.py"),
+                                   (w.serving.enabled and w.serving.evaluation.enabled, "eval_metrics.py"),
                                    (w.nccl_test.enabled and w.training_after_checks, "check_gate.py"),
                                    (training and trainer.resume_mapped(cfg), trainer.WRAPPER),
-                                   (training and w.staging_enabled, staging.SCRIPT)) if on})
+                                   (training and w.staging_enabled, staging.SCRIPT),
+                                   (retention.enabled(cfg), retention.SCRIPT),
+                                   (export.enabled(cfg), export.SCRIPT)) if on})
 
 
 class Workloads(pulumi.ComponentResource):
@@ -130,7 +126,7 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     parent = Workloads(name, opts)
     out: dict[str, Any] = {"workloads": parent}
     priority = k8s.scheduling.v1.PriorityClass(f"{name}-priority", priority_class_args(cfg),
-                                               runs.child_opts(parent, opts, **PRIORITY_CLASS_OPTS))
+                                               runs.child_opts(parent, opts))
     available = read_scripts()
     used = {f: available[f] for f in scripts_used(cfg)}
     scripts = ScriptConfigMaps(f"{name}-scripts", used, namespace, runs.child_opts(parent, opts))
@@ -139,7 +135,7 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     for check, (value, _) in checks(cfg).items():
         classes.append(k8s.scheduling.v1.PriorityClass(
             f"{name}-priority-{check}", check_priority_class_args(cfg, check, value),
-            runs.child_opts(parent, opts, **PRIORITY_CLASS_OPTS)))
+            runs.child_opts(parent, opts)))
     # Pods reference both by name: create them first.
     wl_opts = runs.child_opts(parent, opts, *classes, scripts)
     base = dict(cfg=cfg, claim_name=claim_name, scripts=used)
@@ -177,8 +173,15 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     elif w.multi_node.enabled:
         out["multi_node"] = MultiNodeTraining(f"{name}-multi-node", MultiNodeTrainingArgs(**base), namespace,
                                               secret_name, opts=train_opts)
+    if retention.enabled(cfg):
+        # Beside the runs, not after them: it prunes while they train (retention.py).
+        out["checkpoint_retention"] = CheckpointRetention(f"{name}-checkpoint-retention", runs.WorkloadArgs(**base),
+                                                          namespace, opts=wl_opts)
     if w.serving.enabled:
         # Long-running, beside training: not gated on the checks (it trains nothing).
+        if export.enabled(cfg):
+            # Created with serving; it waits for the step itself (export.py).
+            out["export"] = ExportJob(f"{name}-export", runs.WorkloadArgs(**base), namespace, opts=wl_opts)
         out["serving"] = Serving(f"{name}-serving", ServingArgs(**base), namespace, opts=wl_opts)
         if w.serving.evaluation.enabled:
             out["evaluation"] = EvaluationCronJob(f"{name}-evaluation", ServingArgs(**base), namespace,

@@ -97,9 +97,12 @@ def test_every_key_changed_applies_as_its_impact_says(live):
         if refused:
             up = live.pulumi("up", check=False) if preview["ok"] else preview
             outcome = "refused" if not up["ok"] else "ok"
-            # Undone: the refused change left the cluster and the state as they were.
+            # Undone: the stack file as before, and the state read back from the cluster (a failed
+            # update leaves the refused inputs in the state: the next preview would show an update
+            # back; tests/sim/test_day_two.py scenario 5 shows the same with `preview --refresh`).
             (live.project / "Pulumi.sim.yaml").write_text(before_doc)
             live.rows = base
+            live.pulumi("refresh")
             if up["ok"]:
                 failures.append(f"{group[0].key}: the impact guard refuses it, but `up` applied it")
         else:
