@@ -348,3 +348,20 @@ def test_a_deadline_change_is_in_place_on_a_template_kueue_can_own_the_selector_
         obj = r["inputs"]
         if r["type"].startswith("kubernetes:") and obj.get("kind") in ("Job", "MPIJob", "RayJob"):
             assert '"nodeSelector"' not in json.dumps(obj), r["name"]
+
+
+def test_a_job_s_immutable_fields_replace_it_and_without_the_option_are_refused(project):
+    """`workloads.failFastExitCodes` is the Jobs' podFailurePolicy, immutable (the sweep's real
+    preview: `spec.podFailurePolicy: ... field is immutable`): the program replaces the runs on it;
+    a Job without that option would be refused."""
+    edit(project, "p5", "workloads", failFastExitCodes=[3])
+    k = kinds(render_impact(project))
+    assert k == {"workloads-single-node-job": impact.RUN_RESTART, "workloads-multi-node-job": impact.RUN_RESTART}, k
+    before, after = rows(), rows()
+    for r in (before, after):
+        find(r, "kubernetes:batch/v1:Job", "workloads-single-node-job")["options"]["replaceOnChanges"] = [
+            "metadata.labels"]
+    find(after, "kubernetes:batch/v1:Job", "workloads-single-node-job")["inputs"]["spec"]["podFailurePolicy"] = {
+        "rules": []}
+    [i] = impact.classify(before, after, cfg())
+    assert (i.kind, i.allowed) == (impact.REFUSED, False) and "immutable" in i.why

@@ -406,6 +406,13 @@ _POD_TEMPLATE_KINDS = {"Job": ("spec.template", "spec.completions", "spec.parall
                                        "spec.volumeClaimTemplates")}
 
 
+# A Job's other immutable fields (Kubernetes v1.35.4 pkg/apis/batch/validation/validation.go
+# ValidateJobSpecUpdate), outside the provider's forceNew list: a change is refused unless the
+# program replaces the Job on it (workloads/runs.py JOB_IMMUTABLE in replaceOnChanges).
+_JOB_IMMUTABLE = ("spec.podFailurePolicy", "spec.completionMode", "spec.backoffLimitPerIndex", "spec.managedBy",
+                  "spec.successPolicy")
+
+
 # Kueue objects with the `kueue.x-k8s.io/resource-in-use` finalizer while something names them (a
 # ResourceFlavor named by a ClusterQueue, a Topology named by a flavor: kueue v0.19.2
 # pkg/controller/core/resourceflavor_controller.go, pkg/controller/tas/topology_controller.go), and
@@ -472,6 +479,12 @@ def _kubernetes_object(before, after, changes, cfg):
         # Plus what the program replaces on (a run's labels: Kueue refuses a queue label change).
         forced = [p for p in changes if _under(p, (*_POD_TEMPLATE_KINDS[kind],
                                                    *(after["options"].get("replaceOnChanges") or ())))]
+        immutable = [p for p in changes if kind == "Job" and _under(p, _JOB_IMMUTABLE) and p not in forced]
+        if immutable:
+            # The provider patches them (not in its forceNew list) and the API server refuses the
+            # update: "field is immutable" (the key sweep on the simulated cluster, issue 34).
+            return (REFUSED, f"{_paths(immutable)}: immutable (Kubernetes Job validation): the API server refuses "
+                    "the update, and the provider does not replace the Job on it", "", False)
         if forced:
             return (RUN_RESTART, f"{_paths(forced)}: the run is stopped and started anew{_fresh_dir(before, after)}",
                     *_run_opt_in(cfg))

@@ -109,6 +109,16 @@ SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 # is not suspended (running or finished; kueue pkg/controller/jobframework/validation.go,
 # validateUpdateForQueueName): a label change replaces the run instead of patching it.
 REPLACE_ON_LABELS = ["metadata.labels"]
+# A Job's fields the API server never lets an update change beyond the pod template, completions,
+# parallelism and selector (which pulumi-kubernetes already replaces on: provider/pkg/provider/
+# diff.go forceNewProperties): Kubernetes v1.35.4 pkg/apis/batch/validation/validation.go
+# ValidateJobSpecUpdate. Without them here, a new `workloads.failFastExitCodes` (the
+# podFailurePolicy) previewed as an update and the real preview failed "field is immutable"
+# (the key sweep on the simulated cluster, issue 34).
+JOB_IMMUTABLE = ["spec.podFailurePolicy", "spec.completionMode", "spec.backoffLimitPerIndex", "spec.managedBy",
+                 "spec.successPolicy"]
+# What a batch/v1 Job of the program is replaced on.
+REPLACE_JOB_ON = [*REPLACE_ON_LABELS, *JOB_IMMUTABLE]
 
 
 def await_success(seconds: int, *, custom_resource: bool = False) -> dict[str, str]:
