@@ -22,7 +22,8 @@ from conftest import ENABLE, log, sim_requested
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
 
-from simdeploy import Live, engine_warnings, project  # noqa: E402
+from simdeploy import (NAMESPACE, RUNS_TIMEOUT, Live, engine_warnings, job_complete, mpijob_succeeded,  # noqa: E402
+                       project, wait)
 
 from cluster import nodes as nodes_mod  # noqa: E402
 from components.offline import key_sweep, render  # noqa: E402
@@ -39,8 +40,8 @@ def live(cluster, tmp_path_factory, request):
     lv = Live(cluster, workdir, request)
     up = lv.pulumi("up")
     assert not engine_warnings(up), engine_warnings(up)
-    lv.runs_done()
     lv.rows = lv.offline()
+    _runs_done(lv)
     yield lv
     lv.pulumi("destroy")
 
@@ -78,6 +79,18 @@ def _warnings(lv: Live, res: dict) -> list[str]:
     for w in (w for w in found if QUOTA_CONFLICT in w):
         log(lv.request, f"sweep: transient (the Job controller retries): {w[:300]}")
     return [w for w in found if QUOTA_CONFLICT not in w]
+
+
+def _runs_done(lv: Live) -> None:
+    """Every run the stack has now finished (a key that turns a run off leaves it out)."""
+    runs = [(r["inputs"]["kind"], r["inputs"]["metadata"]["name"]) for r in lv.rows
+            if r["type"] in ("kubernetes:batch/v1:Job", "kubernetes:kubeflow.org/v2beta1:MPIJob")]
+
+    def done() -> bool:
+        return all(job_complete(lv.cluster, n) if k == "Job" else mpijob_succeeded(lv.cluster, n) for k, n in runs)
+    wait(f"every run finished ({', '.join(n for _, n in runs)})", done, RUNS_TIMEOUT,
+         lambda: str({n: (lv.cluster.get("batch/v1", "Job", n, NAMESPACE) or {}).get("status") for k, n in runs
+                      if k == "Job"}))
 
 
 def _line(p: key_sweep.Planned, real: dict[str, str], up: str) -> str:
@@ -126,7 +139,7 @@ def test_every_key_changed_applies_as_its_impact_says(live):
             outcome = "ok" if up["ok"] else "failed"
             if up["ok"]:
                 assert not _warnings(live, up), _warnings(live, up)
-                live.runs_done()
+                _runs_done(live)
             else:
                 failures.append(f"{what}: `up` failed where the impact said it applies: "
                                 f"{str(up.get('diagnostics') or up.get('error'))[:2000]}")
