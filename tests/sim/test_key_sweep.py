@@ -93,9 +93,12 @@ def _runs_done(lv: Live) -> None:
                       if k == "Job"}))
 
 
-def _line(p: key_sweep.Planned, real: dict[str, str], up: str) -> str:
+def _line(p: key_sweep.Planned, offline: dict[str, str], real: dict[str, str], up: str) -> str:
+    """The key's objects as this change found them (offline impact and real operation of each; an
+    object an earlier change already removed shows as the same on both sides)."""
+    kinds = ",".join(sorted({offline.get(n, "same") for n in p.changes}))
     ops = ",".join(sorted({real.get(n, "same") for n in p.changes}))
-    return f"sweep: {p.key} offline={p.kinds()} real={ops} up={up}"
+    return f"sweep: {p.key} offline={kinds} real={ops} up={up}"
 
 
 def _refused_now(lv: Live, p: key_sweep.Planned, with_: tuple[key_sweep.Planned, ...] = ()) -> str:
@@ -123,6 +126,7 @@ class Sweep:
         refused = group[0].refused
         preview = lv.pulumi("preview", check=not refused)
         real: dict[str, str] = {}
+        lv.kinds = {n: "refused" for n in group[0].changes} if refused else {}
         if preview["ok"]:
             assert not _warnings(lv, preview), _warnings(lv, preview)
             real = lv.compare(what, preview)  # fails on a disagreement
@@ -148,7 +152,7 @@ class Sweep:
                                      f"{str(up.get('diagnostics') or up.get('error'))[:2000]}")
         for p in group:
             self.outcomes[p.key] = outcome
-            log(lv.request, _line(p, real, outcome))
+            log(lv.request, _line(p, lv.kinds, real, outcome))
         log(lv.request, f"sweep change {n}: {time.monotonic() - t1:.0f}s")
         return outcome != "failed"
 
