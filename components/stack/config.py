@@ -786,6 +786,11 @@ class MonitoringConfig(_Model):
     """a run pod Pending longer than this raises `RltrainRunQueuedTooLong` (an image pull counts as Pending)"""
     alert_receiver: Optional[AlertReceiver] = None
     """where alerts are sent; none = only in Alertmanager's UI"""
+    # Bring your own cluster: whether its owners run the EKS node monitoring agent (its dcgm-server
+    # DaemonSet, the DCGM host engine on hostPort 5555 of every GPU node). A created cluster always
+    # runs it (components/k8s/node_health.py).
+    node_monitoring_agent: bool = False
+    """bring your own cluster only: the cluster runs the EKS node monitoring agent, so the DCGM exporter connects to the agent's host engine on the node (port 5555) instead of starting its own; `false` = the exporter embeds its own (a created cluster always installs the agent)"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1155,6 +1160,10 @@ def _monitoring_checks(cfg: StackConfig, config_keys: set[str], secret_keys: set
     if m.storage_class and not cfg.byo_cluster:
         p.append((_path(("monitoring", "storageClass")),
                   "only with cluster.existing; this stack creates its own gp3 storage class"))
+    if m.node_monitoring_agent and not cfg.byo_cluster:
+        p.append((_path(("monitoring", "nodeMonitoringAgent")),
+                  "only with cluster.existing; a created cluster always gets the EKS node monitoring agent add-on "
+                  "and its DCGM exporter always uses the agent's host engine"))
     if not cfg.monitoring_enabled:
         return p
     if m.namespace == cfg.training.namespace:
