@@ -167,3 +167,23 @@ def test_gpu_node_group_repairs_one_node_at_a_time(stack):
     assert ng["nodeRepairConfig"] == {
         "enabled": True, "maxParallelNodesRepairedCount": 1,
         "maxUnhealthyNodeThresholdCount": gpu_nodes.repair_unhealthy_threshold(r.cfg.gpu_nodes.count)}
+
+
+# --- the impact of turning it on -----------------------------------------------------------------
+
+
+def test_impact_of_bounded_repair_says_what_it_does_to_a_running_run():
+    import copy
+
+    from components.offline import impact
+
+    before, after = copy.deepcopy(rendered("p5").resources), copy.deepcopy(rendered("p5").resources)
+    ng = next(r for r in before if r["type"] == "aws:eks/nodeGroup:NodeGroup")
+    ng["inputs"]["nodeRepairConfig"] = {"enabled": True}  # the program before issue 31
+    before = [r for r in before if r["name"] != "addons-node-monitoring-agent"]
+    got = {i.name: i for i in impact.classify(before, after, rendered("p5").cfg)}
+    assert got["gpu-nodes"].kind == impact.IN_PLACE and got["gpu-nodes"].allowed
+    why = got["gpu-nodes"].why
+    assert "1 node(s) at a time, none while more than 1 are unhealthy" in why
+    assert "run pods on that node are lost" in why and "newest complete checkpoint" in why
+    assert got["addons-node-monitoring-agent"].kind == impact.CREATE
