@@ -115,6 +115,7 @@ class MonitoringArgs(BaseModel):
     # on those nodes); the policy rules read it from the Namespace objects.
     gpu_instance_type: str = ""
     gpu_node_count: int = 0
+    gpu_capacity_block: bool = False
     # workloads.serving: a PodMonitor for the vLLM server's /metrics and the Serving dashboard.
     serving: bool = False
     # The stack installs Kueue: its controller is scraped and the queue alerts name this ClusterQueue.
@@ -136,6 +137,7 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
         efa=cfg.gpu_nodes.efa_enabled, queued_alert_minutes=m.queued_alert_minutes,
         alert_receiver=AlertReceiverArgs(type=r.type, channel=r.channel) if r else None,
         gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count,
+        gpu_capacity_block=cfg.gpu_nodes.capacity.type == "capacity-block",
         serving=cfg.workloads.serving.enabled,
         kueue_cluster_queue=kueue.cluster_queue_name(cfg) if cfg.kueue_install and cfg.kueue_enabled else None)
 
@@ -143,7 +145,11 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
 def rules_args(a: MonitoringArgs) -> monitoring_rules.RulesArgs:
     return monitoring_rules.RulesArgs(training_namespace=a.training_namespace,
                                       queued_alert_minutes=a.queued_alert_minutes,
-                                      cluster_queue=a.kueue_cluster_queue)
+                                      cluster_queue=a.kueue_cluster_queue,
+                                      # The node group's fixed size, where the stack creates it (a
+                                      # Capacity Block's group holds no node outside its window).
+                                      gpu_node_count=a.gpu_node_count if a.created_cluster and not a.gpu_capacity_block
+                                      else 0)
 
 
 def _labels(component: str) -> dict[str, str]:

@@ -639,7 +639,11 @@ class WorkloadsConfig(_Model):
     checkpoint_size_gib: Optional[int] = Field(None, ge=1, alias="checkpointSizeGiB")
     """size of one checkpoint: the render estimates its write time to FSx and warns when it exceeds `terminationGracePeriodSeconds`; none = not estimated"""
     retries: int = Field(3, ge=0, le=20)
-    """failures allowed (disruptions such as node drains never count)"""
+    """failures allowed (disruptions such as node drains, a node lost or repaired, never count)"""
+    # Kueue's waitForPodsReady requeue limit (components/k8s/kueue.py): the bound on whole-run
+    # restarts caused by the infrastructure, separate from the trainer's failure budget above.
+    infrastructure_restarts: int = Field(3, ge=0, le=20)
+    """whole-run restarts after an infrastructure failure, with queueing on: a run whose pods are not all Ready within `kueue.podsReadyTimeoutMinutes` (after admission, or after a pod was lost with its node) is evicted whole, requeued with backoff and admitted again; after this many it is deactivated with reason RequeuingLimitExceeded instead of retrying for ever"""
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
     """exit codes (1-255) that fail the run at once (usage error, not executable, not found)"""
     priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)
