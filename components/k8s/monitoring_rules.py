@@ -71,7 +71,7 @@ REPAIR_ALERT_MINUTES = 2
 RUN_RESTART_WINDOW_MINUTES = 60
 REPAIR_RUNBOOK = "docs/gpu-failure-runbook.md#alerts"
 
-_GPU_ROLE_SELECTOR = ",".join(f'label_{k.replace(".", "_").replace("/", "_").replace("-", "_")}="{v}"'
+GPU_ROLE_SELECTOR = ",".join(f'label_{k.replace(".", "_").replace("/", "_").replace("-", "_")}="{v}"'
                               for k, v in ROLE_LABEL.items())
 
 
@@ -113,7 +113,7 @@ def cost_rules() -> list[dict[str, Any]]:
         # GPU nodes registered in the cluster, per instance type (kube_node_labels carries the
         # instance-type label through the allowlist).
         {"record": "rltrain:gpu_nodes:count",
-         "expr": f"count by (instance_type) (label_replace(kube_node_labels{{{_GPU_ROLE_SELECTOR}}}, "
+         "expr": f"count by (instance_type) (label_replace(kube_node_labels{{{GPU_ROLE_SELECTOR}}}, "
                  '"instance_type", "$1", "label_node_kubernetes_io_instance_type", "(.+)"))'},
         # Running GPU nodes x the catalog's on-demand price. A type without a catalog price drops
         # out (and shows as a gap between the node count and the cost panels).
@@ -148,7 +148,7 @@ def gpu_alerts(a: RulesArgs) -> list[dict[str, Any]]:
                severity="warning", for_minutes=GPU_IDLE_MINUTES),
         _alert("RltrainGpuNodeNotReady",
                'kube_node_status_condition{condition="Ready", status="true"} == 0\n'
-               f"and on (node) kube_node_labels{{{_GPU_ROLE_SELECTOR}}}",
+               f"and on (node) kube_node_labels{{{GPU_ROLE_SELECTOR}}}",
                "GPU node {{ $labels.node }} is not Ready",
                "Its pods are evicted after the toleration timeout and a multi-node run loses a rank. "
                "EKS node auto-repair replaces a node that stays unhealthy.",
@@ -164,7 +164,7 @@ def repair_alerts(a: RulesArgs) -> list[dict[str, Any]]:
     out = [
         _alert("RltrainGpuNodeUnhealthy",
                f'max by (node, condition) (kube_node_status_condition{{condition=~"{conditions}", status="false"}}) == 1\n'
-               f"and on (node) kube_node_labels{{{_GPU_ROLE_SELECTOR}}}",
+               f"and on (node) kube_node_labels{{{GPU_ROLE_SELECTOR}}}",
                "GPU node {{ $labels.node }}: {{ $labels.condition }} is False",
                "The EKS node monitoring agent found a fault on the node (AcceleratedHardwareReady: a GPU "
                "XID, a GPU off the bus, DCGM health; NetworkingReady: an EFA or network interface down). "
@@ -192,7 +192,7 @@ def repair_alerts(a: RulesArgs) -> list[dict[str, Any]]:
     if a.gpu_node_count:
         out.insert(1, _alert(
             "RltrainGpuNodeRepairInProgress",
-            f"(count(kube_node_labels{{{_GPU_ROLE_SELECTOR}}}) or vector(0)) < {a.gpu_node_count}",
+            f"(count(kube_node_labels{{{GPU_ROLE_SELECTOR}}}) or vector(0)) < {a.gpu_node_count}",
             "{{ $value }} of " + str(a.gpu_node_count) + " GPU nodes in the cluster",
             "A GPU node of the node group is missing: EKS is replacing it (node repair or a lost "
             "instance) and a run that needs every node waits for it. A replacement normally joins "
