@@ -187,3 +187,21 @@ def test_impact_of_bounded_repair_says_what_it_does_to_a_running_run():
     assert "1 node(s) at a time, none while more than 1 are unhealthy" in why
     assert "run pods on that node are lost" in why and "newest complete checkpoint" in why
     assert got["addons-node-monitoring-agent"].kind == impact.CREATE
+
+
+def test_runbook_names_every_repair_alert():
+    from pathlib import Path
+
+    from components.k8s import monitoring_rules as mr
+
+    page = Path(__file__).resolve().parents[1] / mr.REPAIR_RUNBOOK.split("#")[0]
+    text = page.read_text()
+    assert "\n## Alerts\n" in text
+    spec = mr.rules_spec(mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30, gpu_node_count=2))
+    alerts = [r["alert"] for g in spec["groups"] for r in g["rules"]
+              if r.get("annotations", {}).get("runbook_url") == mr.REPAIR_RUNBOOK]
+    assert sorted(alerts) == ["RltrainGpuNodeRepairInProgress", "RltrainGpuNodeUnhealthy", "RltrainRunPodsReplaced"]
+    assert all(f"`{a}`" in text for a in alerts)
+    # No repair-in-progress alert where the group's size is not fixed (byo, Capacity Block).
+    spec0 = mr.rules_spec(mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30))
+    assert "RltrainGpuNodeRepairInProgress" not in [r.get("alert") for g in spec0["groups"] for r in g["rules"]]
