@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from components.offline import render
 
 ROOT = Path(__file__).resolve().parents[1]
-STACKS = ("byo", "dev", "p4de", "p5", "sim")
+STACKS = ("byo", "dev", "dev-reasoning", "p4de", "p5", "sim")
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,13 +53,17 @@ def obj(r: render.Rendered, kind: str, name: str) -> dict:
     return found[0]
 
 
-# p5 with serving on (tests/test_serving.py): a third node so the 2-node multi-node run still fits
-# beside two 4-GPU replicas; the checks span every node and cannot run while serving holds one.
+# p5 with serving on (tests/test_serving.py, docs/serving.md): the reasoning trainer (vLLM serves
+# its Qwen2 model; the embodied OpenVLA policy it does not), step 200 (a multiple of the config's
+# save_interval 50), exported then served; a third node so the 2-node multi-node run still fits
+# beside two 4-GPU replicas (4 divides the model's 12 attention heads); the checks span every node
+# and cannot run while serving holds one.
 SERVING_P5 = {
     "rltrain:gpuNodes": {"count": 3},
     "rltrain:workloads": {
+        "trainer": "rlinf-reasoning",
         "multiNode": {"enabled": True, "nodes": 2}, "validation": {"enabled": False}, "ncclTest": {"enabled": False},
         "serving": {"enabled": True, "gpusPerReplica": 4, "replicas": 2,
-                    "model": {"run": "multi-node", "step": 1200, "sizeGiB": 16},
+                    "model": {"run": "multi-node", "step": 200},
                     "evaluation": {"enabled": True}}},
 }

@@ -68,6 +68,12 @@ REASONS = {
     "StatefulSet/rltrain-multinode": multinode.STATEFULSET_SKIP_REASONS,
     "Job/rltrain-validation": validation.SKIP_REASONS,
     "Job/rltrain-staging": staging.SKIP_REASONS,
+    # the trained policy's life (every stack with a resume mapping; dev-reasoning serves)
+    "CronJob/rltrain-checkpoint-retention": "components.workloads.retention:SKIP_REASONS",
+    "Job/rltrain-export-step-200": "components.workloads.export:SKIP_REASONS",
+    "Deployment/rltrain-serving": "components.workloads.serving:SKIP_REASONS",
+    "CronJob/rltrain-evaluation": "components.workloads.evaluation:SKIP_REASONS",
+    "Deployment/rltrain-eval-metrics": "components.workloads.evaluation:METRICS_SKIP_REASONS",
     # the checks' gate (a stack with workloads.trainingAfterChecks: sim)
     "Job/rltrain-nccl-test-gate": gate.SKIP_REASONS,
     "DaemonSet/rltrain-efa-metrics": monitoring.EFA_SKIP_REASONS,

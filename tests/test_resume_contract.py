@@ -72,3 +72,6 @@ def test_checkpoint_write_time_is_estimated_from_fsx_throughput():
     w = w.model_copy(update={"checkpoint_size_gib": 1000})
     seconds, _, line = checkpoints.estimate(cfg.model_copy(update={"workloads": w}))
     assert round(seconds) == 437 and "EXCEEDS the 300 s grace period" in line
+    # Unset: derived from the profile's model (28.4 GiB per OpenVLA-OFT save) -> ~12 s on p5.
+    seconds, _, line = checkpoints.estimate(cfg)
+    assert line.startswith("checkpoint: 28.4 GiB at 2,344 MB/s") and round(seconds) == 12

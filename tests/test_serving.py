@@ -44,8 +44,9 @@ def rules(r, name):
 # --- config ---------------------------------------------------------------------------------------
 
 def serving_cfg(**patch):
-    s = {"enabled": True, "model": {"run": "single-node", "step": 10}, **patch}
-    return {"workloads": {"image": "repo/rl:1.0", "validation": {"enabled": False}, "serving": s}}
+    s = {"enabled": True, "model": {"run": "single-node", "step": 50}, **patch}
+    return {"workloads": {"image": "repo/rl:1.0", "trainer": "rlinf-reasoning", "validation": {"enabled": False},
+                          "serving": s}}
 
 
 def test_serving_is_off_by_default_and_adds_nothing_to_the_shipped_renders():
@@ -90,7 +91,7 @@ def test_model_source_must_be_a_run_with_a_step_or_a_path(model, key):
 
 
 def test_more_replicas_than_the_node_group_holds_are_refused():
-    found = problems(overrides=serving_cfg(gpusPerReplica=8, replicas=3))
+    found = problems(overrides=serving_cfg(gpusPerReplica=8, replicas=3, model={"path": "/fsx/m"}))
     assert "hold (1 per node)" in found["rltrain:workloads.serving.replicas"]
     assert load(serving_cfg(gpusPerReplica=4, replicas=4, **{})).workloads.serving.replicas == 4
 
@@ -111,13 +112,17 @@ def test_evaluation_needs_serving():
 # --- the model follows training -------------------------------------------------------------------
 
 def test_model_path_is_the_runs_checkpoint_directory_at_the_step():
-    single = load(serving_cfg(model={"run": "single-node", "step": 40}))
-    multi = load({**serving_cfg(model={"run": "multi-node", "step": 40}),
-                  "workloads": {"image": "repo/rl:1.0", "multiNode": {"enabled": True}, "validation": {"enabled": False},
-                                "serving": {"enabled": True, "model": {"run": "multi-node", "step": 40}}}})
-    assert serving.model_path(single) == f"{trainer.steps_dir(single, env.checkpoint_dir(single, 1))}/global_step_40/actor/huggingface"
-    assert serving.model_path(multi) == f"{trainer.steps_dir(multi, env.checkpoint_dir(multi, 2))}/global_step_40/actor/huggingface"
+    # A profiled trainer's step is served from what its export writes, beside the steps directory.
+    single = load(serving_cfg(model={"run": "single-node", "step": 50}))
+    multi = load({"workloads": {"image": "repo/rl:1.0", "trainer": "rlinf-reasoning", "multiNode": {"enabled": True},
+                                "validation": {"enabled": False},
+                                "serving": {"enabled": True, "model": {"run": "multi-node", "step": 50}}}})
+    assert serving.model_path(single) == f"{env.checkpoint_dir(single, 1)}/exports/global_step_50"
+    assert serving.model_path(multi) == f"{env.checkpoint_dir(multi, 2)}/exports/global_step_50"
     assert serving.model_path(single) != serving.model_path(multi)
+    # Export off: the step's checkpointLayout as it is (an export made some other way).
+    raw = load(serving_cfg(model={"run": "single-node", "step": 50}, export={"enabled": False}))
+    assert serving.model_path(raw) == f"{trainer.steps_dir(raw, env.checkpoint_dir(raw, 1))}/global_step_50/actor/huggingface"
     fixed = load(serving_cfg(model={"path": "/fsx/models/base"}))
     assert serving.model_path(fixed) == "/fsx/models/base"
 
@@ -125,9 +130,9 @@ def test_model_path_is_the_runs_checkpoint_directory_at_the_step():
 def test_the_render_shows_the_served_path_and_step(served):
     d = obj(served, "Deployment", serving.NAME)
     path = serving.model_path(served.cfg)
-    assert path == f"{trainer.steps_dir(served.cfg, env.checkpoint_dir(served.cfg, 2))}/global_step_1200/actor/huggingface"
+    assert path == f"{env.checkpoint_dir(served.cfg, 2)}/exports/global_step_200"
     assert d["metadata"]["annotations"][serving.MODEL_ANNOTATION] == path
-    assert d["metadata"]["labels"][serving.STEP_LABEL] == "1200"
+    assert d["metadata"]["labels"][serving.STEP_LABEL] == "200"
     tmpl = d["spec"]["template"]
     assert tmpl["metadata"]["labels"][serving.RUN_LABEL] == "multi-node"
     assert f"--model={path}" in tmpl["spec"]["containers"][0]["args"]
@@ -136,18 +141,34 @@ def test_the_render_shows_the_served_path_and_step(served):
     assert out["modelPath"] == path and out["endpoint"] == "http://rltrain-serving.rltrain.svc:8000"
 
 
-def test_a_new_served_checkpoint_is_a_serving_restart_only():
+def _step_change():
     # One stack name for both records (the cluster's name follows it).
     proj = write_variant("p5", "p5-serving-step", SERVING_P5)
     before = render.render_stack("p5-serving-step", proj)
-    write_variant("p5", "p5-serving-step", edits(model={"run": "multi-node", "step": 1300, "sizeGiB": 16}))
+    write_variant("p5", "p5-serving-step", edits(model={"run": "multi-node", "step": 250}))
     after = render.render_stack("p5-serving-step", proj)
-    found = impact.classify(before.resources, after.resources, after.cfg)
+    return before, after, impact.classify(before.resources, after.resources, after.cfg)
+
+
+def test_a_new_served_checkpoint_is_a_serving_restart_and_a_new_export_only():
+    _, _, found = _step_change()
     kinds = {(i.type.split(":")[-1], i.name): i.kind for i in found}
     assert kinds[("Deployment", "workloads-serving-deployment")] == impact.SERVING_RESTART
-    assert not [i for i in found if i.kind in (impact.RUN_RESTART, impact.REPLACE, impact.NODE_ROLL,
-                                               impact.DATA_LOSS, impact.DELETE, impact.CREATE)], found
+    # The new step gets its own export Job (rltrain-export-step-250) in place of the old one's; no
+    # training run is touched.
+    export_objs = [i for i in found if i.name.startswith("workloads-export-")]
+    assert {i.name for i in export_objs} == {"workloads-export-job", "workloads-export-netpol"}
+    assert not [i for i in found if i not in export_objs and i.kind in (
+        impact.RUN_RESTART, impact.REPLACE, impact.NODE_ROLL, impact.DATA_LOSS, impact.DELETE, impact.CREATE)], found
+
+
+def test_a_new_served_checkpoint_needs_no_opt_in():
+    """A new step re-runs the export (a new export Job: nothing is lost) and rolls the replicas."""
+    before, after, _ = _step_change()
     assert impact.check(before.resources, after.resources, after.cfg).refused == []
+    kinds = {i.name: i.kind for i in impact.classify(before.resources, after.resources, after.cfg)}
+    assert kinds["workloads-export-job"] == impact.CHECK_RERUN, kinds
+    assert impact.RUN_RESTART not in kinds.values(), kinds
 
 
 # --- the Deployment -------------------------------------------------------------------------------
@@ -178,12 +199,15 @@ def test_startup_budget_is_derived_from_model_size_and_fsx_throughput(served):
     cfg = served.cfg
     fsx = cfg.storage.fsx
     mb_s = fsx.per_unit_storage_throughput * fsx.storage_capacity_gib / 1024  # 500 MB/s/TiB x 4.7 TiB
-    load_s = 16 * 1024 * 2 / mb_s  # two replicas read 16 GiB each at once
+    # The export's bf16 weights of the 1.78 B parameter model: 3.3 GiB, two replicas at once.
+    gib = 1_777_088_000 * 2 / 2**30
+    assert serving.weights_gib(cfg) == gib
+    load_s = gib * 1024 * 2 / mb_s
     want = math.ceil((serving.ENGINE_INIT_SECONDS + 2 * load_s) / 10) * 10
     c = obj(served, "Deployment", serving.NAME)["spec"]["template"]["spec"]["containers"][0]
     startup = c["startupProbe"]
-    assert startup["periodSeconds"] * startup["failureThreshold"] == want == 330
-    bigger = load_variant("p5", edits(model={"run": "multi-node", "step": 1, "sizeGiB": 640}))
+    assert startup["periodSeconds"] * startup["failureThreshold"] == want == 310
+    bigger = load_variant("p5", edits(model={"run": "multi-node", "step": 250, "sizeGiB": 640}))
     assert serving.startup_budget_seconds(bigger) > 2 * want
 
 
@@ -218,7 +242,7 @@ def test_placed_like_the_training_pods(served):
     assert spec["tolerations"] == training["tolerations"]
     # Two 4-GPU replicas fit one p5: packed (preferred), not one per node.
     assert "podAffinity" in spec["affinity"] and "podAntiAffinity" not in spec["affinity"]
-    whole = load_variant("p5", edits(gpusPerReplica=8, replicas=1))
+    whole = load_variant("p5", edits(gpusPerReplica=8, replicas=1, model={"path": "/fsx/models/big"}))
     assert serving.one_replica_per_node(whole)
 
 
@@ -265,7 +289,10 @@ def test_a_forced_surge_onto_a_full_node_group_is_refused():
 
 def test_serving_pods_are_in_the_schedule_and_the_fit_report(served):
     lines = policy.fit_report(served.resources)
-    assert any(line.strip().startswith(f"Deployment/{serving.NAME}: 93 CPU") and "4 GPU" in line for line in lines)
+    # Sized from the model, not a share of the node: 2 + 2 x 4 CPUs; 4 GiB of weights (3.3 rounded up)
+    # + 5 GiB /dev/shm (2 + 3 further TP ranks) + 6 GiB allowance.
+    assert any(line.strip().startswith(f"Deployment/{serving.NAME}: 10 CPU, 15.0 GiB") and "4 GPU" in line
+               for line in lines), lines
     s = schedule.simulate(served.resources)
     assert s.outcome(serving.NAME).status == schedule.SERVES
     assert s.outcome("rltrain-multinode").status == schedule.RUNS_NOW
@@ -326,7 +353,7 @@ def test_evaluation_cronjob(served):
     c = job["template"]["spec"]["containers"][0]
     assert c["command"] == ["python3", "/scripts/evaluate.py"]
     out = f"{env.checkpoint_dir(served.cfg, 2)}/eval"
-    assert f"--out-dir={out}" in c["args"] and "--label=step-1200" in c["args"]
+    assert f"--out-dir={out}" in c["args"] and "--label=step-200" in c["args"]
     assert "--endpoint=http://rltrain-serving.rltrain.svc:8000" in c["args"]
     mounts = {v["name"] for v in job["template"]["spec"]["volumes"]}
     assert {"fsx", "scripts"} <= mounts

@@ -75,7 +75,7 @@ def test_a_config_with_one_placement_key_is_refused_for_multi_node(tmp_path):
 
 def test_unknown_trainer_refused_and_program_env_owned_by_the_profile(tmp_path):
     p, _ = problems(lambda c: section(c, "workloads").update(trainer="verl"), tmp_path)
-    assert "unknown trainer profile; known: rlinf, none" in p["rltrain:workloads.trainer"]
+    assert "unknown trainer profile; known: rlinf, rlinf-reasoning, none" in p["rltrain:workloads.trainer"]
     p, _ = problems(lambda c: section(c, "workloads").update(env={"PATH": "/usr/bin", "HYDRA_OVERRIDES": "x=1"}),
                     tmp_path)
     assert "set by the program from trainer profile rlinf" in p["rltrain:workloads.env.PATH"]

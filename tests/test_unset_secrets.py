@@ -50,6 +50,7 @@ def test_the_committed_stack_files_hold_no_secret_at_all():
 NEEDED = {
     "byo": {"rltrain:kubeconfig"},
     "dev": {"rltrain:grafanaAdminPassword"},
+    "dev-reasoning": {"rltrain:grafanaAdminPassword"},
     "p4de": {"rltrain:hfToken", "rltrain:grafanaAdminPassword"},
     "p5": {"rltrain:hfToken", "rltrain:grafanaAdminPassword"},
     "sim": {"rltrain:kubeconfig", "rltrain:hfToken"},

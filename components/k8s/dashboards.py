@@ -240,10 +240,18 @@ def cost_board() -> Board:
     )
 
 
-def serving_board(training_namespace: str) -> Board:
+def serving_board(training_namespace: str, evaluation: bool = False) -> Board:
     """The serving Deployment's vLLM metrics (monitoring_metrics.VLLM_METRICS): request latency,
-    tokens per second, KV-cache use. Only with workloads.serving on."""
+    tokens per second, KV-cache use. Only with workloads.serving on. With serving.evaluation, a row
+    of the evaluation's accuracy per served step (monitoring_metrics.EVAL_METRICS)."""
     sel = f'namespace="{training_namespace}"'
+    rows = (("Evaluation", (
+        # The step whose result file is newest: topk(1) of the result timestamps.
+        _s("Accuracy, newest evaluation", f"max(rltrain_eval_accuracy{{{sel}}} and on(step) "
+           f"topk(1, rltrain_eval_result_timestamp_seconds{{{sel}}}))", "percentunit", w=6),
+        _ts("Accuracy over served steps", Query(f"max by (step) (rltrain_eval_accuracy{{{sel}}})", "step {{step}}"),
+            unit="percentunit", w=18),
+    )),) if evaluation else ()
     return Board(
         "rltrain-serving", "rltrain / Serving",
         f"The vLLM server of namespace {training_namespace} (Deployment rltrain-serving), per pod.",
@@ -269,13 +277,14 @@ def serving_board(training_namespace: str) -> Board:
                     w=8),
                 _ts("KV cache used", Query(f"vllm:kv_cache_usage_perc{{{sel}}}", "{{pod}}"), unit="percentunit", w=24),
             )),
+            *rows,
         ),
     )
 
 
-def all_dashboards(training_namespace: str, serving: bool = False) -> list[Board]:
+def all_dashboards(training_namespace: str, serving: bool = False, evaluation: bool = False) -> list[Board]:
     return [gpu_board(training_namespace), efa_board(), runs_board(training_namespace), cost_board(),
-            *([serving_board(training_namespace)] if serving else [])]
+            *([serving_board(training_namespace, evaluation)] if serving else [])]
 
 
 # --- building ---------------------------------------------------------------------------------------

@@ -118,6 +118,8 @@ class MonitoringArgs(BaseModel):
     gpu_capacity_block: bool = False
     # workloads.serving: a PodMonitor for the vLLM server's /metrics and the Serving dashboard.
     serving: bool = False
+    # workloads.serving.evaluation: a PodMonitor for the eval-metrics Deployment (accuracy over steps).
+    evaluation: bool = False
     # The stack installs Kueue: its controller is scraped and the queue alerts name this ClusterQueue.
     kueue_cluster_queue: Optional[str] = None
 
@@ -139,6 +141,7 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
         gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count,
         gpu_capacity_block=cfg.gpu_nodes.capacity.type == "capacity-block",
         serving=cfg.workloads.serving.enabled,
+        evaluation=cfg.workloads.serving.enabled and cfg.workloads.serving.evaluation.enabled,
         kueue_cluster_queue=kueue.cluster_queue_name(cfg) if cfg.kueue_install and cfg.kueue_enabled else None)
 
 
@@ -467,6 +470,17 @@ def serving_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
     }
 
 
+def eval_metrics_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
+    """The evaluation results as metrics (components/scripts/eval_metrics.py) on the port named
+    `metrics` of the eval-metrics Deployment (components/workloads/evaluation.py, whose
+    NetworkPolicy admits Prometheus there). Every 60 s: the results change every few hours."""
+    return {
+        "namespaceSelector": {"matchNames": [a.training_namespace]},
+        "selector": {"matchLabels": {"app.kubernetes.io/component": "eval-metrics"}},
+        "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "60s"}],
+    }
+
+
 def ray_network_policy_args(a: MonitoringArgs) -> k8s.networking.v1.NetworkPolicyInitArgs:
     """Added to the runs' own policies (NetworkPolicies are a union): Prometheus pods of the
     monitoring namespace may reach the Ray metrics port of a run pod, nothing else more."""
@@ -610,7 +624,14 @@ class Monitoring(pulumi.ComponentResource):
                 metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-serving", namespace=args.namespace,
                                                     labels=_labels("serving")),
                 spec=serving_podmonitor_spec(args), opts=after_crds)
-        for board in dashboards.all_dashboards(args.training_namespace, serving=args.serving):
+        if args.evaluation:
+            k8s.apiextensions.CustomResource(
+                f"{name}-eval-metrics-podmonitor", api_version="monitoring.coreos.com/v1", kind="PodMonitor",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-eval-metrics", namespace=args.namespace,
+                                                    labels=_labels("eval-metrics")),
+                spec=eval_metrics_podmonitor_spec(args), opts=after_crds)
+        for board in dashboards.all_dashboards(args.training_namespace, serving=args.serving,
+                                               evaluation=args.evaluation):
             k8s.core.v1.ConfigMap(f"{name}-dashboard-{board.uid}", dashboards.configmap_args(board, args.namespace),
                                   in_ns)
         self.namespace = ns.metadata.name

@@ -139,6 +139,11 @@ VLLM_METRICS = (
       for part in ("bucket", "sum", "count")),
 )
 
+# --- the evaluation's results (components/scripts/eval_metrics.py, this repo) -----------------------
+EVAL_SOURCE = "components/scripts/eval_metrics.py (this repository)"
+EVAL_METRICS = ("rltrain_eval_accuracy", "rltrain_eval_correct", "rltrain_eval_judged",
+                "rltrain_eval_result_timestamp_seconds", "rltrain_eval_unreadable_files")
+
 EMITTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "dcgm-exporter": (DCGM_SOURCE, DCGM_DEFAULT_COUNTERS + DCGM_ADDED_COUNTERS),
     "efa-metrics": (EFA_SOURCE, EFA_METRICS),
@@ -146,6 +151,7 @@ EMITTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "kueue": (KUEUE_SOURCE, KUEUE_METRICS),
     "ray": (RAY_SOURCE, RAY_METRICS),
     "vllm": (VLLM_SOURCE, VLLM_METRICS),
+    "eval-metrics": (EVAL_SOURCE, EVAL_METRICS),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from components.stack import volume_budget
 from components.stack.config import StackConfig
 
 
@@ -23,7 +24,8 @@ def throughput_mb_s(cfg: StackConfig) -> Optional[float]:
 
 def estimate(cfg: StackConfig) -> Optional[tuple[float, int, str]]:
     """(seconds to write one checkpoint, grace period, the line for the summary), or None."""
-    size = cfg.workloads.checkpoint_size_gib
+    # workloads.checkpointSizeGiB, else derived from the trainer profile's model (volume_budget.py).
+    size = volume_budget.checkpoint_gib(cfg)
     if size is None:
         return None
     grace = cfg.workloads.termination_grace_period_seconds
@@ -32,7 +34,7 @@ def estimate(cfg: StackConfig) -> Optional[tuple[float, int, str]]:
         return None
     seconds = size * 1024 / mb_s
     verdict = "fits" if seconds <= grace else "EXCEEDS"
-    line = (f"checkpoint: {size} GiB at {mb_s:,.0f} MB/s (FSx {cfg.storage.fsx.storage_capacity_gib} GiB x "
+    line = (f"checkpoint: {size:,.1f} GiB at {mb_s:,.0f} MB/s (FSx {cfg.storage.fsx.storage_capacity_gib} GiB x "
             f"{cfg.storage.fsx.per_unit_storage_throughput} MB/s/TiB) ~ {seconds:,.0f} s; {verdict} the "
             f"{grace} s grace period after SIGTERM")
     return seconds, grace, line

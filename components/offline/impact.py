@@ -41,7 +41,9 @@ SERVING_RESTART = "serving restart"
 CHECK_RERUN = "check re-runs"
 # The app.kubernetes.io/component of the check runs (workloads/validation.py, nccl.py, gate.py
 # COMPONENT; tests/test_impact.py keeps them equal): replacing one re-runs a check, no work is lost.
-CHECK_COMPONENTS = ("validation", "nccl-test", "check-gate")
+# The export of a served step (workloads/export.py) is re-run the same way: it rewrites an export
+# from a checkpoint that stays, and no training run is touched.
+CHECK_COMPONENTS = ("validation", "nccl-test", "check-gate", "export")
 NEVER_FINISHES = "never finishes"
 # Worst first, for the table and for the one verdict per resource.
 SEVERITY = [REFUSED, NEVER_FINISHES, DATA_LOSS, NODE_ROLL, RUN_RESTART, SERVING_RESTART, CHECK_RERUN, REPLACE, DELETE,
@@ -581,17 +583,21 @@ def _run_opt_in(cfg: StackConfig) -> tuple[str, bool]:
     return "rltrain:workloads.allowRunRestart", cfg.workloads.allow_run_restart
 
 
+def _component(r: Resource) -> str:
+    return (((r.get("inputs") or {}).get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component", "")
+
+
 def _is_check(r: Resource) -> bool:
-    labels = ((r.get("inputs") or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get("app.kubernetes.io/component") in CHECK_COMPONENTS
+    return _component(r) in CHECK_COMPONENTS
 
 
 def _run_or_check(before: Resource, after: Resource, verdict: tuple) -> tuple:
     """A run restart of a check is a re-run: nothing to lose, no opt-in (issue 18: scaling the GPU
     nodes re-runs validation and the NCCL test, whose pod counts follow the node count)."""
     if verdict[0] == RUN_RESTART and _is_check(after) and _is_check(before):
-        return (CHECK_RERUN, verdict[1].replace("the run is stopped and started anew", "the check runs again")
-                .replace("the run is replaced", "the check runs again"), "", True)
+        what = "the export runs again" if _component(after) == "export" else "the check runs again"
+        return (CHECK_RERUN, verdict[1].replace("the run is stopped and started anew", what)
+                .replace("the run is replaced", what), "", True)
     return verdict
 
 

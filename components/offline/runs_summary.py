@@ -7,7 +7,7 @@ Derived from the stack config through the same functions the workloads use
 
 from __future__ import annotations
 
-from components.stack import trainers
+from components.stack import trainers, volume_budget
 from components.stack.config import StackConfig
 from components.workloads import env, job, multinode, trainer
 
@@ -50,4 +50,4 @@ def lines(cfg: StackConfig) -> list[str]:
         hours = w.max_run_minutes / 60
         out.append(f"  cost bound: up to {attempts} attempt(s) (retries {w.retries}) x {hours:g} h x {nodes} node(s)"
                    + (f"; each retry {RESTARTS}" if terms is None else ""))
-    return out
+    return out + volume_budget.lines(cfg)

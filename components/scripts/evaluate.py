@@ -13,12 +13,19 @@ the prompts with an answer, mean latency, completion tokens) - is written as JSO
     python3 evaluate.py --endpoint http://rltrain-serving.rltrain.svc:8000 --model NAME \\
         --prompts /fsx/eval/prompts.jsonl --out-dir /fsx/runs/EXP/ID/eval --label step-1200
 
+Scoring (`--scoring`): `contains` (above), or `math` for the reasoning family: the completion's
+final answer (the last \\boxed{...}, as RLinf's math reward extracts it: _evaluate/answers.py)
+equal to `expected` after a light normalization. `--prompts builtin:math` is the shipped set
+(_evaluate/math_set.py); `--chat` sends each prompt as a user message to `/v1/chat/completions`
+(the server applies the model's chat template). `--step N` is written into the summary, so the
+result files of successive steps give accuracy over steps.
+
 Exit codes:
   0  every prompt answered (EVAL DONE)
   1  the server failed: unreachable, an HTTP error, the model not served (EVAL ERROR)
   2  bad input: no prompts file, a line that is not a JSON object with a string `prompt` (EVAL ERROR)
 
-Standard library only; Python 3.8+.
+Standard library only; Python 3.9+.
 """
 
 import argparse
@@ -28,6 +35,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the _evaluate package beside it
+from _evaluate import answers, math_set  # noqa: E402
 
 EXIT_DONE = 0
 EXIT_SERVER = 1
@@ -56,6 +66,8 @@ def _request(url, body=None, timeout=600.0):
 
 
 def read_prompts(path):
+    if path == "builtin:math":
+        return math_set.items()
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -79,7 +91,21 @@ def read_prompts(path):
     return out
 
 
-def evaluate(endpoint, model, prompts, max_tokens, timeout):
+def _complete(base, model, prompt, max_tokens, timeout, chat):
+    if chat:
+        resp = _request(f"{base}/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": prompt}],
+                                                        "max_tokens": max_tokens, "temperature": 0}, timeout)
+        choices = resp.get("choices") or []
+        text = (choices[0].get("message") or {}).get("content") if choices else None
+    else:
+        resp = _request(f"{base}/v1/completions", {"model": model, "prompt": prompt,
+                                                   "max_tokens": max_tokens, "temperature": 0}, timeout)
+        choices = resp.get("choices") or []
+        text = choices[0].get("text") if choices else None
+    return resp, text
+
+
+def evaluate(endpoint, model, prompts, max_tokens, timeout, scoring="contains", chat=False, step=None):
     base = endpoint.rstrip("/")
     served = [m.get("id") for m in (_request(f"{base}/v1/models", timeout=timeout).get("data") or [])]
     if model not in served:
@@ -87,23 +113,24 @@ def evaluate(endpoint, model, prompts, max_tokens, timeout):
     results = []
     for item in prompts:
         start = time.monotonic()
-        resp = _request(f"{base}/v1/completions", {"model": model, "prompt": item["prompt"],
-                                                   "max_tokens": max_tokens, "temperature": 0}, timeout)
+        resp, text = _complete(base, model, item["prompt"], max_tokens, timeout, chat)
         latency = time.monotonic() - start
-        choices = resp.get("choices") or []
-        if not choices or not isinstance(choices[0].get("text"), str):
+        if not isinstance(text, str):
             raise ServerError(f"no completion text in the response to prompt {len(results) + 1}")
-        text = choices[0]["text"]
         row = {"prompt": item["prompt"], "completion": text, "latency_seconds": round(latency, 4),
                "completion_tokens": (resp.get("usage") or {}).get("completion_tokens")}
         if "expected" in item:
             row["expected"] = item["expected"]
-            row["correct"] = item["expected"].strip() in text
+            if scoring == "math":
+                row["correct"], row["answer"] = answers.correct(text, item["expected"])
+            else:
+                row["correct"] = item["expected"].strip() in text
         results.append(row)
     judged = [r for r in results if "correct" in r]
     correct = sum(1 for r in judged if r["correct"])
     summary = {
-        "model": model, "endpoint": base, "prompts": len(results), "judged": len(judged), "correct": correct,
+        "model": model, "endpoint": base, "step": step, "scoring": scoring,
+        "prompts": len(results), "judged": len(judged), "correct": correct,
         "accuracy": round(correct / len(judged), 4) if judged else None,
         "mean_latency_seconds": round(sum(r["latency_seconds"] for r in results) / len(results), 4),
         "completion_tokens": sum(r["completion_tokens"] or 0 for r in results),
@@ -132,6 +159,9 @@ def main(argv=None):
     ap.add_argument("--label", default=os.environ.get("EVAL_LABEL", "model"), help="part of the result file name")
     ap.add_argument("--max-tokens", type=int, default=int(os.environ.get("EVAL_MAX_TOKENS", "256")))
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    ap.add_argument("--scoring", choices=("contains", "math"), default="contains")
+    ap.add_argument("--chat", action="store_true", help="use /v1/chat/completions")
+    ap.add_argument("--step", type=int, default=None, help="the served checkpoint step (recorded)")
     a = ap.parse_args(argv)
     missing = [n for n in ("endpoint", "model", "prompts", "out_dir") if not getattr(a, n)]
     if missing:
@@ -139,7 +169,7 @@ def main(argv=None):
         return EXIT_INPUT
     try:
         prompts = read_prompts(a.prompts)
-        result = evaluate(a.endpoint, a.model, prompts, a.max_tokens, a.timeout)
+        result = evaluate(a.endpoint, a.model, prompts, a.max_tokens, a.timeout, a.scoring, a.chat, a.step)
     except InputError as e:
         print(f"EVAL ERROR: {e}", file=sys.stderr)
         return EXIT_INPUT

@@ -9,20 +9,16 @@ allowed, and raises one `ConfigError`. docs/configuration.md, generated from the
 
 from __future__ import annotations
 
-import ast
-import functools
-import inspect
 import ipaddress
 import json
 import re
-import sys
-from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from components.stack import catalog, refusals, trainers
+from components.stack.lifecycle import CheckpointRetention, ExportConfig
+from components.stack.model_base import _Model, _field_docstrings, _module_field_docstrings  # noqa: F401
 # Defined below this module (refusals.py reads them too, and config imports refusals): kept here by name.
 from components.stack.catalog import shm_default_gib  # noqa: F401
 from components.stack.secrets_scan import SECRET_LIKE  # noqa: F401
@@ -35,60 +31,6 @@ KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")  # EKS standard support, 2026-11 
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        # Field docstrings are the descriptions: the configuration reference (docs/configuration.md,
-        # components/offline/config_reference.py) is generated from them. pydantic's
-        # use_attribute_docstrings reads them by the same rule, but on Python < 3.13 it finds each
-        # class's source by walking the call stack with inspect.getmodule, which maps the file of
-        # every loaded module on its first call (about 0.1 s of every render, 1,200 modules loaded);
-        # here one parse of this file serves every model.
-        super().__pydantic_init_subclass__(**kwargs)
-        docs = _field_docstrings(cls)
-        for name, info in cls.model_fields.items():
-            if info.description is None and name in docs:
-                info.description = docs[name]
-
-
-@functools.cache
-def _module_field_docstrings(path: str) -> dict[str, dict[str, str]]:
-    """Class qualname -> {field: docstring} for every class in the Python file at `path` (in functions
-    too, as `f.<locals>.Model`). pydantic's rule
-    (pydantic/_internal/_docs_extraction.py, DocstringVisitor): a string statement right after an
-    annotated assignment to a name documents that name, cleaned with inspect.cleandoc."""
-    found: dict[str, dict[str, str]] = {}
-
-    def visit(body: list[ast.stmt], prefix: str) -> None:
-        for node in body:
-            if isinstance(node, ast.ClassDef):
-                docs, previous = {}, None
-                for stmt in node.body:
-                    if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
-                            and isinstance(stmt.value.value, str) and isinstance(previous, ast.AnnAssign)
-                            and isinstance(previous.target, ast.Name)):
-                        docs[previous.target.id] = inspect.cleandoc(stmt.value.value)
-                    previous = stmt
-                found[prefix + node.name] = docs
-                visit(node.body, f"{prefix}{node.name}.")
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                visit(node.body, f"{prefix}{node.name}.<locals>.")  # a model defined in a function
-            else:
-                for block in ("body", "orelse", "finalbody", "handlers"):
-                    visit(getattr(node, block, []), prefix)
-
-    visit(ast.parse(Path(path).read_text(encoding="utf-8")).body, "")
-    return found
-
-
-def _field_docstrings(cls: type) -> dict[str, str]:
-    module = sys.modules.get(cls.__module__)
-    path = getattr(module, "__file__", None)
-    return _module_field_docstrings(path).get(cls.__qualname__, {}) if path else {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -519,7 +461,9 @@ class ServingModel(_Model):
     # A fixed model directory on the shared volume instead of a run's checkpoint.
     path: Optional[str] = Field(None, pattern=r"^/fsx/[^\s]*$", description="fixed model directory under /fsx")
     # Size of the weights: with the volume's read throughput it sets the startup probe's budget.
-    size_gib: int = Field(16, ge=1, le=4096, alias="sizeGiB", description="size of the model weights in GiB")
+    size_gib: Optional[int] = Field(None, ge=1, le=4096, alias="sizeGiB",
+                                    description="size of the model weights in GiB; none = the trainer profile's model "
+                                                "(parameters x 2 bytes, what the export writes), else 16")
 
 
 class EvaluationConfig(_Model):
@@ -530,9 +474,12 @@ class EvaluationConfig(_Model):
     # Image of the evaluation pod: a small Python image (the script uses the standard library only).
     image: Optional[str] = Field(None, description="evaluation image; default the pinned Python image")
     # A JSONL file of {"prompt": ..., "expected": ...} on the shared volume.
-    prompts_path: str = Field("/fsx/eval/prompts.jsonl", pattern=r"^/fsx/[^\s]+$",
-                              description="JSONL prompts file under /fsx")
-    max_tokens: int = Field(256, ge=1, le=32768, description="max_tokens per completion")
+    prompts_path: Optional[str] = Field(None, pattern=r"^/fsx/[^\s]+$",
+                                        description="JSONL prompts file under /fsx; none = the family's: the "
+                                                    "shipped math set for the reasoning family, else /fsx/eval/prompts.jsonl")
+    max_tokens: Optional[int] = Field(None, ge=1, le=32768,
+                                      description="max_tokens per completion; none = 4096 for the reasoning family "
+                                                  "(its models reason at length before the boxed answer), else 256")
     deadline_minutes: int = Field(60, ge=5, le=1440, description="activeDeadlineSeconds of each evaluation Job")
 
 
@@ -559,6 +506,8 @@ class ServingConfig(_Model):
     load_throughput_mb_s: Optional[int] = Field(None, ge=10, alias="loadThroughputMBps",
                                                 description="volume read throughput in MB/s (byo clusters)")
     evaluation: EvaluationConfig = EvaluationConfig()
+    export: ExportConfig = ExportConfig()
+    """the export Job of the served step (a trainer checkpoint to a Hugging Face directory the server loads)"""
 
     @field_validator("image")
     @classmethod
@@ -579,6 +528,11 @@ class Staging(_Model):
         None, alias="s3Prefix", pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$",
         description="stage from s3://bucket/prefix/<name>/ (each item's directory name) instead of the "
                     "model hub; the training role must be allowed to read it")
+    # RLinf/RLinf v0.3 docker/Dockerfile bakes ENV HF_ENDPOINT=https://hf-mirror.com into the image
+    # unless it is built with NO_MIRROR=1: the staging Job sets it explicitly, never the image's.
+    hf_endpoint: str = Field("https://huggingface.co", alias="hfEndpoint", pattern=r"^https://[^\s/]+(/\S*)?$",
+                             description="HF_ENDPOINT of the staging Job (the model hub it downloads from); "
+                                         "set explicitly because the RLinf image bakes a mirror in")
     deadline_minutes: int = Field(120, ge=5, le=1440,
                                   description="activeDeadlineSeconds of the staging Job, and how long "
                                               "`pulumi up` waits for it before training is created")
@@ -638,6 +592,8 @@ class WorkloadsConfig(_Model):
     # the grace period the trainer gets after SIGTERM. None = not estimated.
     checkpoint_size_gib: Optional[int] = Field(None, ge=1, alias="checkpointSizeGiB")
     """size of one checkpoint: the render estimates its write time to FSx and warns when it exceeds `terminationGracePeriodSeconds`; none = not estimated"""
+    checkpoints: CheckpointRetention = CheckpointRetention()
+    """checkpoint retention per run (the newest `keep` complete ones) and the volume budget's margin"""
     retries: int = Field(3, ge=0, le=20)
     """failures allowed (disruptions such as node drains, a node lost or repaired, never count)"""
     # Kueue's waitForPodsReady requeue limit (components/k8s/kueue.py): the bound on whole-run
@@ -670,15 +626,25 @@ class WorkloadsConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _profile_defaults(cls, data: Any) -> Any:
-        """venvName and modelPath default to what the trainer profile gives for configName."""
+        """configName, command and experimentName default to the trainer profile's; venvName and
+        modelPath to what the profile gives for configName."""
         if not isinstance(data, dict):
             return data
         profile = trainers.get(data.get("trainer", trainers.RLINF.name))
-        name = data.get("configName", data.get("config_name", profile.default_config if profile else None))
+        data = dict(data)
+        if profile is not None:
+            # The profile's own config, command and experiment name unless set (a second profile's
+            # defaults are its own, not the embodied default's).
+            if data.get("configName") is None and data.get("config_name") is None:
+                data["configName"] = profile.default_config
+            if data.get("command") is None:
+                data["command"] = profile.command
+            if data.get("experimentName") is None and data.get("experiment_name") is None:
+                data["experimentName"] = profile.experiment_name
+        name = data.get("configName", data.get("config_name"))
         tc = profile.configs.get(name) if profile and isinstance(name, str) else None
         if tc is None:
             return data
-        data = dict(data)
         if data.get("venvName") is None and data.get("venv_name") is None:
             data["venvName"] = tc.venv
         if data.get("modelPath") is None and data.get("model_path") is None:
@@ -1069,8 +1035,8 @@ def _trainer_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         p.append((_path(("workloads", "modelPath")),
                   f"{w.model_path!r} is not a model config {w.config_name} is staged with; "
                   f"expected {tc.model_path} (remove modelPath for the default)"))
-    if w.multi_node.enabled and not tc.placement:
-        multi = [n for n, c in profile.configs.items() if c.placement]
+    if w.multi_node.enabled and not tc.spreads:
+        multi = [n for n, c in profile.configs.items() if c.spreads]
         p.append((_path(("workloads", "configName")),
                   f"{w.config_name} places every component under one comma-joined key, which no "
                   f"override can spread over {cfg.multi_node_count} nodes (their GPUs would idle); "
@@ -1104,6 +1070,62 @@ def _kueue_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     if w.training_after_checks and not (w.validation.enabled or w.nccl_test.enabled):
         p.append((_path(("workloads", "trainingAfterChecks")),
                   "waits for validation and the NCCL test, and neither is enabled"))
+    return p
+
+
+GPU_ALLOWANCE_GIB = 2
+
+
+def _served_model_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """A run's step served, against the trainer profile's model and save facts: a family vLLM
+    serves, a step the config saves, a tensor parallel size that divides the attention heads."""
+    p: list[tuple[str, str]] = []
+    sv, w = cfg.workloads.serving, cfg.workloads
+    m, profile, tc = sv.model, w.profile, w.trainer_config
+    key = ("workloads", "serving")
+    if m.run is None or profile is None or tc is None or tc.model is None:
+        return p
+    if not tc.model.vllm_servable:
+        servable = [f"{pr.name} {n} ({c.model.architecture})" for pr in trainers.PROFILES.values()
+                    for n, c in pr.configs.items() if c.model and c.model.vllm_servable]
+        p.append((_path((*key, "model", "run")),
+                  f"trainer {profile.name} config {w.config_name} trains {tc.model.architecture} ({profile.family} "
+                  f"family), which vLLM does not serve (not in vllm/model_executor/models/registry.py); "
+                  f"servable: {', '.join(servable)}; evaluate an embodied policy in its simulator instead"))
+        return p
+    saves = tc.saves
+    if saves is not None and m.step is not None:
+        if saves.last_step is not None and m.step > saves.last_step:
+            p.append((_path((*key, "model", "step")),
+                      f"{m.step} is after the last step of {w.config_name} ({saves.last_step}): it is never saved"))
+        elif m.step < saves.save_interval or m.step % saves.save_interval:
+            lo = max(saves.save_interval, m.step // saves.save_interval * saves.save_interval)
+            p.append((_path((*key, "model", "step")),
+                      f"{m.step} is not a step {w.config_name} saves (runner.save_interval {saves.save_interval}: "
+                      f"steps {saves.save_interval}, {2 * saves.save_interval}, ...); nearest: {lo}"
+                      + (f" or {lo + saves.save_interval}" if m.step > saves.save_interval else "")))
+    # GPU memory: vLLM refuses to start when one max-length sequence's KV cache does not fit beside
+    # the weights in gpu_memory_utilization (default 0.9: vllm EngineArgs) of each GPU
+    # (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory). Both split over the TP ranks;
+    # GPU_ALLOWANCE_GIB for the CUDA context, activations and CUDA graphs (an allowance, not measured).
+    it = cfg.gpu_nodes.instance
+    length = sv.max_model_len or tc.model.max_position
+    weights, kv = tc.model.weights_gib(2), tc.model.kv_cache_gib(length)
+    per_gpu = (weights + kv) / sv.tp
+    room = it.gpu_memory_gib * 0.9 - GPU_ALLOWANCE_GIB
+    if per_gpu > room:
+        p.append((_path((*key, "maxModelLen")),
+                  f"{length} tokens: weights {weights:,.1f} GiB + one sequence's KV cache {kv:,.1f} GiB over "
+                  f"{sv.tp} GPU(s) = {per_gpu:,.1f} GiB per GPU > {room:,.1f} GiB usable of a {it.gpu_memory_gib} GiB "
+                  f"{it.gpu_model} (90 % gpu_memory_utilization, {GPU_ALLOWANCE_GIB} GiB runtime allowance); "
+                  f"lower maxModelLen or raise gpusPerReplica"))
+    heads = tc.model.attention_heads
+    if heads % sv.tp:
+        ok = [n for n in range(1, cfg.gpu_nodes.instance.gpu_count + 1)
+              if heads % n == 0 and cfg.gpu_nodes.instance.gpu_count % n == 0]
+        p.append((_path((*key, "gpusPerReplica")),
+                  f"tensor parallel size {sv.tp} does not divide the {heads} attention heads of {tc.model.architecture} "
+                  f"({tc.model.source}; vLLM shards heads evenly over the ranks); allowed: {', '.join(map(str, ok))}"))
     return p
 
 
@@ -1145,6 +1167,7 @@ def _serving_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         p.append((_path((*key, "model", "step")), f"required with run {m.run!r}: the checkpoint step to serve"))
     if m.path is not None and m.step is not None:
         p.append((_path((*key, "model", "step")), "only with run; path names the model directory itself"))
+    p += _served_model_checks(cfg)
     for i, arg in enumerate(sv.extra_args):
         flag = arg.split("=", 1)[0].replace("_", "-")
         if flag in SERVING_PROGRAM_FLAGS:

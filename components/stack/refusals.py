@@ -11,7 +11,8 @@
   `restricted` with workloads whose pods it refuses; public-endpoint CIDRs that together cover the
   internet; env names; and the checks the program's builders would otherwise make while the
   program runs (a traceback instead of a key path): /dev/shm that does not fit the pod, protected
-  or clashing env names, an EFA type the pinned device plugin does not know.
+  or clashing env names, an EFA type the pinned device plugin does not know; and the volume
+  budget (volume_budget.py): models, assets and the kept checkpoints of every run within the FSx capacity.
 
 No Pulumi import here (components/stack is config only); `config` imports this module, so the
 `StackConfig` type is only named for type checkers.
@@ -25,7 +26,7 @@ import re
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 from urllib.parse import urlsplit
 
-from components.stack import catalog, secrets_scan, versions
+from components.stack import catalog, secrets_scan, versions, volume_budget
 
 if TYPE_CHECKING:  # pragma: no cover
     from components.stack.config import StackConfig
@@ -53,6 +54,7 @@ PATTERN_WORDS = {
     r"^/fsx/[^\s]+$": "a path under /fsx (the shared volume), without spaces",
     r"^/fsx/[^\s]*$": "a path under /fsx (the shared volume), without spaces",
     r"^(\S+\s+){4}\S+$": "a cron schedule of 5 fields, such as '0 */6 * * *'",
+    r"^https://[^\s/]+(/\S*)?$": "an https:// URL without spaces, such as 'https://huggingface.co'",
     r"^[^/].*\{step\}.*$": "a relative path containing {step}, such as 'global_step_{step}/actor/huggingface'",
     r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$":
         "at most 63 characters: lowercase letters, digits and '-', starting and ending with a letter or digit",
@@ -225,7 +227,9 @@ PROTECTED_ENV = frozenset({
 # checkpoint directory and the overrides in the trainer's own names (profile rlinf's listed here).
 PROGRAM_ENV = frozenset({"PATH", "VIRTUAL_ENV", "MANISKILL_ASSET_DIR", "CKPT_PATH", "HYDRA_OVERRIDES",
                          "CONFIG_NAME", "VENV_NAME", "MODEL_PATH", "EXPERIMENT_NAME", "PYTORCH_CUDA_ALLOC_CONF",
-                         "TORCH_NCCL_AVOID_RECORD_STREAMS", "RAY_START_EXTRA_ARGS"})
+                         "TORCH_NCCL_AVOID_RECORD_STREAMS", "RAY_START_EXTRA_ARGS",
+                         # the staging Job's hub (workloads.staging.hfEndpoint)
+                         "HF_ENDPOINT"})
 # Mirrors components/workloads/sizing.py (tests check the two agree for every type and size).
 MEMORY_HEADROOM = 0.02
 SHM_MAX_SHARE = 0.25
@@ -535,4 +539,4 @@ def _ray(cfg: StackConfig) -> list[Problem]:
 
 def stack_problems(cfg: StackConfig) -> list[Problem]:
     return (_no_effect(cfg) + _system_nodes(cfg) + _namespace(cfg) + _pod_security(cfg) + _cidrs(cfg)
-            + _env(cfg) + _program(cfg) + _ray(cfg))
+            + _env(cfg) + _program(cfg) + _ray(cfg) + volume_budget.problems(cfg))

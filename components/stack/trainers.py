@@ -31,6 +31,61 @@ class Stage:
     name: str  # short name, shown in logs and errors
     source: str  # "hf:<repo>" (model), "hf-dataset:<repo>", "s3://bucket/prefix", "file:///path"
     dest: str  # absolute path on the shared volume
+    # Size on the volume for the volume budget (components/stack/volume_budget.py): None = the
+    # config's model facts (parameters x the hub's bytes per parameter) when `dest` is its model;
+    # a figure here is an allowance, not measured (say so where it is typed).
+    size_gib: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the program must know of a model: its size (checkpoint and volume budgets, serving
+    requests) and its attention shape (tensor parallel sizes, KV cache). Read from the model's
+    config.json on the Hugging Face hub (named in `source`; not downloaded here: check it against
+    the staged copy)."""
+
+    architecture: str  # config.json architectures[0]
+    params: int  # parameters, total
+    hidden_layers: int
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    max_position: int
+    dtype_bytes: int  # bytes per parameter of the hub's weights (config.json torch_dtype)
+    source: str
+    # Does the pinned vLLM serve this architecture (vllm/model_executor/models/registry.py of
+    # versions.VLLM_OPENAI_IMAGE's release)? OpenVLA / Prismatic is not in it.
+    vllm_servable: bool = False
+
+    def weights_gib(self, dtype_bytes: Optional[int] = None) -> float:
+        return self.params * (dtype_bytes or self.dtype_bytes) / 2**30
+
+    def kv_cache_gib(self, tokens: int, dtype_bytes: int = 2) -> float:
+        """KV cache of `tokens` tokens: a K and a V vector of kv_heads x head_dim per layer per token
+        (vLLM's full-attention KV spec, vllm/v1/kv_cache_interface.py page_size_bytes, at bf16)."""
+        return 2 * self.hidden_layers * self.kv_heads * self.head_dim * dtype_bytes * tokens / 2**30
+
+
+@dataclass(frozen=True)
+class SaveFacts:
+    """What one checkpoint of the config holds, from the config's own keys (cited per config).
+
+    RLINF rlinf/hybrid_engines/fsdp/strategy/base.py save_checkpoint: dcp.save of the training
+    state (model parameters sharded + optimizer state + LR scheduler, full_state_dict False), then
+    rank 0's torch.save of the full model state dict to model_state_dict/full_weights.pt (both at
+    the actor's parameter dtype). Adam (actor.optim.optimizer adam) keeps two moments per trainable
+    parameter, at the parameter's dtype (torch.optim.Adam: exp_avg and exp_avg_sq zeros_like the
+    parameter)."""
+
+    param_bytes: int  # actor.model.precision: fp32 4, bf16/fp16 2
+    trainable_fraction: float  # 1.0 full fine-tune; LoRA: the adapters' share (an estimate, cited)
+    save_interval: int  # runner.save_interval
+    last_step: Optional[int]  # the config's last step; None when it depends on the data set's size
+
+    def checkpoint_gib(self, m: ModelFacts) -> float:
+        dcp = m.params * self.param_bytes * (1 + 2 * self.trainable_fraction)
+        full = m.params * self.param_bytes
+        return (dcp + full) / 2**30
 
 
 @dataclass(frozen=True)
@@ -57,6 +112,16 @@ class TrainerConfig:
     # Does a single-node run of this config use EFA? RLinf on one node talks over NVLink (NCCL's
     # P2P/SHM transports); EFA carries only inter-node traffic.
     single_node_efa: bool = False
+    # The components the config places on `all` GPUs under one key (`actor,rollout,reward: all`):
+    # RLinf spreads them over every GPU of cluster.num_nodes nodes, so N nodes is one override.
+    all_gpus: tuple[str, ...] = ()
+    model: Optional[ModelFacts] = None
+    saves: Optional[SaveFacts] = None
+
+    @property
+    def spreads(self) -> bool:
+        """A run of this config can use N nodes (its placement is per component, or `all`)."""
+        return bool(self.placement or self.all_gpus)
 
 
 @dataclass(frozen=True)
@@ -76,6 +141,11 @@ class ResumeTerms:
 @dataclass(frozen=True)
 class TrainerProfile:
     name: str
+    # "embodied" (an action policy in a simulator) or "reasoning" (a language model): what serving,
+    # export and evaluation mean for its checkpoints.
+    family: str
+    # The training command a run gets unless workloads.command is set.
+    command: tuple[str, ...]
     venv_root: str
     # The image's PATH after the venv's bin (a container env PATH replaces the image's; Kubernetes
     # expands $(VAR) only for variables of the same container spec, never the image's ENV).
@@ -87,6 +157,7 @@ class TrainerProfile:
     node_rank_env: str  # env var giving each node its rank, set before `ray start`
     resume: ResumeTerms
     default_config: str
+    experiment_name: str  # workloads.experimentName unless set: names the run's checkpoint directory
     source: str  # where the profile's values come from (shown in errors and docs)
 
     def venv_bin(self, venv: str) -> str:
@@ -120,17 +191,34 @@ _STAGES = {s.name: s for s in (
     # points lora_path at /fsx/models/rlinf-openvlaoft-maniskill-base-lora through HYDRA_OVERRIDES
     # but its download Job never fetches it: staged here.
     Stage("openvlaoft-lora", "hf:RLinf/RLinf-OpenVLAOFT-ManiSkill-Base-Lora",
-          f"{MODELS}/RLinf-OpenVLAOFT-ManiSkill-Base-Lora"),
+          f"{MODELS}/RLinf-OpenVLAOFT-ManiSkill-Base-Lora", size_gib=1.0),  # allowance: r=32 adapters ~0.2 GiB
     # RLINF maniskill_ppo_openvla.yaml actor.model.model_path comment.
     Stage("openvla-warmup", "hf:gen-robot/openvla-7b-rlvla-warmup", f"{MODELS}/openvla-7b-rlvla-warmup"),
     # SAMPLE model-download.yaml download_dataset "RLinf/maniskill_assets" -> /fsx/assets/maniskill.
-    Stage("maniskill-assets", "hf-dataset:RLinf/maniskill_assets", f"{ASSETS}/maniskill"),
+    Stage("maniskill-assets", "hf-dataset:RLinf/maniskill_assets", f"{ASSETS}/maniskill",
+          size_gib=10.0),  # allowance, not measured: check `du -sh` after staging
 )}
 
 _OFT_OVERRIDES = (f"actor.model.lora_path={_STAGES['openvlaoft-lora'].dest}",)
 
+# OpenVLA 7B: Prismatic (Llama 2 7B + DINOv2 + SigLIP), 7.54 B parameters, bf16 on the hub
+# (openvla/openvla-7b model card; the OFT and RLinf variants keep the backbone). Not served by vLLM:
+# no OpenVLA / Prismatic architecture in vllm/model_executor/models/registry.py (v0.11.0).
+OPENVLA_7B = ModelFacts(architecture="OpenVLAForActionPrediction", params=7_541_237_184, hidden_layers=32,
+                        attention_heads=32, kv_heads=32, head_dim=128, max_position=2048, dtype_bytes=2,
+                        source="openvla/openvla-7b config.json (Llama 2 7B text backbone)")
+# RLINF examples/embodiment/config/maniskill_ppo_openvlaoft.yaml: save_interval 40, max_epochs 1000
+# (one global step per epoch: rlinf/runners/embodied_runner.py set_max_steps), is_lora True, lora_rank 32; the
+# model's precision bf16 (examples/embodiment/config/model/openvla_oft.yaml). LoRA r=32 on every
+# linear layer of the 32 Llama layers ~ 80 M trainable parameters, ~1.1 % of 7.54 B (an estimate:
+# r x (in + out) per adapted matrix).
+_OFT_SAVES = SaveFacts(param_bytes=2, trainable_fraction=0.011, save_interval=40, last_step=1000)
+
 RLINF = TrainerProfile(
     name="rlinf",
+    family="embodied",
+    # SAMPLE examples/Dockerfile copies examples/scripts to /workspace/eks/scripts.
+    command=("bash", "/workspace/eks/scripts/run_training_eks.sh"),
     venv_root=VENV_ROOT,
     image_path=IMAGE_PATH,
     configs={
@@ -143,24 +231,26 @@ RLINF = TrainerProfile(
             stages=("openvlaoft-base", "openvlaoft-lora", "maniskill-assets"),
             placement={"actor": (0, 7), "env": (0, 3), "rollout": (4, 7)},
             scaled={"env.train.total_num_envs": 128, "actor.global_batch_size": 640},
-            overrides=_OFT_OVERRIDES, experiment_name="maniskill_ppo_openvlaoft"),
+            overrides=_OFT_OVERRIDES, experiment_name="maniskill_ppo_openvlaoft", model=OPENVLA_7B, saves=_OFT_SAVES),
         # ..._quickstart.yaml: `actor,env,rollout: 0-0` (one key, one GPU), 8 envs, batch 40.
         "maniskill_ppo_openvlaoft_quickstart": TrainerConfig(
             venv="openvla-oft", model_path=_STAGES["openvlaoft-base"].dest,
             stages=("openvlaoft-base", "openvlaoft-lora", "maniskill-assets"),
-            overrides=_OFT_OVERRIDES, experiment_name="maniskill_ppo_openvlaoft_quickstart", gpus_per_node=1),
+            overrides=_OFT_OVERRIDES, experiment_name="maniskill_ppo_openvlaoft_quickstart", gpus_per_node=1,
+            model=OPENVLA_7B, saves=_OFT_SAVES),
         # maniskill_ppo_openvla.yaml: actor 0-7, env 0-3, rollout 4-7; 128 envs; batch 640 (micro 80).
         "maniskill_ppo_openvla": TrainerConfig(
             venv="openvla", model_path=_STAGES["openvla-warmup"].dest,
             stages=("openvla-warmup", "maniskill-assets"),
             placement={"actor": (0, 7), "env": (0, 3), "rollout": (4, 7)},
             scaled={"env.train.total_num_envs": 128, "actor.global_batch_size": 640},
-            experiment_name="maniskill_ppo_openvla"),
+            experiment_name="maniskill_ppo_openvla", model=OPENVLA_7B, saves=_OFT_SAVES),
         # maniskill_ppo_openvla_quickstart.yaml: `actor,env,rollout: 0-1`.
         "maniskill_ppo_openvla_quickstart": TrainerConfig(
             venv="openvla", model_path=_STAGES["openvla-warmup"].dest,
             stages=("openvla-warmup", "maniskill-assets"),
-            experiment_name="maniskill_ppo_openvla_quickstart", gpus_per_node=2),
+            experiment_name="maniskill_ppo_openvla_quickstart", gpus_per_node=2, model=OPENVLA_7B,
+            saves=_OFT_SAVES),
     },
     stages=_STAGES,
     # RLINF rlinf/envs/maniskill/tasks/put_on_in_scene_multi.py:38 reads MANISKILL_ASSET_DIR (else a
@@ -194,10 +284,95 @@ RLINF = TrainerProfile(
     # The sample's own default (run_training_eks.sh CONFIG_NAME is the quickstart; its full
     # example manifest runs this one).
     default_config="maniskill_ppo_openvlaoft",
+    experiment_name="maniskill-openvlaoft-ppo",
     source=f"RLinf/RLinf@{RLINF_COMMIT[:12]} (v0.3) in aws-samples/sample-rlinf-on-eks@{SAMPLE_COMMIT[:12]}",
 )
 
-PROFILES: dict[str, TrainerProfile] = {RLINF.name: RLINF}
+
+# ---------------------------------------------------------------------------------------------
+# RLinf's reasoning family: math GRPO on a Qwen2.5 model (RLINF examples/reasoning/), on RLinf's
+# `reason-image` target (RLINF docker/Dockerfile: `install.sh agentic --venv reason`, ~/.bashrc
+# sources /opt/venv/reason/bin/activate). The image's layout beyond RLinf's Dockerfile is the
+# builder's: RLINF_REPO below is where this profile expects RLinf's source (examples/ is not
+# copied by RLinf's Dockerfile) - a placeholder to match to the image you build.
+
+RLINF_REPO = "/workspace/RLinf"
+DATASETS = "/fsx/datasets"
+
+_REASON_STAGES = {s.name: s for s in (
+    # RLINF examples/reasoning/config/math/qwen2.5-1.5b-grpo-fsdp.yaml actor.model.model_path comment.
+    Stage("deepseek-r1-distill-qwen-1.5b", "hf:deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+          f"{MODELS}/DeepSeek-R1-Distill-Qwen-1.5B"),
+    # RLINF docs/source-en/rst_source/examples/agentic/reasoning.rst "Dataset": AReaL-boba-Data;
+    # the configs read data.train_data_paths /dataset/boba/AReaL-boba-106k.jsonl.
+    Stage("areal-boba", "hf-dataset:inclusionAI/AReaL-boba-Data", f"{DATASETS}/boba",
+          size_gib=2.0),  # allowance, not measured: JSONL of ~106 k prompts and answers
+)}
+
+# deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B config.json: Qwen2ForCausalLM, hidden 1536, 28 layers,
+# 12 attention heads, 2 KV heads (head_dim 1536/12 = 128), max_position_embeddings 131072, bfloat16;
+# 1.78 B parameters (the hub's safetensors index total_size / 2). vLLM serves Qwen2ForCausalLM.
+QWEN2_5_1_5B = ModelFacts(architecture="Qwen2ForCausalLM", params=1_777_088_000, hidden_layers=28,
+                          attention_heads=12, kv_heads=2, head_dim=128, max_position=131072, dtype_bytes=2,
+                          source="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B config.json", vllm_servable=True)
+
+_BOBA = f"{_REASON_STAGES['areal-boba'].dest}/AReaL-boba-106k.jsonl"
+_Q15 = _REASON_STAGES["deepseek-r1-distill-qwen-1.5b"].dest
+# The config's model and data paths are placeholders (/path/to/model/..., /dataset/boba/...): the
+# staged copies instead. Hydra list values need brackets.
+_REASON_OVERRIDES = (f"rollout.model.model_path={_Q15}", f"actor.model.model_path={_Q15}",
+                     f"actor.tokenizer.tokenizer_model={_Q15}", f"data.train_data_paths=[{_BOBA}]",
+                     f"data.val_data_paths=[{_BOBA}]")
+
+RLINF_REASONING = TrainerProfile(
+    name="rlinf-reasoning",
+    family="reasoning",
+    # RLINF examples/reasoning/run_main_grpo_math.sh: python examples/reasoning/main_grpo.py
+    # --config-path examples/reasoning/config/math --config-name $CONFIG_NAME (a Hydra main that
+    # takes overrides as arguments). bash only expands the program's variables at run time (no
+    # templating of the manifest, SEED-DEFECTS D1); `set -f` keeps Hydra's [..] lists unglobbed.
+    # runner.output_dir: RLINF rlinf/runners/reasoning_runner.py _save_checkpoint writes
+    # <output_dir>/<experiment_name>/checkpoints/global_step_N.
+    command=("bash", "-c", "set -f; exec python3 " + RLINF_REPO + "/examples/reasoning/main_grpo.py --config-path "
+             + RLINF_REPO + '/examples/reasoning/config/math --config-name "$CONFIG_NAME" '
+             'runner.output_dir="$CKPT_PATH" $HYDRA_OVERRIDES'),
+    venv_root=VENV_ROOT,
+    # The reason image is RLINF docker/Dockerfile's own (no sample layer): the CUDA base's PATH.
+    image_path="/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    configs={
+        # RLINF examples/reasoning/config/math/qwen2.5-1.5b-grpo-fsdp.yaml: cluster.num_nodes 1,
+        # component_placement `actor,rollout,reward: all`; actor.training_backend fsdp,
+        # actor.model.precision fp32, optim adam (full fine-tune); runner.save_interval 50,
+        # max_epochs 5, max_steps -1 (the last step = 5 x steps per epoch of the data set: unknown
+        # here); runner.experiment_name grpo-1.5b; rollout.tensor_parallel_size 2.
+        "qwen2.5-1.5b-grpo-fsdp": TrainerConfig(
+            venv="reason", model_path=_Q15, stages=("deepseek-r1-distill-qwen-1.5b", "areal-boba"),
+            all_gpus=("actor", "rollout", "reward"), overrides=_REASON_OVERRIDES, experiment_name="grpo-1.5b",
+            gpus_per_node=8, model=QWEN2_5_1_5B,
+            saves=SaveFacts(param_bytes=4, trainable_fraction=1.0, save_interval=50, last_step=None)),
+    },
+    stages=_REASON_STAGES,
+    asset_env={},
+    overrides_env="HYDRA_OVERRIDES",
+    node_rank_env="RLINF_NODE_RANK",
+    resume=ResumeTerms(
+        checkpoint_env="CKPT_PATH",
+        steps_under="{config_experiment}/checkpoints",
+        step_prefix="global_step_",
+        # reasoning_runner.py _save_checkpoint: the actor (FSDP save_checkpoint, as above: DCP, then
+        # full_weights.pt), then data/data.pt (the dataloader state, torch.save) last.
+        complete_marks=("actor/dcp_checkpoint/.metadata", "actor/model_state_dict/full_weights.pt", "data/data.pt"),
+        # reasoning_runner.py: runner.resume_dir = .../global_step_N (the step parsed from the name;
+        # actor/ and data/data.pt loaded from it).
+        resume_env="HYDRA_OVERRIDES",
+        resume_format="runner.resume_dir={step_dir}",
+    ),
+    default_config="qwen2.5-1.5b-grpo-fsdp",
+    experiment_name="math-grpo",
+    source=f"RLinf/RLinf@{RLINF_COMMIT[:12]} (v0.3) examples/reasoning, reason-image target",
+)
+
+PROFILES: dict[str, TrainerProfile] = {RLINF.name: RLINF, RLINF_REASONING.name: RLINF_REASONING}
 NO_TRAINER = "none"
 
 
@@ -224,6 +399,8 @@ def placement(tc: TrainerConfig, nodes: int, gpus: int) -> dict[str, list[tuple[
     least one GPU): on a 4-GPU node, 0-7/0-3/4-7 become 0-3/0-1/2-3.
     """
     out: dict[str, list[tuple[int, int]]] = {}
+    if tc.all_gpus:
+        return {",".join(tc.all_gpus): [(0, nodes * gpus - 1)]}
     per = tc.gpus_per_node or gpus
     for comp, (a, b) in tc.placement.items():
         a, b = a * gpus // per, (b + 1) * gpus // per - 1
@@ -251,6 +428,8 @@ def placement_overrides(tc: TrainerConfig, nodes: int, gpus: int) -> list[str]:
 
     A value with a comma is quoted: Hydra's override grammar reads an unquoted a,b as a list.
     """
+    if tc.all_gpus:  # `all`: RLinf spreads the components over cluster.num_nodes x the node's GPUs
+        return [f"cluster.num_nodes={nodes}"]
     out = []
     for comp, ranges in placement(tc, nodes, gpus).items():
         text = placement_text(ranges)

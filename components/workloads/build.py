@@ -31,6 +31,9 @@ from components.workloads.staging import StagingJob, StagingJobArgs
 from components.workloads.validation import ClusterValidation, ClusterValidationArgs
 from components.workloads import runs, staging, trainer
 from components.workloads.evaluation import EvaluationCronJob
+from components.workloads.retention import CheckpointRetention
+from components.workloads import export, retention
+from components.workloads.export import ExportJob
 from components.workloads.serving import Serving, ServingArgs
 
 
@@ -111,9 +114,12 @@ def scripts_used(cfg: StackConfig) -> list[str]:
                                    (w.multi_node.enabled and w.multi_node.form != "rayjob", "ray_launcher.py"),
                                    (w.nccl_test.enabled, "nccl_check.py"),
                                    (w.serving.enabled and w.serving.evaluation.enabled, "evaluate.py"),
+                                   (w.serving.enabled and w.serving.evaluation.enabled, "eval_metrics.py"),
                                    (w.nccl_test.enabled and w.training_after_checks, "check_gate.py"),
                                    (training and trainer.resume_mapped(cfg), trainer.WRAPPER),
-                                   (training and w.staging_enabled, staging.SCRIPT)) if on})
+                                   (training and w.staging_enabled, staging.SCRIPT),
+                                   (retention.enabled(cfg), retention.SCRIPT),
+                                   (export.enabled(cfg), export.SCRIPT)) if on})
 
 
 class Workloads(pulumi.ComponentResource):
@@ -177,8 +183,15 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     elif w.multi_node.enabled:
         out["multi_node"] = MultiNodeTraining(f"{name}-multi-node", MultiNodeTrainingArgs(**base), namespace,
                                               secret_name, opts=train_opts)
+    if retention.enabled(cfg):
+        # Beside the runs, not after them: it prunes while they train (retention.py).
+        out["checkpoint_retention"] = CheckpointRetention(f"{name}-checkpoint-retention", runs.WorkloadArgs(**base),
+                                                          namespace, opts=wl_opts)
     if w.serving.enabled:
         # Long-running, beside training: not gated on the checks (it trains nothing).
+        if export.enabled(cfg):
+            # Created with serving; it waits for the step itself (export.py).
+            out["export"] = ExportJob(f"{name}-export", runs.WorkloadArgs(**base), namespace, opts=wl_opts)
         out["serving"] = Serving(f"{name}-serving", ServingArgs(**base), namespace, opts=wl_opts)
         if w.serving.evaluation.enabled:
             out["evaluation"] = EvaluationCronJob(f"{name}-evaluation", ServingArgs(**base), namespace,

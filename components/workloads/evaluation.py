@@ -8,6 +8,10 @@ parent's `eval`), so the results sit beside the checkpoints they judge; the labe
 step. concurrencyPolicy Forbid (a slow evaluation is never doubled), history limits, a start
 deadline (a missed slot is skipped, not caught up in a burst) and an activeDeadlineSeconds per Job.
 No GPU: Kueue and the schedule leave it alone. Its pod may reach the serving port and DNS only.
+
+Beside it, the Deployment `rltrain-eval-metrics` serves those result files to Prometheus
+(components/scripts/eval_metrics.py: `rltrain_eval_accuracy{step=...}`, the newest result per step),
+scraped by the PodMonitor of the same name and drawn on the Serving dashboard as accuracy over steps.
 """
 
 from __future__ import annotations
@@ -50,6 +54,31 @@ def label(cfg: StackConfig) -> str:
     return f"step-{m.step}" if m.run else "path"
 
 
+DEFAULT_PROMPTS = "/fsx/eval/prompts.jsonl"
+REASONING_MAX_TOKENS = 4096
+DEFAULT_MAX_TOKENS = 256
+
+
+def reasoning(cfg: StackConfig) -> bool:
+    p = cfg.workloads.profile
+    return p is not None and p.family == "reasoning" and bool(cfg.workloads.serving.model.run)
+
+
+def script_args(cfg: StackConfig) -> dict[str, str]:
+    """The evaluation's flags besides the endpoint: the family decides the set and the scoring."""
+    ev, m = cfg.workloads.serving.evaluation, cfg.workloads.serving.model
+    math = reasoning(cfg)
+    out = {"model": serving.served_model_name(cfg),
+           "prompts": ev.prompts_path or ("builtin:math" if math else DEFAULT_PROMPTS),
+           "out-dir": out_dir(cfg), "label": label(cfg),
+           "max-tokens": str(ev.max_tokens or (REASONING_MAX_TOKENS if math else DEFAULT_MAX_TOKENS))}
+    if math:
+        out["scoring"] = "math"
+    if m.run:
+        out["step"] = str(m.step)
+    return out
+
+
 def endpoint(namespace: pulumi.Input[str]) -> pulumi.Output[str]:
     return pulumi.Output.concat("http://", serving.NAME, ".", namespace, f".svc:{serving.PORT}")
 
@@ -57,15 +86,14 @@ def endpoint(namespace: pulumi.Input[str]) -> pulumi.Output[str]:
 def pod_template(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str],
                  scripts: list) -> k8s.core.v1.PodTemplateSpecArgs:
     ev = cfg.workloads.serving.evaluation
-    args = {"endpoint": endpoint(namespace), "model": serving.served_model_name(cfg), "prompts": ev.prompts_path,
-            "out-dir": out_dir(cfg), "label": label(cfg), "max-tokens": str(ev.max_tokens)}
+    args = {"endpoint": endpoint(namespace), **script_args(cfg)}
     command = ["python3", f"{volumes.SCRIPTS_PATH}/{SCRIPT}"]
     container = k8s.core.v1.ContainerArgs(
         name=CONTAINER,
         image=ev.image or versions.EVALUATION_IMAGE,
         image_pull_policy="IfNotPresent",
         command=command,
-        args=[pulumi.Output.concat(f"--{k}=", v) for k, v in args.items()],
+        args=[pulumi.Output.concat(f"--{k}=", v) for k, v in args.items()] + (["--chat"] if reasoning(cfg) else []),
         resources=k8s.core.v1.ResourceRequirementsArgs(requests={"cpu": "500m", "memory": "512Mi"},
                                                        limits={"cpu": "500m", "memory": "512Mi"}),
         volume_mounts=[k8s.core.v1.VolumeMountArgs(name="fsx", mount_path=volumes.FSX_PATH),
@@ -135,6 +163,76 @@ def network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.n
     )
 
 
+# --- accuracy over steps, for Prometheus ------------------------------------------------------------
+# A small Deployment serves the result files as metrics (components/scripts/eval_metrics.py): the
+# CronJob's pods are gone before a scrape, and the stack has no Pushgateway. CPU only, on any node.
+
+METRICS_NAME = "rltrain-eval-metrics"
+METRICS_COMPONENT = "eval-metrics"
+METRICS_SCRIPT = "eval_metrics.py"
+METRICS_PORT = 9400
+METRICS_PORT_NAME = "metrics"
+METRICS_SKIP_REASONS = security.Reasons(
+    root="the Python image runs as root; it only reads the run's result files",
+)
+
+
+def metrics_deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str],
+                            scripts: list) -> k8s.apps.v1.DeploymentInitArgs:
+    res = {"cpu": "50m", "memory": "64Mi"}
+    probe = k8s.core.v1.ProbeArgs(http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port=METRICS_PORT_NAME),
+                                  period_seconds=30, timeout_seconds=5, failure_threshold=3)
+    template = k8s.core.v1.PodTemplateSpecArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(METRICS_COMPONENT, METRICS_NAME),
+                                            annotations=volumes.scripts_annotation(scripts)),
+        spec=k8s.core.v1.PodSpecArgs(
+            service_account_name=CHECKS_SERVICE_ACCOUNT,
+            automount_service_account_token=False,
+            security_context=security.pod_security_context(),
+            termination_grace_period_seconds=10,
+            containers=[k8s.core.v1.ContainerArgs(
+                name="eval-metrics", image=versions.EVALUATION_IMAGE, image_pull_policy="IfNotPresent",
+                command=["python3", f"{volumes.SCRIPTS_PATH}/{METRICS_SCRIPT}"],
+                args=[f"--eval-dir={out_dir(cfg)}", f"--model={serving.served_model_name(cfg)}",
+                      f"--port={METRICS_PORT}"],
+                ports=[k8s.core.v1.ContainerPortArgs(name=METRICS_PORT_NAME, container_port=METRICS_PORT,
+                                                     protocol="TCP")],
+                resources=k8s.core.v1.ResourceRequirementsArgs(requests=res, limits=res),
+                readiness_probe=probe, liveness_probe=probe,
+                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="fsx", mount_path=volumes.FSX_PATH, read_only=True),
+                               volumes.scripts_mount()],
+                security_context=security.container_security_context(read_only_root=True))],
+            volumes=[k8s.core.v1.VolumeArgs(name="fsx", persistent_volume_claim=(
+                         k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(claim_name=claim_name, read_only=True))),
+                     volumes.scripts_volume(scripts)],
+        ),
+    )
+    return k8s.apps.v1.DeploymentInitArgs(
+        metadata=runs.object_metadata(METRICS_NAME, namespace, runs.labels(METRICS_COMPONENT, METRICS_NAME),
+                                      security.annotate(template, METRICS_SKIP_REASONS, kind="Deployment")),
+        spec=k8s.apps.v1.DeploymentSpecArgs(
+            replicas=1,
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(METRICS_NAME)),
+            template=template),
+    )
+
+
+def metrics_network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
+    """In: Prometheus of the monitoring namespace on the metrics port; out: nothing."""
+    prometheus = k8s.networking.v1.NetworkPolicyPeerArgs(
+        namespace_selector=k8s.meta.v1.LabelSelectorArgs(
+            match_labels={"kubernetes.io/metadata.name": cfg.monitoring.namespace}),
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(serving.PROMETHEUS_LABELS)))
+    return k8s.networking.v1.NetworkPolicyInitArgs(
+        metadata=runs.object_metadata(METRICS_NAME, namespace, runs.labels(METRICS_COMPONENT, METRICS_NAME)),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(METRICS_NAME)),
+            policy_types=["Ingress", "Egress"],
+            ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[prometheus], ports=[
+                k8s.networking.v1.NetworkPolicyPortArgs(port=METRICS_PORT, protocol="TCP")])]),
+    )
+
+
 class EvaluationCronJob(pulumi.ComponentResource):
     """The evaluation CronJob and its NetworkPolicy."""
 
@@ -147,4 +245,11 @@ class EvaluationCronJob(pulumi.ComponentResource):
         self.cronjob = k8s.batch.v1.CronJob(
             f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT]]),
             runs.child_opts(self, opts, netpol))
-        self.register_outputs({"cronjob": NAME})
+        metrics_netpol = k8s.networking.v1.NetworkPolicy(f"{name}-metrics-netpol",
+                                                         metrics_network_policy_args(cfg, namespace),
+                                                         runs.child_opts(self, opts))
+        self.metrics = k8s.apps.v1.Deployment(
+            f"{name}-metrics", metrics_deployment_args(cfg, args.claim_name, namespace,
+                                                       [args.scripts[METRICS_SCRIPT]]),
+            runs.child_opts(self, opts, metrics_netpol))
+        self.register_outputs({"cronjob": NAME, "metrics": METRICS_NAME})

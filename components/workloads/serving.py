@@ -56,7 +56,7 @@ from components.stack import versions
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.k8s import security
-from components.workloads import env, placement, runs, sizing, trainer, volumes
+from components.workloads import env, export, placement, runs, sizing, trainer, volumes
 from components.workloads.sizing import PodSizing
 
 NAME = "rltrain-serving"
@@ -82,6 +82,25 @@ SHM_BASE_GIB = 2
 PRESTOP_SLEEP_SECONDS = 15
 SHUTDOWN_MARGIN_SECONDS = 30
 PROMETHEUS_LABELS = {"app.kubernetes.io/name": "prometheus"}
+# vLLM's cache root (vllm-project/vllm v0.11.0 vllm/envs.py VLLM_CACHE_ROOT, default ~/.cache/vllm):
+# its torch.compile artifacts go under it, keyed by a hash of the model and compile config, so a
+# restarted or rolled replica of the same model reuses them instead of compiling again. On the
+# shared volume, it outlives the pod.
+VLLM_CACHE_ROOT = "/fsx/cache/vllm"
+WAIT_CONTAINER = "wait-for-export"
+WAIT_POLL_SECONDS = 30
+# The init container's program: poll for the export's marker, bounded, the path and the Job named
+# in the error (python3: the vLLM image has it; no shell arithmetic for Kubernetes to mistake for $(VAR)).
+WAIT_PROGRAM = (
+    "import os, sys, time\n"
+    "m, job, limit = os.environ['EXPORT_MARKER'], os.environ['EXPORT_JOB'], float(os.environ['EXPORT_WAIT_SECONDS'])\n"
+    "end = time.monotonic() + limit\n"
+    "print(f'[wait-for-export] waiting up to {limit:.0f} s for {m} (written by Job {job})', flush=True)\n"
+    "while not os.path.isfile(m):\n"
+    "    if time.monotonic() >= end:\n"
+    "        sys.exit(f'[wait-for-export] {m} not there after {limit:.0f} s: see kubectl logs job/{job}')\n"
+    f"    time.sleep({WAIT_POLL_SECONDS})\n"
+    "print(f'[wait-for-export] found {m}', flush=True)\n")
 
 # The server runs as the image's user (root) with a writable root (vLLM and Triton write caches
 # under $HOME and /tmp); the image is a pinned tag.
@@ -107,6 +126,8 @@ def model_path(cfg: StackConfig) -> str:
     if m.path:
         return m.path
     assert m.run is not None and m.step is not None  # config refuses otherwise
+    if export.enabled(cfg):  # what the export Job writes (export.py), never the raw trainer layout
+        return export.out_dir(cfg)
     ckpt = env.checkpoint_dir(cfg, run_nodes(cfg, m.run))
     # Step directories sit where the trainer writes them: with a trainer profile that is below the
     # run's directory (RLinf: <experiment>/<config experiment>/checkpoints, components/stack/trainers.py).
@@ -136,11 +157,40 @@ def shm_gib(cfg: StackConfig) -> int:
     return SHM_BASE_GIB + cfg.workloads.serving.tp - 1
 
 
+# Host side of a replica beyond its weights: the Python server, the tokenizer, CUDA's host context
+# and pinned buffers, per replica (an allowance, not measured: check `kubectl top pod`).
+HOST_ALLOWANCE_GIB = 6
+# CPUs: the API server and the engine's scheduler process, plus one per tensor parallel worker
+# (vLLM runs one worker process per GPU); an allowance, not measured.
+CPU_BASE = 2
+CPU_PER_GPU = 2
+
+
+def model_facts(cfg: StackConfig):
+    """The served model's facts when the stack knows them (a profiled trainer's run step)."""
+    tc = cfg.workloads.trainer_config
+    if cfg.workloads.serving.model.run and tc is not None and tc.model is not None:
+        return tc.model
+    return None
+
+
+def max_len(cfg: StackConfig) -> Optional[int]:
+    m = model_facts(cfg)
+    return cfg.workloads.serving.max_model_len or (m.max_position if m else None)
+
+
 def replica_sizing(cfg: StackConfig) -> PodSizing:
-    """The GPUs' share of the whole-node training pod's CPU and memory; Guaranteed (CPU limit)."""
+    """Sized from the model when the stack knows it: host memory = the weights (vLLM reads them
+    through the host) + /dev/shm + HOST_ALLOWANCE_GIB, CPUs = CPU_BASE + CPU_PER_GPU per GPU; GPU
+    memory is checked in config (weights + one max-length sequence's KV cache per rank). Otherwise
+    the GPUs' share of the whole-node training pod's CPU and memory. Guaranteed (CPU limit)."""
     it = cfg.gpu_nodes.instance
-    whole = sizing.sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node, shm=1)
     gpus = cfg.workloads.serving.gpus_per_replica
+    if model_facts(cfg) is not None:
+        mem_gib = math.ceil(weights_gib(cfg)) + shm_gib(cfg) + HOST_ALLOWANCE_GIB
+        return PodSizing(cpu=CPU_BASE + CPU_PER_GPU * gpus, memory_mib=mem_gib * 1024, shm_gib=shm_gib(cfg),
+                         gpus=gpus, efa=0, cpu_limit=True)
+    whole = sizing.sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node, shm=1)
     mem_gib = whole.memory_gib * gpus // it.gpu_count
     return PodSizing(cpu=whole.cpu * gpus // it.gpu_count, memory_mib=mem_gib * 1024, shm_gib=shm_gib(cfg),
                      gpus=gpus, efa=0, cpu_limit=True)
@@ -176,11 +226,25 @@ def throughput_mb_s(cfg: StackConfig) -> tuple[float, str]:
     return ASSUMED_THROUGHPUT_MB_S, "assumed: the smallest FSx PERSISTENT_2 file system"
 
 
+# Weights of a model the stack knows nothing of (model.path without model.sizeGiB).
+DEFAULT_WEIGHTS_GIB = 16
+
+
+def weights_gib(cfg: StackConfig) -> float:
+    """model.sizeGiB, else the trainer profile's model at the export's bf16 (export.py), else 16."""
+    m, tc = cfg.workloads.serving.model, cfg.workloads.trainer_config
+    if m.size_gib is not None:
+        return float(m.size_gib)
+    if m.run and tc is not None and tc.model is not None:
+        return tc.model.weights_gib(export.EXPORT_DTYPE_BYTES)
+    return float(DEFAULT_WEIGHTS_GIB)
+
+
 def load_seconds(cfg: StackConfig) -> float:
     """Every replica reading its weights at once from the shared volume."""
     sv = cfg.workloads.serving
     mb_s, _ = throughput_mb_s(cfg)
-    return sv.model.size_gib * 1024 * sv.replicas / mb_s
+    return weights_gib(cfg) * 1024 * sv.replicas / mb_s
 
 
 def startup_budget_seconds(cfg: StackConfig) -> int:
@@ -291,7 +355,8 @@ def pod_template(cfg: StackConfig, claim_name: str) -> k8s.core.v1.PodTemplateSp
         command=["python3", "-m", MODULE],
         args=server_args(cfg),
         ports=[k8s.core.v1.ContainerPortArgs(name=PORT_NAME, container_port=PORT, protocol="TCP")],
-        env=[k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1")],  # weights come from /fsx only
+        env=[k8s.core.v1.EnvVarArgs(name="HF_HUB_OFFLINE", value="1"),  # weights come from /fsx only
+             k8s.core.v1.EnvVarArgs(name="VLLM_CACHE_ROOT", value=VLLM_CACHE_ROOT)],
         resources=s.resources(),
         startup_probe=p["startup"], readiness_probe=p["readiness"], liveness_probe=p["liveness"],
         lifecycle=k8s.core.v1.LifecycleArgs(pre_stop=k8s.core.v1.LifecycleHandlerArgs(
@@ -310,10 +375,43 @@ def pod_template(cfg: StackConfig, claim_name: str) -> k8s.core.v1.PodTemplateSp
             tolerations=placement.gpu_tolerations(),
             affinity=affinity(cfg),
             security_context=security.pod_security_context(),
+            init_containers=wait_containers(cfg),
             containers=[container],
             volumes=volumes.volumes(claim_name, s.shm_gib),
         ),
     )
+
+
+def await_annotations(cfg: StackConfig) -> dict[str, str]:
+    """`pulumi up` waits for the rollout (the provider's Deployment await) up to the time the
+    replicas need to load, plus the cold image pull. Served from an export, the replicas wait for
+    training to reach the step (hours): `up` then only waits for the Deployment to exist
+    (runs.AWAIT_CREATED), and the rollout is watched with kubectl (docs/serving.md)."""
+    if export.enabled(cfg):
+        return dict(runs.AWAIT_CREATED)
+    return {"pulumi.com/timeoutSeconds": str(startup_budget_seconds(cfg) + runs.IMAGE_PULL_MARGIN_SECONDS)}
+
+
+def wait_containers(cfg: StackConfig) -> Optional[list[k8s.core.v1.ContainerArgs]]:
+    """The init container that holds a replica until the export of its step exists: it waits,
+    neither crash-looping nor failing the deploy, for as long as the export Job may wait."""
+    if not export.enabled(cfg):
+        return None
+    res = {"cpu": "100m", "memory": "64Mi"}  # limits = requests: the pod stays Guaranteed
+    return [k8s.core.v1.ContainerArgs(
+        name=WAIT_CONTAINER, image=image(cfg), image_pull_policy="IfNotPresent",
+        command=["python3", "-c", WAIT_PROGRAM],
+        env=[k8s.core.v1.EnvVarArgs(name="EXPORT_MARKER", value=export.marker(cfg)),
+             k8s.core.v1.EnvVarArgs(name="EXPORT_JOB", value=export.name(cfg)),
+             k8s.core.v1.EnvVarArgs(name="EXPORT_WAIT_SECONDS", value=str(wait_seconds(cfg)))],
+        resources=k8s.core.v1.ResourceRequirementsArgs(requests=res, limits=res),
+        volume_mounts=[k8s.core.v1.VolumeMountArgs(name="fsx", mount_path=volumes.FSX_PATH, read_only=True)],
+        security_context=security.container_security_context(read_only_root=True))]
+
+
+def wait_seconds(cfg: StackConfig) -> int:
+    """How long a replica waits for the export: the export's own wait plus its conversion."""
+    return export.wait_seconds(cfg) + export.CONVERT_SECONDS if export.enabled(cfg) else 0
 
 
 def deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str]) -> k8s.apps.v1.DeploymentInitArgs:
@@ -323,9 +421,7 @@ def deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[s
     return k8s.apps.v1.DeploymentInitArgs(
         metadata=runs.object_metadata(NAME, namespace, labels(cfg), {
             MODEL_ANNOTATION: model_path(cfg),
-            # `pulumi up` waits for the rollout (the provider's Deployment await) up to the time
-            # the replicas need to load, plus the cold image pull.
-            "pulumi.com/timeoutSeconds": str(startup_budget_seconds(cfg) + runs.IMAGE_PULL_MARGIN_SECONDS),
+            **await_annotations(cfg),
             **security.annotate(template, SKIP_REASONS, kind="Deployment")}),
         spec=k8s.apps.v1.DeploymentSpecArgs(
             replicas=sv.replicas,
@@ -335,7 +431,7 @@ def deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[s
             # A replica is available once Ready (the startup probe already covers the load).
             min_ready_seconds=0,
             # A rollout that makes no progress for the load time plus a pull is reported failed.
-            progress_deadline_seconds=startup_budget_seconds(cfg) + runs.IMAGE_PULL_MARGIN_SECONDS,
+            progress_deadline_seconds=startup_budget_seconds(cfg) + runs.IMAGE_PULL_MARGIN_SECONDS + wait_seconds(cfg),
             revision_history_limit=3,
             template=template,
         ),
@@ -386,6 +482,18 @@ def network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.n
     )
 
 
+def sizing_lines(cfg: StackConfig) -> list[str]:
+    s, m = replica_sizing(cfg), model_facts(cfg)
+    if m is None:
+        return [f"  replica: {s.cpu} CPU, {s.memory_mib // 1024} GiB (the GPUs' share of a node: model unknown)"]
+    length = max_len(cfg) or m.max_position
+    tp = cfg.workloads.serving.tp
+    per_gpu = (m.weights_gib(2) + m.kv_cache_gib(length)) / tp
+    return [f"  replica: {s.cpu} CPU, {s.memory_mib // 1024} GiB = weights {weights_gib(cfg):,.1f} GiB + /dev/shm "
+            f"{s.shm_gib} GiB + {HOST_ALLOWANCE_GIB} GiB allowance; per GPU {per_gpu:,.1f} GiB = (weights + KV cache of "
+            f"one {length}-token sequence {m.kv_cache_gib(length):,.1f} GiB) / tensor parallel {tp} ({m.source})"]
+
+
 def summary(cfg: StackConfig) -> list[str]:
     """Lines for the render summary: what is served and how it rolls out and starts."""
     sv = cfg.workloads.serving
@@ -397,8 +505,11 @@ def summary(cfg: StackConfig) -> list[str]:
     what = f"run {m.run} step {m.step}" if m.run else "a fixed path"
     return [f"serving: {sv.replicas} x {sv.gpus_per_replica} GPU (tensor parallel {sv.tp}) {image(cfg)}, "
             f"{what}: {model_path(cfg)}",
+            *([f"  waits (init container {WAIT_CONTAINER}) up to {wait_seconds(cfg)} s for {export.marker(cfg)}"]
+              if export.enabled(cfg) else []),
             f"  startup budget {startup_budget_seconds(cfg)} s = {ENGINE_INIT_SECONDS} s engine start + 2 x "
-            f"{load_seconds(cfg):,.0f} s to read {sv.replicas} x {m.size_gib} GiB at {mb_s:,.0f} MB/s ({source})",
+            f"{load_seconds(cfg):,.0f} s to read {sv.replicas} x {weights_gib(cfg):,.1f} GiB at {mb_s:,.0f} MB/s ({source})",
+            *sizing_lines(cfg),
             f"  rollout maxSurge {r.max_surge} / maxUnavailable {r.max_unavailable}: {r.why}",
             f"  grace period {grace_seconds(cfg)} s (longest request {sv.max_request_seconds} s)"]
 

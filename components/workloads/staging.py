@@ -63,7 +63,10 @@ def deadline_seconds(cfg: StackConfig) -> int:
 
 def staging_env(cfg: StackConfig) -> dict[str, str]:
     w = cfg.workloads
-    out = {"STAGE_ITEMS": json.dumps([{"name": s.name, "source": s.source, "dest": s.dest} for s in items(cfg)])}
+    out = {"STAGE_ITEMS": json.dumps([{"name": s.name, "source": s.source, "dest": s.dest} for s in items(cfg)]),
+           # huggingface_hub reads HF_ENDPOINT (huggingface_hub/constants.py); the RLinf image's own
+           # is a mirror unless built with NO_MIRROR=1 (RLinf/RLinf v0.3 docker/Dockerfile).
+           "HF_ENDPOINT": w.staging.hf_endpoint}
     if w.profile is not None and w.venv_name:
         out["PATH"] = w.profile.path(w.venv_name)
         out["VIRTUAL_ENV"] = f"{w.profile.venv_root}/{w.venv_name}"

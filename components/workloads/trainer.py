@@ -58,7 +58,7 @@ def overrides(cfg: StackConfig, num_nodes: int) -> list[str]:
         return []
     out = list(tc.overrides)
     gpus = cfg.gpu_nodes.instance.gpu_count
-    if tc.placement and (num_nodes > 1 or gpus != tc.gpus_per_node):
+    if tc.all_gpus or (tc.placement and (num_nodes > 1 or gpus != tc.gpus_per_node)):
         out += trainers.placement_overrides(tc, num_nodes, gpus)
     return out
 
@@ -66,7 +66,7 @@ def overrides(cfg: StackConfig, num_nodes: int) -> list[str]:
 def placement(cfg: StackConfig, num_nodes: int) -> Optional[dict[str, list[tuple[int, int]]]]:
     """Component -> GPU rank ranges of a run (the config's own on one node), None without a profile."""
     tc = cfg.workloads.trainer_config
-    if tc is None or not tc.placement:
+    if tc is None or not tc.spreads:
         return None
     return trainers.placement(tc, num_nodes, cfg.gpu_nodes.instance.gpu_count)
 

@@ -1,0 +1,182 @@
+"""The volume budget: what the runs of a stack put on the shared volume must fit its capacity.
+
+Per stack: the staged models and assets of the trainer config, the export of the served step,
+and for every training run (each has its own checkpoint directory, components/workloads/env.py)
+`keep + 1` checkpoints: the `keep` complete ones the retention pass keeps
+(components/scripts/retention.py) and the one being written; one more for the run whose step is
+served (retention never deletes it, and it may be older than the newest `keep`). One checkpoint's size is derived
+from the config's model (trainers.SaveFacts.checkpoint_gib: the DCP training state - parameters,
+and Adam's two moments per trainable parameter - plus full_weights.pt, at the actor's precision;
+RLinf rlinf/hybrid_engines/fsdp/strategy/base.py save_checkpoint), or `workloads.checkpointSizeGiB`
+when set. The total must fit the FSx capacity less `checkpoints.volumeMarginPercent`; otherwise the
+stack is refused with the numbers and the fixes.
+
+Pure (no Pulumi); stack/config calls `problems` through refusals.stack_problems.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from components.stack.config import StackConfig
+
+# FSx for Lustre PERSISTENT_2 capacities: 1200, 2400, then multiples of 2400 GiB (config.FsxConfig).
+FSX_STEP_GIB = 2400
+
+
+@dataclass(frozen=True)
+class Budget:
+    runs: tuple[tuple[str, float], ...]  # (run, GiB its keep + 1 checkpoints take)
+    checkpoint_gib: float
+    keep: int
+    staged_gib: float
+    export_gib: float
+    capacity_gib: int
+    usable_gib: float
+
+    @property
+    def total_gib(self) -> float:
+        return self.staged_gib + self.export_gib + sum(g for _, g in self.runs)
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib <= self.usable_gib
+
+
+def run_names(cfg: StackConfig) -> list[str]:
+    w = cfg.workloads
+    return [n for n, on in (("single-node", w.single_node.enabled), ("multi-node", w.multi_node.enabled)) if on]
+
+
+def checkpoint_gib(cfg: StackConfig) -> Optional[float]:
+    """One checkpoint of a run: workloads.checkpointSizeGiB, else derived from the profile's model."""
+    w = cfg.workloads
+    if w.checkpoint_size_gib is not None:
+        return float(w.checkpoint_size_gib)
+    tc = w.trainer_config
+    if tc is None or tc.model is None or tc.saves is None:
+        return None
+    return tc.saves.checkpoint_gib(tc.model)
+
+
+def save_breakdown(cfg: StackConfig) -> str:
+    """`DCP 19.9 GiB + full_weights.pt 6.6 GiB every 50 steps`, or '' without model facts."""
+    tc = cfg.workloads.trainer_config
+    if cfg.workloads.checkpoint_size_gib is not None or tc is None or tc.model is None or tc.saves is None:
+        return ""
+    m, sv = tc.model, tc.saves
+    dcp = m.params * sv.param_bytes * (1 + 2 * sv.trainable_fraction) / 2**30
+    full = m.params * sv.param_bytes / 2**30
+    return (f"DCP {dcp:,.1f} GiB (parameters + Adam moments of {sv.trainable_fraction:.1%} trainable) + "
+            f"full_weights.pt {full:,.1f} GiB, every {sv.save_interval} steps")
+
+
+def staged_gib(cfg: StackConfig) -> float:
+    w = cfg.workloads
+    profile, tc = w.profile, w.trainer_config
+    if profile is None or tc is None:
+        return 0.0
+    total = 0.0
+    for name in tc.stages:
+        st = profile.stages[name]
+        if st.size_gib is not None:
+            total += st.size_gib
+        elif tc.model is not None and st.dest == tc.model_path:
+            total += tc.model.weights_gib()
+    return total
+
+
+def export_gib(cfg: StackConfig) -> float:
+    """The served step's Hugging Face export (weights at the hub's dtype), when exported."""
+    sv = cfg.workloads.serving
+    tc = cfg.workloads.trainer_config
+    if not (sv.enabled and sv.model.run and tc is not None and tc.model is not None):
+        return 0.0
+    if sv.export.enabled is False:
+        return 0.0
+    return tc.model.weights_gib()
+
+
+def budget(cfg: StackConfig) -> Optional[Budget]:
+    """The stack's budget, or None when there is nothing to budget (no FSx the stack creates, no
+    checkpoint size, or retention off: then nothing bounds the count)."""
+    fsx = cfg.storage.fsx
+    size = checkpoint_gib(cfg)
+    if fsx is None or cfg.byo_cluster or size is None or not retention_on(cfg):
+        return None
+    keep = cfg.workloads.checkpoints.keep
+    runs = tuple((name, (keep + 1 + served_extra(cfg, name)) * size) for name in run_names(cfg))
+    cap = fsx.storage_capacity_gib
+    usable = cap * (100 - cfg.workloads.checkpoints.volume_margin_percent) / 100
+    return Budget(runs, size, keep, staged_gib(cfg), export_gib(cfg), cap, usable)
+
+
+def served_extra(cfg: StackConfig, run: str) -> int:
+    """1 for the run whose step is served: retention keeps that step besides the newest `keep`
+    (it may be older than all of them)."""
+    sv = cfg.workloads.serving
+    return 1 if sv.enabled and sv.model.run == run else 0
+
+
+def retention_on(cfg: StackConfig) -> bool:
+    w = cfg.workloads
+    return (w.resume_terms is not None) if w.checkpoints.enabled is None else w.checkpoints.enabled
+
+
+def capacity_for(total_gib: float, margin_percent: int) -> int:
+    """The smallest FSx PERSISTENT_2 capacity whose usable share holds `total_gib`."""
+    need = total_gib * 100 / (100 - margin_percent)
+    if need <= 1200:
+        return 1200
+    return max(2400, math.ceil(need / FSX_STEP_GIB) * FSX_STEP_GIB)
+
+
+def max_keep(b: Budget) -> int:
+    """The largest keep that fits (0 = none does): each run holds keep + 1 (+ 1 served) checkpoints."""
+    room = b.usable_gib - b.staged_gib - b.export_gib
+    n = len(b.runs) or 1
+    extra = sum(round(g / b.checkpoint_gib) - (b.keep + 1) for _, g in b.runs)  # the served step(s)
+    return max(0, math.floor((room / b.checkpoint_gib - extra) / n) - 1)
+
+
+def lines(cfg: StackConfig) -> list[str]:
+    """The summary's volume budget: one line per run, then the total against the capacity."""
+    b = budget(cfg)
+    if b is None:
+        if retention_on(cfg) or cfg.workloads.resume_terms is None:
+            return []
+        return ["volume budget: none (workloads.checkpoints.enabled false: nothing prunes checkpoints)"]
+    out = [f"checkpoint budget {run}: ({b.keep} kept + 1 being written"
+           + (" + 1 served" if served_extra(cfg, run) else "") + f") x {b.checkpoint_gib:,.1f} GiB = {g:,.1f} GiB"
+           for run, g in b.runs]
+    breakdown = save_breakdown(cfg)
+    if breakdown:
+        out.append(f"  one checkpoint: {breakdown}")
+    out.append(f"volume budget: models+assets {b.staged_gib:,.1f} + export {b.export_gib:,.1f} + checkpoints "
+               f"{sum(g for _, g in b.runs):,.1f} = {b.total_gib:,.1f} GiB of {b.usable_gib:,.0f} GiB usable "
+               f"(FSx {b.capacity_gib} GiB less {cfg.workloads.checkpoints.volume_margin_percent} % margin): "
+               + ("fits" if b.fits else "DOES NOT FIT"))
+    return out
+
+
+def problems(cfg: StackConfig) -> list[tuple[str, str]]:
+    b = budget(cfg)
+    if b is None or b.fits:
+        return []
+    runs = ", ".join(f"{run} {g:,.1f} GiB" for run, g in b.runs)
+    keep = max_keep(b)
+    fixes = [f"rltrain:storage.fsx.storageCapacityGiB: {capacity_for(b.total_gib, cfg.workloads.checkpoints.volume_margin_percent)}"]
+    if keep >= 1:
+        fixes.append(f"rltrain:workloads.checkpoints.keep: {keep}")
+    fixes.append("fewer runs sharing the volume (singleNode / multiNode), or save less often "
+                 "(the config's runner.save_interval: more steps between saves, fewer to keep for the same span)")
+    tc = cfg.workloads.trainer_config
+    each = f"{b.checkpoint_gib:,.1f} GiB each" + (f", saved every {tc.saves.save_interval} steps" if tc and tc.saves else "")
+    return [("rltrain:workloads.checkpoints.keep",
+             f"the volume does not hold what the runs keep: models and assets {b.staged_gib:,.1f} GiB + export "
+             f"{b.export_gib:,.1f} GiB + ({b.keep} + 1) checkpoints per run ({each}: {runs}) = {b.total_gib:,.1f} GiB "
+             f"> {b.usable_gib:,.0f} GiB usable of the {b.capacity_gib} GiB FSx ({cfg.workloads.checkpoints.volume_margin_percent} % "
+             f"kept free). Fix: {'; or '.join(fixes)}")]
