@@ -21,7 +21,8 @@ for the profiling module, which serves one engine per GPU (DCGM_FI_PROF_*), and 
 reports DCGM errors as a broken GPU (aws/containers-roadmap#2555, #2763). So the exporter connects
 to the agent's engine: `-r $(NODE_IP):5555` (the chart's `arguments`, dcgm-exporter chart 4.8.2
 values.yaml: "Use -r <HOST>:<PORT> to connect to an already running hostengine"), NODE_IP from the
-pod's `status.hostIP` (the hostPort answers on the node's address). That keeps the agent's health
+pod's `status.hostIP` (the hostPort answers on the node's address: the VPC CNI's chained portmap
+plugin serves hostPorts, not verified from here). That keeps the agent's health
 checks (which are what repair reads) and the exporter's metrics (what the dashboards read) on the
 same engine; the other way round (the agent's DCGM part off) is not possible at this version.
 
