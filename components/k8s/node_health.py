@@ -16,9 +16,10 @@ DaemonSet (`nv-hostengine` on hostPort 5555) on NVIDIA instance types; its schem
 turn it off (charts/configuration.schema.json: dcgmAgent takes affinity, annotations, labels,
 nodeSelector, priorityClassName, resources, resizePolicy, tolerations). The DCGM exporter, left
 alone, starts a host engine embedded in its own process (NVIDIA dcgm-exporter: without
-`-r/--remote-hostengine-info` it initialises one through libdcgm). Two engines on one GPU contend
-for the profiling module, which serves one engine per GPU (DCGM_FI_PROF_*), and the agent then
-reports DCGM errors as a broken GPU (aws/containers-roadmap#2555, #2763). So the exporter connects
+`-r/--remote-hostengine-info` it initialises one through libdcgm). Two engines on one node contend
+for the profiling module, which one engine per GPU can use (DCGM_FI_PROF_*; aws/eks-node-monitoring-
+agent#256), and an agent beside another DCGM installation has reported AcceleratedHardwareReady=False
+on healthy GPUs, which gets nodes replaced (aws/containers-roadmap#2763, #2555). So the exporter connects
 to the agent's engine: `-r $(NODE_IP):5555` (the chart's `arguments`, dcgm-exporter chart 4.8.2
 values.yaml: "Use -r <HOST>:<PORT> to connect to an already running hostengine"), NODE_IP from the
 pod's `status.hostIP` (the hostPort answers on the node's address: the VPC CNI's chained portmap
