@@ -205,3 +205,11 @@ def test_runbook_names_every_repair_alert():
     # No repair-in-progress alert where the group's size is not fixed (byo, Capacity Block).
     spec0 = mr.rules_spec(mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30))
     assert "RltrainGpuNodeRepairInProgress" not in [r.get("alert") for g in spec0["groups"] for r in g["rules"]]
+
+
+def test_repair_in_progress_alert_only_where_the_group_size_is_fixed():
+    a = monitoring.monitoring_args(rendered("p5").cfg)
+    assert monitoring.rules_args(a).gpu_node_count == 2
+    # A Capacity Block's group holds no node outside its window; a byo cluster's size is its owners'.
+    assert monitoring.rules_args(a.model_copy(update={"gpu_capacity_block": True})).gpu_node_count == 0
+    assert monitoring.rules_args(a.model_copy(update={"created_cluster": False})).gpu_node_count == 0
