@@ -6,7 +6,8 @@ Reads what the preview job's scripts left in OUT_DIR: preview.unavailable (ci/pr
 preview here, and why: a fork, credentials not set), preview-STACK.skipped (ci/preview-install.sh:
 secrets not set, KEY<TAB>COMMAND lines), preflight-STACK.txt and .rc (ci/preflight.sh),
 preview-STACK.txt (the captured output of login, stack select and `pulumi preview`) and
-preview-STACK.rc (its exit code). The heading names the commit the comment describes. The comment says whether the preview
+preview-STACK.rc (its exit code), drift-STACK.txt and .rc (`pulumi refresh --preview-only`: the
+live stack against its state, shown apart from this change). The heading names the commit the comment describes. The comment says whether the preview
 succeeded, failed or was skipped, shows the summary first (Pulumi's `Resources:` block, the policy
 violations, the errors) and then the output, trimmed from the front so that its end (where Pulumi
 prints the summary) always stays. GitHub refuses a comment over 65,536 characters; pulumi/actions
@@ -59,6 +60,37 @@ def summary_lines(output: str) -> list[str]:
     return picked[:-1] if picked and picked[-1] == "" else picked
 
 
+# A resource line of Pulumi's diff display: the op symbol(s), then `type name` (types have colons).
+_RESOURCE_LINE = re.compile(r"^\s*(\+-|-\+|[~+-]|\+\+|--|<=|=>?)\s+\S+:\S+\s+\S+")
+
+
+def drift_lines(stack: str, out_dir: Path) -> list[str]:
+    """The drift paragraph: what `pulumi refresh --preview-only` found, apart from this change."""
+    rc_file, text_file = out_dir / f"drift-{stack}.rc", out_dir / f"drift-{stack}.txt"
+    if not rc_file.exists():
+        return []
+    rc = rc_file.read_text().strip()
+    output = clean(text_file.read_text(errors="replace")) if text_file.exists() else ""
+    if rc != "0":
+        errors = [line.strip() for line in output.splitlines() if re.match(r"\s*error:", line)][:10]
+        return [f"**Drift check failed** (`pulumi refresh --preview-only`, exit {rc}): whether the live stack "
+                "differs from its state is not known; the preview below still ran with `--refresh`.", "",
+                *([_FENCE + "text", *errors, _FENCE, ""] if errors else [])]
+    counts = [line.strip() for line in (summary_lines(output) or []) if line.strip()
+              and line.strip() != "Resources:" and not line.strip().endswith("unchanged")
+              and not line.strip().startswith(("Policies:", "Policy Violations:", "error:"))]
+    counts = [c for c in counts if re.match(r"^(\+-|[~+-]|\+\+|--)\s*\d+ to ", c)]
+    if not counts:
+        return ["No drift: the live stack matches its state (`pulumi refresh --preview-only`).", ""]
+    resources = [line.rstrip() for line in output.splitlines() if _RESOURCE_LINE.match(line)
+                 and "pulumi:pulumi:Stack" not in line][:40]
+    return [f"**Drift**: the live stack differs from its state, apart from this pull request's change "
+            f"(`pulumi refresh --preview-only`: {', '.join(counts)}). The preview below ran with `--refresh`: "
+            "its operations are this change against what is live; a `pulumi up` would also write the "
+            "refreshed state.", "",
+            *([_FENCE + "text", *resources, _FENCE, ""] if resources else [])]
+
+
 def body(stack: str, out_dir: Path, run_url: str = "", commit: str = "") -> str:
     skipped = out_dir / f"preview-{stack}.skipped"
     unavailable = out_dir / "preview.unavailable"
@@ -96,6 +128,7 @@ def body(stack: str, out_dir: Path, run_url: str = "", commit: str = "") -> str:
     output = clean(output_file.read_text(errors="replace")) if output_file.exists() else ""
     status = "succeeded" if rc == "0" else f"**failed** (exit {rc})"
     head += [f"{title}: {status}{log}", ""]
+    head += drift_lines(stack, out_dir)
     summary = summary_lines(output)
     if summary:
         head += ["Summary:", "", _FENCE + "text", *summary, _FENCE, ""]

@@ -7,7 +7,7 @@
 # The base: on a pull request's merge commit (what actions/checkout checks out for `pull_request`)
 # its first parent, HEAD^1: the base branch as GitHub merged it. Never `origin/<base>` fetched when
 # the job starts: a re-run reuses the merge commit but fetches current branch heads, so main's later
-# changes would be blamed on the pull request (FACTS "PR review as GitHub runs it"). Elsewhere (a
+# changes would be blamed on the pull request (docs/pr-review.md "Sources"). Elsewhere (a
 # laptop, not a merge commit) --base names it, e.g. `--base main`.
 #
 # Per stack, in Markdown: the impact table, the estimated cost before and after, the preflight result

@@ -4,13 +4,15 @@ with an older run's result.
     python3 ci/upsert_comment.py KIND BODY_FILE
         # env: GITHUB_REPOSITORY, PR_NUMBER, HEAD_SHA (the commit the body describes), RUN_ID,
         #      RUN_ATTEMPT (default 1), GH_TOKEN (for `gh`); COMMENT_AUTHOR (default github-actions[bot])
+    python3 ci/upsert_comment.py --resolve-pr
+        # env: GITHUB_REPOSITORY, HEAD_SHA, HEAD_REPO, HEAD_BRANCH: prints the one open pull request
+        #      whose head is that commit of that repository's branch (the fork path), or nothing
 
 KIND names the comment (`review`, `preview:p5`): the body is prefixed with `<!-- rltrain-KIND -->` and a
 second hidden line naming the commit, the run and its attempt. Then, with the `gh` CLI:
 
 1. The pull request's head must still be HEAD_SHA (`GET pulls/N`): a newer push has a newer run, which
-   comments; an outdated result is not written at all. This also binds a PR number read from an
-   artifact (the fork path: ci/review-comment.sh under `workflow_run`) to the commit GitHub says ran.
+   comments; an outdated result is not written at all.
 2. Of the pull request's comments, ours are those that begin with the marker AND were written by
    COMMENT_AUTHOR (the workflow token's user, `github-actions[bot]`): anyone can paste the marker
    into a comment of their own, and editing that would put our text under their name, or let them
@@ -18,6 +20,17 @@ second hidden line naming the commit, the run and its attempt. Then, with the `g
 3. When our latest comment was written by a later run (run id, then attempt), nothing is written: an
    older run (a re-run of an old commit's workflow) never overwrites a newer comment.
 4. Otherwise our latest comment is edited (PATCH), or a new one is created (POST).
+
+On the fork path (ci/review-comment.sh under `workflow_run`) the pull request number never comes from
+the fork's artifact: a head SHA alone does not name one pull request (a maintainer who mirrors a
+fork's commit to a branch of this repository opens a second pull request with the same head), so
+`--resolve-pr` asks GitHub for the pull requests of that commit (`GET commits/{sha}/pulls`, "List pull
+requests associated with a commit": open pull requests when the commit is not on the default branch,
+https://docs.github.com/en/rest/commits/commits#list-pull-requests-associated-with-a-commit) and keeps
+the one whose head is the run's own head repository and branch (`workflow_run.head_repository`,
+`workflow_run.head_branch`, set by GitHub, not by the fork). Fork comments also carry their own
+marker (KIND `review-fork`), so a fork's run can never edit the review comment of a same-repository
+pull request.
 
 Prints what it did. Exit 0 also when it skips; non-zero when `gh` fails. Standard library only.
 """
@@ -47,9 +60,27 @@ def meta(commit: str, run_id: int, attempt: int) -> str:
 
 
 def written_by(body: str) -> Optional[tuple[int, int]]:
-    """(run id, attempt) recorded in a comment of ours; None for a comment without them."""
-    m = _META.search(body or "")
+    """(run id, attempt) recorded in a comment of ours; None for a comment without them. Only the
+    second line counts: the rest of the body quotes a pull request's own text, which could carry a
+    forged meta line claiming a far newer run (and freeze the comment)."""
+    lines = (body or "").split("\n", 2)
+    m = _META.fullmatch(lines[1].strip()) if len(lines) > 1 else None
     return (int(m.group(2)), int(m.group(3))) if m else None
+
+
+def resolve_pr(repo: str, sha: str, head_repo: str, head_branch: str) -> tuple[Optional[str], str]:
+    """(number, why): the one open pull request whose head is `sha` on `head_repo`:`head_branch`."""
+    pulls = json_stream(gh("api", "--paginate", f"repos/{repo}/commits/{sha}/pulls",
+                           "--jq", ".[] | {number: .number, state: .state, sha: .head.sha, "
+                                   "repo: .head.repo.full_name, ref: .head.ref}"))
+    match = [p for p in pulls if p.get("state") == "open" and p.get("sha") == sha
+             and str(p.get("repo") or "").lower() == head_repo.lower() and p.get("ref") == head_branch]
+    others = sorted(f"#{p.get('number')} ({p.get('repo')}:{p.get('ref')})" for p in pulls if p not in match)
+    seen = f" (other pull requests of this commit, left alone: {', '.join(others)})" if others else ""
+    if len(match) != 1:
+        return None, (f"no single open pull request from {head_repo}:{head_branch} at {sha[:12]}: "
+                      f"{len(match)} found{seen}; nothing to comment")
+    return str(match[0]["number"]), f"#{match[0]['number']} is {head_repo}:{head_branch} at {sha[:12]}{seen}"
 
 
 def compose(kind: str, body: str, commit: str, run_id: int, attempt: int) -> str:
@@ -121,8 +152,18 @@ def upsert(kind: str, body: str, env: dict[str, str]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["--resolve-pr"]:
+        need = ("GITHUB_REPOSITORY", "HEAD_SHA", "HEAD_REPO", "HEAD_BRANCH")
+        missing = [k for k in need if not os.environ.get(k)]
+        if missing:
+            print(f"ci/upsert_comment.py --resolve-pr: {', '.join(missing)} not set", file=sys.stderr)
+            return 2
+        number, why = resolve_pr(*(os.environ[k] for k in need))
+        print(why, file=sys.stderr)
+        print(number or "")
+        return 0
     if len(argv) != 2:
-        print("usage: python3 ci/upsert_comment.py KIND BODY_FILE", file=sys.stderr)
+        print("usage: python3 ci/upsert_comment.py KIND BODY_FILE | --resolve-pr", file=sys.stderr)
         return 2
     missing = [k for k in ("GITHUB_REPOSITORY", "PR_NUMBER", "HEAD_SHA", "RUN_ID") if not os.environ.get(k)]
     if missing:

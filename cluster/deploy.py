@@ -163,8 +163,11 @@ class Recorder:
 
 def run(operation: str, workdir: Path, stack: str, kubeconfig: Path, *, refresh: bool = False,
         policy_packs: tuple[str, ...] = (), secrets: Optional[dict[str, str]] = None,
-        echo: bool = True) -> dict[str, Any]:
-    """One Pulumi operation on the deployment in workdir; returns what the engine reported."""
+        echo: bool = True, save_plan: Optional[Path] = None, plan: Optional[Path] = None) -> dict[str, Any]:
+    """One Pulumi operation on the deployment in workdir; returns what the engine reported.
+    save_plan (preview): write the update plan there (`pulumi preview --save-plan`); plan (up): apply
+    only that plan (`pulumi up --plan`), failing at the first step it does not allow: the deploy on
+    merge (ci/deploy.sh, docs/pr-review.md "Deploy on merge")."""
     from pulumi import automation as auto  # the CLI's Python side; imported late: `--help` stays fast
 
     from cluster.binaries import toolset
@@ -205,10 +208,12 @@ def run(operation: str, workdir: Path, stack: str, kubeconfig: Path, *, refresh:
     kw: dict[str, Any] = {"on_output": out, "on_event": rec, "color": "never"}
     try:
         if operation == "preview":
-            r = stack_obj.preview(diff=True, refresh=refresh or None, policy_packs=list(policy_packs) or None, **kw)
+            r = stack_obj.preview(diff=True, refresh=refresh or None, policy_packs=list(policy_packs) or None,
+                                  plan=str(save_plan) if save_plan else None, **kw)
             summary = {k.value if hasattr(k, "value") else k: v for k, v in r.change_summary.items()}
         elif operation == "up":
-            r = stack_obj.up(diff=True, refresh=refresh or None, policy_packs=list(policy_packs) or None, **kw)
+            r = stack_obj.up(diff=True, refresh=refresh or None, policy_packs=list(policy_packs) or None,
+                             plan=str(plan) if plan else None, **kw)
             summary = dict(r.summary.resource_changes or {})
         elif operation == "refresh":
             r = stack_obj.refresh(**kw)
@@ -273,12 +278,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--refresh", action="store_true", help="refresh the state first (preview/up)")
     ap.add_argument("--policy-pack", action="append", default=[],
                     help="run this Python policy pack directory, e.g. policy (preview/up)")
+    ap.add_argument("--save-plan", type=Path, help="preview: save the update plan to this file")
+    ap.add_argument("--plan", type=Path, help="up: apply only this saved update plan")
     ap.add_argument("--json", type=Path, help="write the operations, diagnostics and summary here")
     ap.add_argument("--quiet", action="store_true", help="do not echo the engine's output")
     ap.add_argument("--no-sync", action="store_true",
                     help="deploy the work directory's copy as it is (default: copy the repository's program and "
                          "stack file afresh first)")
     args = ap.parse_args(argv)
+    if (args.save_plan and args.operation != "preview") or (args.plan and args.operation != "up"):
+        print("error: --save-plan goes with preview, --plan with up", file=sys.stderr)
+        return 2
     kubeconfig = args.kubeconfig or sim.state_dir(args.cluster) / "kubeconfig"
     if not kubeconfig.exists():
         print(f"error: no kubeconfig at {kubeconfig}: python -m cluster.sim start --stack {args.cluster}", file=sys.stderr)
@@ -297,7 +307,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         packs = tuple(str(analyzer(workdir, Path(p))) for p in args.policy_pack)
         res = run(args.operation, workdir, args.stack, kubeconfig, refresh=args.refresh,
                   policy_packs=packs, secrets=default_secrets(project, args.stack),
-                  echo=not args.quiet)
+                  echo=not args.quiet, save_plan=args.save_plan, plan=args.plan)
     except (DeployError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

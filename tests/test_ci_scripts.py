@@ -53,6 +53,73 @@ def outputs(path: Path) -> dict[str, str]:
 
 # --- the gate --------------------------------------------------------------------------------------
 
+# `GET repos/o/r/environments/preview` (REST "Get an environment"): the fields the gate reads.
+PROTECTED = {"name": "preview", "can_admins_bypass": False, "protection_rules": [
+    {"id": 1, "type": "required_reviewers", "prevent_self_review": True,
+     "reviewers": [{"type": "Team", "reviewer": {"slug": "maintainers"}}]},
+    {"id": 2, "type": "branch_policy"}]}
+CREDENTIALS = {"AWS_ROLE_ARN": "arn", "PULUMI_ACCESS_TOKEN": "pul-x"}
+
+
+def fake_environment(bin_dir: Path, environment: dict | None) -> None:
+    """`gh api repos/o/r/environments/NAME` answering `environment`, or 404 when None."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "environment.json").write_text(json.dumps(environment))
+    answer = (f'cat "{bin_dir}/environment.json"' if environment is not None
+              else 'echo \'{"message":"Not Found","status":"404"}\'; echo "gh: Not Found (HTTP 404)" >&2; exit 1')
+    fake(bin_dir, "gh", f"""case "$*" in
+  "api repos/o/r/environments/preview") {answer} ;;
+  *) echo "unexpected gh $*" >&2; exit 9 ;;
+esac""")
+
+
+def gate(tmp_path: Path, environment: dict | None, **extra: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    out, ci_out, bin_dir = tmp_path / "out", tmp_path / "ci-out", tmp_path / "bin"
+    fake_environment(bin_dir, environment)
+    res = run("preview-gate.sh", env={**CREDENTIALS, "GITHUB_OUTPUT": str(out), "RLTRAIN_CI_OUT": str(ci_out),
+                                      "GITHUB_REPOSITORY": "o/r", "GH_TOKEN": "t", **extra}, bin_dir=bin_dir)
+    return res, outputs(out), ci_out / "preview.unavailable"
+
+
+@pytest.mark.parametrize("environment,why", [
+    (None, "could not be read"),                                    # no `preview` environment at all
+    ({"name": "preview", "protection_rules": []}, "has no required reviewers"),   # private repo on Team
+    ({"name": "preview", "protection_rules": [{"type": "wait_timer", "wait_timer": 5}]}, "has no required reviewers"),
+    ({"name": "preview", "protection_rules": [{"type": "required_reviewers", "reviewers": []}]},
+     "has no required reviewers"),
+])
+def test_gate_fails_closed_without_required_reviewers(tmp_path, environment, why):
+    """Before: every credential set was enough; an environment without reviewers (required reviewers
+    exist only in public repositories on Free, Pro and Team) handed its secrets to any run."""
+    res, out, unavailable = gate(tmp_path, environment)
+    assert res.returncode == 1
+    assert out == {"backend": "cloud", "has-credentials": "false"}
+    assert "::error title=Environment not protected::pulumi preview refused: the environment `preview`" in res.stdout
+    assert why in res.stdout and why in unavailable.read_text()
+    assert "required reviewers" in pr_comment.body("p5", tmp_path / "ci-out")
+
+
+def test_gate_passes_a_protected_environment_and_warns_of_admin_bypass(tmp_path):
+    res, out, unavailable = gate(tmp_path, PROTECTED)
+    assert res.returncode == 0, res.stderr
+    assert out == {"backend": "cloud", "has-credentials": "true"} and not unavailable.exists()
+    assert "protected: the environment `preview` needs an approval by one of 1 reviewer(s)" in res.stdout
+    assert "::warning" not in res.stdout
+    lax = {**PROTECTED, "can_admins_bypass": True,
+           "protection_rules": [{"type": "required_reviewers", "prevent_self_review": False,
+                                 "reviewers": [{"type": "User", "reviewer": {"login": "a"}}]}]}
+    res, out, _ = gate(tmp_path, lax)
+    assert res.returncode == 0 and out["has-credentials"] == "true"
+    assert "::warning title=Environment preview::administrators may bypass" in res.stdout
+    assert "::warning title=Environment preview::`preview` lets the author of a run approve it" in res.stdout
+
+
+def test_gate_on_dependabot_says_why_without_reading_anything(tmp_path):
+    res, out, unavailable = gate(tmp_path, None, DEPENDABOT="true")
+    assert res.returncode == 0, res.stderr
+    assert out == {"backend": "none", "has-credentials": "false"}
+    assert "Dependabot's" in unavailable.read_text() and not (tmp_path / "bin" / "gh.log").exists()
+
 
 @pytest.mark.parametrize("env,ready,backend,named", [
     ({"AWS_ROLE_ARN": "arn", "PULUMI_ACCESS_TOKEN": "pul-x"}, "true", "cloud", None),
@@ -73,8 +140,11 @@ def outputs(path: Path) -> dict[str, str]:
 ])
 def test_gate(tmp_path, env, ready, backend, named):
     out, summary = tmp_path / "out", tmp_path / "summary"
+    bin_dir = tmp_path / "bin"
+    fake_environment(bin_dir, PROTECTED)
     res = run("preview-gate.sh", env={**env, "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
-                                      "RLTRAIN_CI_OUT": str(tmp_path / "ci-out")})
+                                      "RLTRAIN_CI_OUT": str(tmp_path / "ci-out"), "GITHUB_REPOSITORY": "o/r",
+                                      "GH_TOKEN": "t"}, bin_dir=bin_dir)
     assert res.returncode == 0, res.stderr
     assert outputs(out) == {"has-credentials": ready, "backend": backend}
     unavailable = tmp_path / "ci-out" / "preview.unavailable"
@@ -154,8 +224,10 @@ fi""")
     calls = (bin_dir / "pulumi.log").read_text().splitlines()
     commands = calls[0::2]
     ref = select.rsplit(" ", 1)[-1]
-    assert commands == [login, select, f"preview --non-interactive --stack {ref} --diff --suppress-progress "
-                                       "--color never --policy-pack policy"]
+    assert commands == [login, select,
+                        f"refresh --preview-only --non-interactive --stack {ref} --diff --suppress-progress --color never",
+                        f"preview --non-interactive --stack {ref} --refresh --diff --suppress-progress --color never "
+                        f"--save-plan {out}/plan-p5.json --policy-pack policy"]
     # An empty secret is no passphrase: removed, not passed as "".
     for e in calls[1::2]:
         if env.get("PULUMI_CONFIG_PASSPHRASE") == "":
@@ -164,6 +236,72 @@ fi""")
             assert "PULUMI_ACCESS_TOKEN=<unset>" in e
     assert (out / "preview-p5.rc").read_text().strip() == "0"
     assert "Resources:\n    + 180 to create" in (out / "preview-p5.txt").read_text()
+
+
+DRIFT_OUTPUT = """Refreshing (p5):
+    ~  aws:fsx:LustreFileSystem storage-fs update [diff: ~storageCapacity]
+    -  kubernetes:core/v1:ConfigMap cm-extra delete
+
+Resources:
+    ~ 1 to update
+    - 1 to delete
+    178 unchanged
+
+Duration: 12s
+"""
+
+NO_DRIFT_OUTPUT = """Refreshing (p5):
+
+Resources:
+    180 unchanged
+
+Duration: 9s
+"""
+
+
+def fake_pulumi(bin_dir: Path, drift: str, drift_rc: int = 0) -> None:
+    fake(bin_dir, "pulumi", f"""case "$1" in
+  refresh) cat <<'OUT'
+{drift}OUT
+  exit {drift_rc} ;;
+  preview) cat <<'OUT'
+{PREVIEW_OUTPUT}OUT
+  for a in "$@"; do case "$prev" in --save-plan) echo '{{"resourcePlans": {{}}}}' > "$a" ;; esac; prev="$a"; done ;;
+esac""")
+
+
+def test_drift_is_shown_apart_from_the_change_and_the_preview_refreshes(tmp_path):
+    """Before: `pulumi preview` without --refresh judged the change against the state as last written:
+    a resource changed by hand showed as part of this PR's change, or not at all."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "ci-out"
+    fake_pulumi(bin_dir, DRIFT_OUTPUT)
+    res = run("preview.sh", "p5", env={"PULUMI_BACKEND_URL": "file:///tmp/state", "PULUMI_CONFIG_PASSPHRASE": "x",
+                                       "RLTRAIN_CI_OUT": str(out)}, bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr
+    assert (out / "drift-p5.rc").read_text().strip() == "0"
+    body = pr_comment.body("p5", out, commit=HEAD)
+    assert ("**Drift**: the live stack differs from its state, apart from this pull request's change "
+            "(`pulumi refresh --preview-only`: ~ 1 to update, - 1 to delete)") in body
+    assert "~  aws:fsx:LustreFileSystem storage-fs update [diff: ~storageCapacity]" in body
+    assert body.index("**Drift**") < body.index("Summary:") < body.index("+ 180 to create")
+    # The update plan, and the tree it was made on (what the deploy checks against main).
+    meta = dict(line.split("=", 1) for line in (out / "plan-p5.meta").read_text().splitlines())
+    tree = subprocess.run(["git", "rev-parse", "HEAD^{tree}"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert meta["stack"] == "p5" and meta["tree"] == tree and (out / "plan-p5.json").is_file()
+
+
+def test_no_drift_and_a_failed_drift_check_are_said(tmp_path):
+    bin_dir, out = tmp_path / "bin", tmp_path / "ci-out"
+    env = {"PULUMI_BACKEND_URL": "file:///tmp/state", "PULUMI_CONFIG_PASSPHRASE": "x", "RLTRAIN_CI_OUT": str(out)}
+    fake_pulumi(bin_dir, NO_DRIFT_OUTPUT)
+    assert run("preview.sh", "p5", env=env, bin_dir=bin_dir).returncode == 0
+    assert "No drift: the live stack matches its state" in pr_comment.body("p5", out)
+    fake_pulumi(bin_dir, "error: AccessDenied: eks:DescribeCluster\n", drift_rc=255)
+    res = run("preview.sh", "p5", env=env, bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr  # the preview still ran
+    body = pr_comment.body("p5", out)
+    assert "**Drift check failed** (`pulumi refresh --preview-only`, exit 255)" in body
+    assert "error: AccessDenied: eks:DescribeCluster" in body and "succeeded" in body
 
 
 def test_a_failed_preview_is_captured_and_fails_the_step(tmp_path):
@@ -244,21 +382,37 @@ upsert_comment = importlib.util.module_from_spec(_up)
 _up.loader.exec_module(upsert_comment)
 
 
-def fake_github(bin_dir: Path, comments: list[dict], head: str = HEAD) -> None:
-    """`gh api` serving a pull request whose head is `head` and its comments; PATCH/POST payloads kept."""
+def fake_github(bin_dir: Path, comments: list[dict], head: str = HEAD, pulls: list[dict] | None = None) -> None:
+    """`gh api` serving pull request 7 whose head is `head` and its comments; PATCH/POST payloads kept.
+    `pulls`: the pull requests of commit HEAD (`commits/{sha}/pulls`, as the --jq of upsert_comment.py
+    prints them), each also served as `pulls/N`; by default PR 7 from the fork `fork/r`, branch `feature`."""
     bin_dir.mkdir(parents=True, exist_ok=True)
+    if pulls is None:
+        pulls = [{"number": 7, "state": "open", "sha": head, "repo": "fork/r", "ref": "feature"}]
     (bin_dir / "comments.jsonl").write_text("".join(json.dumps(c) + "\n" for c in comments))
-    (bin_dir / "pull.json").write_text(json.dumps({"number": 7, "head": {"sha": head}}))
+    (bin_dir / "commit-pulls.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pulls))
+    for pr in pulls:
+        (bin_dir / f"pull-{pr['number']}.json").write_text(json.dumps({"number": pr["number"], "head": {"sha": pr["sha"]}}))
+    (bin_dir / "pull-7.json").write_text(json.dumps({"number": 7, "head": {"sha": head}}))
     fake(bin_dir, "gh", f"""case "$*" in
+  "api --paginate repos/o/r/commits/"*"/pulls "*) cat "{bin_dir}/commit-pulls.jsonl" ;;
   *--paginate*) cat "{bin_dir}/comments.jsonl" ;;
-  "api repos/o/r/pulls/"*) cat "{bin_dir}/pull.json" ;;
+  "api repos/o/r/pulls/"*) n="${{2##*/}}"; cat "{bin_dir}/pull-$n.json" ;;
+  "api repos/o/r/issues/"*"/labels --jq .[].name") cat "{bin_dir}/labels.txt" 2>/dev/null ;;
+  *"/labels"*) for a in "$@"; do [ -f "$a" ] && cp "$a" "{bin_dir}/labels-payload.json"; done ;;
   *--method*) for a in "$@"; do [ -f "$a" ] && cp "$a" "{bin_dir}/payload.json"; done ;;
 esac
 exit 0""")
 
 
-def gh_calls(bin_dir: Path) -> list[str]:
-    return (bin_dir / "gh.log").read_text().splitlines()[0::2]
+def gh_calls(bin_dir: Path, labels: bool = False) -> list[str]:
+    """The `gh` calls, without those of ci/review_labels.py (the labels' own test reads them)."""
+    calls = (bin_dir / "gh.log").read_text().splitlines()[0::2]
+    if labels:
+        return calls
+    first_label = next((i for i, c in enumerate(calls) if "/labels" in c), None)
+    # ci/review_labels.py re-reads the pull request's head just before its label calls.
+    return calls if first_label is None else calls[:first_label - 1]
 
 
 def comment_env(out: Path, **extra: str) -> dict[str, str]:
@@ -347,32 +501,106 @@ def review_artifact(d: Path, pr: str | None = "7") -> Path:
     return d
 
 
-def test_review_comment_of_a_fork_comes_from_the_artifact_with_the_approval_note(tmp_path):
-    """The fork path: PR number from the artifact, commit from workflow_run.head_sha, the note on previews.
-    Before: no comment reached a fork's pull request at all (its token is read-only)."""
+def fork_comment(tmp_path: Path, art: Path, **extra: str) -> subprocess.CompletedProcess:
+    """ci/review-comment.sh as pr-comment.yml runs it: FORK=true, the head from workflow_run, no PR_NUMBER."""
+    bin_dir = tmp_path / "bin"
+    env = {k: v for k, v in comment_env(tmp_path / "ci-out", FORK="true").items() if k != "PR_NUMBER"}
+    env.update({"HEAD_REPO": "fork/r", "HEAD_BRANCH": "feature", **extra})
+    base = {k: v for k, v in os.environ.items() if k not in ("PR_NUMBER", "GITHUB_REPOSITORY")}
+    return subprocess.run([str(CI / "review-comment.sh"), str(art)], cwd=tmp_path,  # no checkout of the PR
+                          env={**base, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_review_comment_of_a_fork_with_its_own_marker_and_the_approval_note(tmp_path):
+    """The fork path: the PR resolved from the run's head repository and branch, commit from
+    workflow_run.head_sha, the fork's own marker, the note on previews."""
     bin_dir = tmp_path / "bin"
     fake_github(bin_dir, [])
-    art = review_artifact(tmp_path / "review")
-    env = {k: v for k, v in comment_env(tmp_path / "ci-out", FORK="true").items() if k != "PR_NUMBER"}
-    res = subprocess.run([str(CI / "review-comment.sh"), str(art)], cwd=tmp_path,  # no checkout of the PR
-                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env},
-                         capture_output=True, text=True, timeout=60)
+    res = fork_comment(tmp_path, review_artifact(tmp_path / "review", pr="123"))  # the artifact's number is ignored
     assert res.returncode == 0, res.stderr
-    assert gh_calls(bin_dir)[2].startswith("api --method POST repos/o/r/issues/7/comments ")
+    calls = gh_calls(bin_dir)
+    assert calls[0].startswith(f"api --paginate repos/o/r/commits/{HEAD}/pulls --jq ")
+    assert calls[1] == "api repos/o/r/pulls/7"
+    assert calls[3].startswith("api --method POST repos/o/r/issues/7/comments ")
     body = json.loads((bin_dir / "payload.json").read_text())["body"]
-    assert body.startswith("<!-- rltrain-review -->\n<!-- rltrain-meta commit=" + HEAD)
-    assert "## What this change does to each stack" in body and "Previews run after a maintainer approves" in body
+    assert body.startswith("<!-- rltrain-review-fork -->\n<!-- rltrain-meta commit=" + HEAD + " run=500 attempt=1 -->\n"
+                           "> **From a fork: the review below was computed by this pull request's own code**")
+    assert body.index("Previews run after a maintainer approves") < body.index("## What this change does to each stack")
+
+
+def test_a_forks_rerun_never_lands_on_the_mirror_pull_request(tmp_path):
+    """The documented mirror flow: a maintainer pushes the fork's commit to `pr-7` of this repository
+    and opens PR 9, same head SHA. Before: the fork's artifact named 9, the head SHA matched, and the
+    fork's "no change, all pass" replaced PR 9's reviewed comment. Now the PR is the one whose head is
+    the run's own repository and branch, and the fork's marker never matches PR 9's comment."""
+    bin_dir = tmp_path / "bin"
+    pulls = [{"number": 9, "state": "open", "sha": HEAD, "repo": "o/r", "ref": "pr-7"},
+             {"number": 7, "state": "open", "sha": HEAD, "repo": "fork/r", "ref": "feature"}]
+    fake_github(bin_dir, [ours(400, kind="review", id_=99)], pulls=pulls)
+    res = fork_comment(tmp_path, review_artifact(tmp_path / "review", pr="9"))
+    assert res.returncode == 0, res.stderr
+    calls = gh_calls(bin_dir)
+    assert "api repos/o/r/pulls/7" in calls and not any("/9" in c or "comments/99" in c for c in calls), calls
+    assert calls[-1].startswith("api --method POST repos/o/r/issues/7/comments ")
+    assert "left alone: #9 (o/r:pr-7)" in res.stderr
+
+
+@pytest.mark.parametrize("pulls", [
+    [],                                                                            # no pull request of that commit
+    [{"number": 7, "state": "closed", "sha": HEAD, "repo": "fork/r", "ref": "feature"}],
+    [{"number": 7, "state": "open", "sha": HEAD, "repo": "fork/r", "ref": "other-branch"}],
+    [{"number": 7, "state": "open", "sha": HEAD, "repo": "someone/r", "ref": "feature"}],
+])
+def test_a_fork_run_without_its_own_open_pull_request_writes_nothing(tmp_path, pulls):
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [], pulls=pulls)
+    res = fork_comment(tmp_path, review_artifact(tmp_path / "review", pr="7"))
+    assert res.returncode == 0, res.stderr
+    assert len(gh_calls(bin_dir)) == 1 and not (bin_dir / "payload.json").exists()
+    assert "nothing to comment" in res.stdout + res.stderr
 
 
 def test_a_forged_pr_number_in_a_forks_artifact_writes_nothing(tmp_path):
     bin_dir = tmp_path / "bin"
     fake_github(bin_dir, [], head="e" * 40)  # PR 7's head is not the commit the run reviewed
-    art = review_artifact(tmp_path / "review")
-    env = {k: v for k, v in comment_env(tmp_path / "ci-out", FORK="true").items() if k != "PR_NUMBER"}
-    res = subprocess.run([str(CI / "review-comment.sh"), str(art)], cwd=tmp_path,
-                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env},
-                         capture_output=True, text=True, timeout=60)
+    res = fork_comment(tmp_path, review_artifact(tmp_path / "review"))
     assert res.returncode == 0 and not (bin_dir / "payload.json").exists()
+
+
+def test_the_forks_text_mentions_nobody_and_renders_no_html(tmp_path):
+    """Before: the fork's summary was posted as-is: `@org/team` pinged people, `<img>` loaded, and a
+    forged meta line (run=999999999) in the body froze the comment against every later run."""
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [])
+    art = review_artifact(tmp_path / "review")
+    forged = upsert_comment.meta(HEAD, 999999999, 9)
+    (art / "summary.md").write_text(f"Hi @alice and @acme/platform, mail me at bob@example.com\n"
+                                    f"<img src=https://evil.example/t.png><details open>x</details>\n{forged}\n"
+                                    "quota 0 vCPU < 192; `4800 -> 2400`\n")
+    res = fork_comment(tmp_path, art)
+    assert res.returncode == 0, res.stderr
+    body = json.loads((bin_dir / "payload.json").read_text())["body"]
+    z = "\u200b"
+    assert f"@{z}alice" in body and f"@{z}acme/platform" in body and "bob@example.com" in body
+    assert "<img" not in body and f"<{z}img" in body and f"<{z}/details>" in body and "<details" not in body
+    assert body.count("<!-- rltrain-meta") == 1 and "quota 0 vCPU < 192; `4800 -> 2400`" in body
+    assert upsert_comment.written_by(body) == (500, 1)  # the real meta line, not the forged one
+    assert upsert_comment.written_by(f"{upsert_comment.marker('review')}\nx\n{forged}") is None
+
+
+def test_a_symlink_in_the_artifact_is_not_followed(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [])
+    art = tmp_path / "review"
+    art.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("AKIA-not-for-comments\n")
+    (art / "summary.md").symlink_to(secret)
+    res = fork_comment(tmp_path, art)
+    assert res.returncode == 0, res.stderr
+    body = json.loads((bin_dir / "payload.json").read_text())["body"]
+    assert "AKIA" not in body and "no review" in body
 
 
 def test_review_comment_when_the_offline_job_stopped_early(tmp_path):
@@ -405,3 +633,71 @@ def test_preflight_runs_the_aws_preflight_and_keeps_its_result_for_the_comment(t
     assert (out / "preflight-p5.rc").read_text().strip() == "3"
     assert "quota 0 vCPU < 192" in (out / "preflight-p5.txt").read_text()
     assert "**preflight failed** (exit 3)" in pr_comment.body("p5", out)
+
+
+# --- labels from the impact ----------------------------------------------------------------------------
+
+_lab = importlib.util.spec_from_file_location("review_labels", CI / "review_labels.py")
+review_labels = importlib.util.module_from_spec(_lab)
+_lab.loader.exec_module(review_labels)
+
+SUMMARY_P5_SHRINK = """### Stack `p5`
+
+| impact | resource | why | verdict |
+|---|---|---|---|
+| **replace (data loss)** | `LustreFileSystem storage-fs` | storageCapacity 4800 -> 2400 | refused: set `rltrain:storage.allowReplacement: true` |
+| replace | `PersistentVolume storage-pv` | spec.capacity.storage | ok |
+| in place | `PersistentVolumeClaim storage-claim` | spec.resources ignored | ok |
+
+### Stack `dev`
+
+| impact | resource | why | verdict |
+|---|---|---|---|
+| **node roll** | `NodeGroup gpu` | launch template | ok |
+
+### Stack `p4de`
+
+impact: no change against the base record
+"""
+
+
+@pytest.mark.parametrize("summary,labels", [
+    (SUMMARY_P5_SHRINK, {"replaces", "data-loss", "node-roll"}),
+    ("### Stack `p5`\n\nimpact: no change against the base record\n", {"no-change"}),
+    ("| impact | resource | why | verdict |\n|---|---|---|---|\n| **run restart** | `Job train` | image | ok |\n",
+     {"run-restart"}),
+    ("## What this change does to each stack: no review\n", set()),
+])
+def test_labels_from_the_impact_tables(summary, labels):
+    assert review_labels.labels(summary) == labels
+
+
+def test_labels_added_and_stale_ones_removed_on_the_pull_request(tmp_path):
+    """The review's impact as labels: `no-change` from an earlier push is removed, others' labels kept."""
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [])
+    (bin_dir / "labels.txt").write_text("no-change\nneeds-docs\nrun-restart\n")
+    art = review_artifact(tmp_path / "review")
+    (art / "summary.md").write_text(SUMMARY_P5_SHRINK)
+    res = run("review-comment.sh", str(art), env=comment_env(tmp_path / "ci-out", FORK="false"), bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr
+    calls = gh_calls(bin_dir, labels=True)
+    assert "api --method POST repos/o/r/issues/7/labels --input" in " ".join(calls)
+    assert json.loads((bin_dir / "labels-payload.json").read_text()) == {"labels": ["data-loss", "node-roll", "replaces"]}
+    deletes = sorted(c.split()[3] for c in calls if c.startswith("api --method DELETE"))
+    assert deletes == ["repos/o/r/issues/7/labels/no-change", "repos/o/r/issues/7/labels/run-restart"]
+    assert "labels of #7: added data-loss, node-roll, replaces; removed no-change, run-restart" in res.stdout
+
+
+def test_the_simulated_cluster_preview_is_appended_to_the_review_comment(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_github(bin_dir, [])
+    art = review_artifact(tmp_path / "review")
+    (art / "sim-preview.md").write_text("### Real preview of `sim` on the simulated cluster\n\n"
+                                        "| resource | offline impact | real preview | |\n|---|---|---|---|\n"
+                                        "| `workloads-staging-job` | run restart | update | **disagree** |\n@someone\n")
+    res = run("review-comment.sh", str(art), env=comment_env(tmp_path / "ci-out", FORK="false"), bin_dir=bin_dir)
+    assert res.returncode == 0, res.stderr
+    body = json.loads((bin_dir / "payload.json").read_text())["body"]
+    assert body.index("## What this change does to each stack") < body.index("### Real preview of `sim`")
+    assert "| update | **disagree** |" in body and "@\u200bsomeone" in body

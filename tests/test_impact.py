@@ -309,27 +309,26 @@ def test_shrinking_a_claim_from_a_storage_class_is_refused_even_with_the_opt_in(
 # --- day two in place (issue 34) -------------------------------------------------------------------
 
 
-def test_a_priority_change_replaces_its_class_under_its_name_and_says_what_runs_keep(project):
+def test_a_priority_change_is_a_new_class_and_restarts_the_runs_that_name_it(project):
     """A PriorityClass's value may not be changed in an update (the simulated cluster's preview:
-    `value: Forbidden: may not be changed in an update`): the class is replaced, deleted first."""
+    `value: Forbidden: may not be changed in an update`), and a class replaced under its own name
+    fails the preview's dry run too: the value is in the name, a new value a new class."""
     edit(project, "p5", "workloads", priority=2000000)
-    [i] = render_impact(project)
-    assert (i.name, i.kind, i.allowed) == ("workloads-priority", impact.REPLACE, True)
-    assert "runs already queued or running keep the priority they were given" in i.why
-    pc = find(render.render_stack("p5", project).resources, "kubernetes:scheduling.k8s.io/v1:PriorityClass",
-              "workloads-priority")
-    assert pc["options"]["replaceOnChanges"] == ["preemptionPolicy", "value"]
-    assert pc["options"]["deleteBeforeReplace"] is True
+    k = kinds(render_impact(project))
+    assert k.pop("workloads-priority") == impact.REPLACE
+    # The runs that name it are recreated (their template names the new class): opt-in.
+    assert k == {"workloads-single-node-job": impact.RUN_RESTART, "workloads-multi-node-job": impact.RUN_RESTART,
+                 "workloads-staging-job": impact.RUN_RESTART}, k
+    names = {r["inputs"]["metadata"]["name"] for r in render.render_stack("p5", project).resources
+             if r["type"] == "kubernetes:scheduling.k8s.io/v1:PriorityClass"}
+    assert names == {"rltrain-training-2000000", "rltrain-validation-1000200", "rltrain-nccl-test-1000100"}
 
 
-def test_a_priority_change_the_program_cannot_replace_is_refused():
-    """The model without the program's replace options: the API server would refuse the update."""
-    before, after = rows(), rows()
-    for r in (before, after):
-        find(r, "kubernetes:scheduling.k8s.io/v1:PriorityClass", "workloads-priority")["options"].pop(
-            "replaceOnChanges", None)
+def test_a_priority_change_under_the_same_name_is_refused():
+    """The model without the value in the name: the API server would refuse the update."""
+    after = rows()
     find(after, "kubernetes:scheduling.k8s.io/v1:PriorityClass", "workloads-priority")["inputs"]["value"] = 7
-    [i] = impact.classify(before, after, cfg())
+    [i] = impact.classify(rows(), after, cfg())
     assert (i.kind, i.allowed) == (impact.REFUSED, False) and "may not be changed in an update" in i.why
     # A description is not immutable: in place.
     after = rows()
@@ -349,3 +348,20 @@ def test_a_deadline_change_is_in_place_on_a_template_kueue_can_own_the_selector_
         obj = r["inputs"]
         if r["type"].startswith("kubernetes:") and obj.get("kind") in ("Job", "MPIJob", "RayJob"):
             assert '"nodeSelector"' not in json.dumps(obj), r["name"]
+
+
+def test_a_job_s_immutable_fields_replace_it_and_without_the_option_are_refused(project):
+    """`workloads.failFastExitCodes` is the Jobs' podFailurePolicy, immutable (the sweep's real
+    preview: `spec.podFailurePolicy: ... field is immutable`): the program replaces the runs on it;
+    a Job without that option would be refused."""
+    edit(project, "p5", "workloads", failFastExitCodes=[3])
+    k = kinds(render_impact(project))
+    assert k == {"workloads-single-node-job": impact.RUN_RESTART, "workloads-multi-node-job": impact.RUN_RESTART}, k
+    before, after = rows(), rows()
+    for r in (before, after):
+        find(r, "kubernetes:batch/v1:Job", "workloads-single-node-job")["options"]["replaceOnChanges"] = [
+            "metadata.labels"]
+    find(after, "kubernetes:batch/v1:Job", "workloads-single-node-job")["inputs"]["spec"]["podFailurePolicy"] = {
+        "rules": []}
+    [i] = impact.classify(before, after, cfg())
+    assert (i.kind, i.allowed) == (impact.REFUSED, False) and "immutable" in i.why

@@ -293,7 +293,9 @@ def test_multi_node_pod_sets_prefer_the_nearest_layer():
 
 def test_priority_classes_order_validation_nccl_training():
     r = rendered("p5")
-    classes = {m["metadata"]["name"]: m for m in objects(r, "PriorityClass")}
+    # Named after the namespace, the run and the value (a new value is a new class: runs.py).
+    classes = {m["metadata"]["name"].rsplit("-", 1)[0]: m for m in objects(r, "PriorityClass")}
+    assert all(m["metadata"]["name"].endswith(f"-{m['value']}") for m in classes.values())
     assert classes["rltrain-validation"]["value"] > classes["rltrain-nccl-test"]["value"] \
         > classes["rltrain-training"]["value"]
     # The checks order the queue; they never evict a running run.
@@ -302,8 +304,9 @@ def test_priority_classes_order_validation_nccl_training():
     by_run = {}
     for doc in gpu_workloads(r):
         by_run[doc["metadata"]["name"]] = {t["spec"]["priorityClassName"] for t in templates(doc)}
-    assert by_run == {"rltrain-validation": {"rltrain-validation"}, "rltrain-nccl-test": {"rltrain-nccl-test"},
-                      "rltrain-training": {"rltrain-training"}, "rltrain-multinode": {"rltrain-training"}}
+    assert by_run == {"rltrain-validation": {"rltrain-validation-1000200"},
+                      "rltrain-nccl-test": {"rltrain-nccl-test-1000100"},
+                      "rltrain-training": {"rltrain-training-1000000"}, "rltrain-multinode": {"rltrain-training-1000000"}}
 
 
 def test_gate_off_by_default():

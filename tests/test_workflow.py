@@ -97,12 +97,15 @@ def test_preview_job():
     assert stacks == ["dev", "p4de", "p5"]
     for stack in stacks:
         assert (ROOT / f"Pulumi.{stack}.yaml").is_file(), stack
-    assert job["permissions"] == {"contents": "read", "id-token": "write", "pull-requests": "write"}
+    # actions: read for the gate's reading of the environment's protection rules (ci/preview-gate.sh).
+    assert job["permissions"] == {"actions": "read", "contents": "read", "id-token": "write", "pull-requests": "write"}
     # The gate is a step, not the job's `if`: a job skipped by its `if` is never expanded, and its one
     # check is named "pulumi preview (${{ matrix.stack }})"; each stack keeps its own check.
     assert job["if"] == "${{ !cancelled() }}" and "${{ matrix.stack }}" in job["name"]
-    # Credentials only in the `preview` environment (required reviewers), forks in one without secrets.
-    assert "'preview'" in job["environment"] and "head.repo.full_name == github.repository" in job["environment"]
+    # Credentials only in the `preview` environment (required reviewers), forks and Dependabot in one
+    # without secrets.
+    assert environment_of(job, same_repo=True) == "preview"
+    assert environment_of(job, same_repo=False) == "no-secrets"
 
     # pulumi/actions installs the CLI only: with no `command` input it installs and exits
     # (pulumi/actions v7 src/main.ts: makeInstallationConfig / installOnly). It comments only after a
@@ -136,9 +139,63 @@ def test_gate_asks_pulumi_cloud_token_only_of_pulumi_cloud():
     job = load(PR_WORKFLOW)["jobs"]["preview"]
     step = next(s for s in job["steps"] if s.get("id") == "gate")
     assert step["run"] == "ci/preview-gate.sh"
-    assert set(step["env"]) == {"FORK", "AWS_ROLE_ARN", "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL",
-                                "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SECRETS_PROVIDER"}
+    assert set(step["env"]) == {"FORK", "DEPENDABOT", "GH_TOKEN", "PROTECTED_ENVIRONMENT", "AWS_ROLE_ARN",
+                                "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE",
+                                "PULUMI_SECRETS_PROVIDER"}
     assert "head.repo.full_name != github.repository" in step["env"]["FORK"]
+    assert step["env"]["DEPENDABOT"] == ("${{ github.event_name == 'pull_request' && "
+                                         "github.event.pull_request.user.login == 'dependabot[bot]' }}")
+    # The environment the gate checks for required reviewers is the job's own.
+    assert step["env"]["PROTECTED_ENVIRONMENT"] == environment_of(job, same_repo=True)
+
+
+# --- a tiny evaluator for the one expression the environment is: A && B && 'x' || 'y' -------------
+
+def environment_of(job: dict, same_repo: bool, author: str = "alice", event: str = "pull_request") -> str:
+    """The environment the preview job runs in for a pull request, evaluated with Python's and/or
+    (GitHub's && / || return operands the same way: docs.github.com, "Evaluate expressions")."""
+    expr = job["environment"].strip()
+    assert expr.startswith("${{") and expr.endswith("}}"), expr
+    expr = expr[3:-2]
+    values = {
+        "github.event_name": repr(event),
+        "github.event.pull_request.head.repo.full_name": repr("o/r" if same_repo else "fork/r"),
+        "github.repository": repr("o/r"),
+        "github.event.pull_request.user.login": repr(author),
+    }
+    for name, value in sorted(values.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(name, value)
+    expr = expr.replace("&&", " and ").replace("||", " or ")
+    assert re.fullmatch(r"[\s'a-z0-9/\[\]\-_()!=]+", expr.replace(" and ", " ").replace(" or ", " ")), expr
+    return eval(expr, {"__builtins__": {}})  # noqa: S307 - the workflow's own expression, literals only
+
+
+def test_dependabot_runs_in_the_environment_without_secrets():
+    """Before: Dependabot's pull requests (same repository) waited for an approval of `preview`, whose
+    secrets GitHub never gives them. Now they go where forks go, and the gate says why."""
+    job = load(PR_WORKFLOW)["jobs"]["preview"]
+    assert environment_of(job, same_repo=True, author="dependabot[bot]") == "no-secrets"
+    assert environment_of(job, same_repo=True, author="alice") == "preview"
+    assert environment_of(job, same_repo=True, event="workflow_dispatch") == "preview"
+
+
+def credentialed(job: dict) -> bool:
+    text = json.dumps(job)
+    return "secrets." in text or (job.get("permissions") or {}).get("id-token") == "write"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_no_cache_in_a_job_that_holds_credentials(path: Path):
+    """Before: the preview job restored a pip cache (setup-python `cache: pip`) that an earlier,
+    unapproved run of the same pull request could have written. A job with secrets or an OIDC token
+    restores no cache at all."""
+    for job_id, job in (load(path).get("jobs") or {}).items():
+        if not credentialed(job):
+            continue
+        for step in job.get("steps") or []:
+            uses = step.get("uses", "")
+            assert not uses.startswith(("actions/cache@", "actions/cache/")), f"{path.name} {job_id}: {uses}"
+            assert "cache" not in (step.get("with") or {}), f"{path.name} {job_id}: {uses} restores a cache"
 
 
 # FACTS.md "PR review as GitHub runs it"; the others from the actions' own repositories (tags v7.0.0,
@@ -148,7 +205,10 @@ PINNED = {"actions/checkout": ("3d3c42e5aac5ba805825da76410c181273ba90b1", "v7")
           "actions/setup-python": ("5fda3b95a4ea91299a34e894583c3862153e4b97", "v7.0.0"),
           "actions/upload-artifact": ("bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0"),
           "actions/download-artifact": ("3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
-          "aws-actions/configure-aws-credentials": ("e6de054238d6b7531b4efff3b6587d9aade6a06c", "v6.2.3")}
+          "aws-actions/configure-aws-credentials": ("e6de054238d6b7531b4efff3b6587d9aade6a06c", "v6.2.3"),
+          # `git rev-parse TAG^{commit}` in the actions' repositories (the snapshots read 2026-12-02).
+          "actions/setup-go": ("b7ad1dad31e06c5925ef5d2fc7ad053ef454303e", "v7.0.0"),
+          "actions/cache": ("27d5ce7f107fe9357f9df03efb73ab90386fccae", "v5.0.5")}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -170,8 +230,10 @@ def test_comment_jobs():
     assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
     assert "head.repo.full_name == github.repository" in job["if"]
     run = next(s for s in job["steps"] if "run" in s)
-    assert run["run"] == "ci/review-comment.sh review" and run["env"]["FORK"] == "false"
+    assert run["run"] == 'ci/review-comment.sh "$REVIEW_DIR"' and run["env"]["FORK"] == "false"
     assert run["env"]["HEAD_SHA"] == "${{ github.event.pull_request.head.sha }}"
+    download = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert download["with"]["path"] == run["env"]["REVIEW_DIR"] == "${{ runner.temp }}/review"
 
     fork = load(WORKFLOW_DIR / "pr-comment.yml")
     on = fork.get("on", fork.get(True))  # YAML 1.1 reads `on` as True
@@ -184,10 +246,28 @@ def test_comment_jobs():
     download = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
     assert download["with"]["name"] == upload["with"]["name"] == "review"
     assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
+    # The fork's artifact is data: unpacked under the runner's temp directory, never in the checkout
+    # beside the scripts (before: `path: review`, inside the workspace).
+    assert download["with"]["path"] == "${{ runner.temp }}/review" and download.get("continue-on-error") is True
     run = next(s for s in job["steps"] if "run" in s)
-    assert run["run"] == "ci/review-comment.sh review" and run["env"]["FORK"] == "true"
+    assert run["run"] == 'ci/review-comment.sh "$REVIEW_DIR"' and run["env"]["FORK"] == "true"
+    assert run["env"]["REVIEW_DIR"] == download["with"]["path"]
+    # The pull request comes from what GitHub says about the run, never from the artifact.
     assert run["env"]["HEAD_SHA"] == "${{ github.event.workflow_run.head_sha }}"
-    assert "PR_NUMBER" not in run["env"]  # from the artifact, checked against HEAD_SHA before any write
+    assert run["env"]["HEAD_REPO"] == "${{ github.event.workflow_run.head_repository.full_name }}"
+    assert run["env"]["HEAD_BRANCH"] == "${{ github.event.workflow_run.head_branch }}"
+    assert "PR_NUMBER" not in run["env"]
+
+
+def test_fork_comment_skips_cancelled_runs_one_at_a_time():
+    """Before: no condition on the run's conclusion, no concurrency: every cancelled `pr` run (a newer
+    push cancels the older) started a comment job that failed on the missing artifact."""
+    fork = load(WORKFLOW_DIR / "pr-comment.yml")
+    (job,) = fork["jobs"].values()
+    assert "github.event.workflow_run.conclusion != 'cancelled'" in job["if"]
+    group = fork["concurrency"]["group"]
+    assert "workflow_run.head_repository.full_name" in group and "workflow_run.head_branch" in group
+    assert fork["concurrency"]["cancel-in-progress"] is True
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -216,3 +296,67 @@ def test_offline_job_runs_the_install_and_the_test_command_of_ci_run():
     commands = [line for line in (ROOT / "ci" / "test.sh").read_text().splitlines()
                 if line.strip() and not line.startswith(("#", "set ", ". ", "cd "))]
     assert commands == [readme_command]
+
+
+# --- docs/pr-review.md: what it cites exists; the setup checklist and the trust model are there ------
+
+PR_REVIEW_DOC = ROOT / "docs" / "pr-review.md"
+_CITED_PATH = re.compile(r"`((?:ci|tests|docs|components|policy|cluster|\.github)/[\w./-]*\w)`")
+_CITED_DOC = re.compile(r"(?<![\w/.-])([A-Z][A-Z0-9_-]*\.md)\b")
+_LINKED = re.compile(r"\]\(([\w./-]+\.md)(?:#[\w-]+)?\)")
+
+
+def test_pr_review_doc_cites_only_files_in_the_repository():
+    """Before: "The facts behind the design are in FACTS.md", a file that is not in the repository."""
+    text = PR_REVIEW_DOC.read_text()
+    missing = sorted({p for p in _CITED_PATH.findall(text) if not (ROOT / p).exists()}
+                     | {p for p in _CITED_DOC.findall(text) if not (ROOT / p).exists()}
+                     | {p for p in _LINKED.findall(text) if not (PR_REVIEW_DOC.parent / p).exists()})
+    assert not missing, f"docs/pr-review.md cites what the repository does not hold: {missing}"
+
+
+def test_pr_review_doc_has_the_setup_checklist_and_the_trust_model():
+    text = PR_REVIEW_DOC.read_text()
+    assert "\n## Trust model\n" in text and "\n## Setting it up\n" in text
+    header = next(line for line in text.splitlines() if line.startswith("| job (workflow) |"))
+    assert header == ("| job (workflow) | same-repository pull request | pull request from a fork | "
+                      "Dependabot's pull request | merge to `main` |")
+    checklist = text.split("\n## Setting it up\n", 1)[1].split("\n## ", 1)[0]
+    for must in ("required reviewers", "public", "Prevent self-review", "Allow administrators to bypass",
+                 "`no-secrets`", "`deploy`", "the first approved run previews nothing until the secrets are set",
+                 "Require\n   branches to be up to date before merging"):
+        assert must in checklist, must
+    # Every environment a workflow names is in the checklist.
+    for path in WORKFLOWS:
+        for env in re.findall(r"'([a-z-]+)'|environment: ([a-z-]+)$", path.read_text(), re.M):
+            name = env[0] or env[1]
+            if name in ("preview", "deploy", "no-secrets"):
+                assert f"`{name}`" in checklist, name
+
+
+def test_sim_preview_job_holds_nothing_and_feeds_the_comment():
+    """The real preview on the simulated cluster runs the pull request's code (forks' too): no secret,
+    a read-only token, its cache only the cluster's binaries keyed by what they are built from."""
+    workflow = load(PR_WORKFLOW)
+    job = workflow["jobs"]["sim-preview"]
+    assert not credentialed(job) and job["permissions"] == {"contents": "read"}
+    assert [s["run"] for s in job["steps"] if "run" in s] == ["ci/install.sh", "ci/sim-preview.sh"]
+    cache = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/cache@"))
+    assert cache["with"]["path"] == "~/.cache/rltrain-sim"
+    assert "hashFiles('cluster/versions.env', 'cluster/go/**')" in cache["with"]["key"]
+    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["name"] == "sim-preview"
+    # The review comment is not held back for it: posted after the offline job, then posted again
+    # (same run: it replaces the first) with the simulated-cluster preview, after the first.
+    jobs = workflow["jobs"]
+    assert jobs["comment"]["needs"] == ["offline"]
+    assert jobs["comment-with-sim"]["needs"] == ["offline", "sim-preview", "comment"]
+    assert jobs["comment-with-sim"]["if"] == jobs["comment"]["if"]
+    assert jobs["comment-with-sim"]["permissions"] == jobs["comment"]["permissions"]
+    same = [s for s in jobs["comment-with-sim"]["steps"] if "run" in s] == [s for s in jobs["comment"]["steps"] if "run" in s]
+    assert same
+    # Both paths with the simulated-cluster preview download it beside the review (sim-preview.md appended).
+    for path, job_id in ((PR_WORKFLOW, "comment-with-sim"), (WORKFLOW_DIR / "pr-comment.yml", "fork-review-comment")):
+        steps_ = load(path)["jobs"][job_id]["steps"]
+        names = {s["with"]["name"]: s["with"]["path"] for s in steps_ if s.get("uses", "").startswith("actions/download-artifact@")}
+        assert names == {"review": "${{ runner.temp }}/review", "sim-preview": "${{ runner.temp }}/review"}, path

@@ -352,7 +352,7 @@ def test_workload_objects_carry_the_checkov_skips_of_their_pods(p5, sts):
 
 
 def test_priority_class(p5):
-    pc = find(p5[2], "PriorityClass", "rltrain-training")
+    pc = find(p5[2], "PriorityClass", f"rltrain-training-{p5[0].workloads.priority}")
     assert pc["value"] == p5[0].workloads.priority
     assert pc["preemptionPolicy"] == "PreemptLowerPriority" and pc["globalDefault"] is False
 

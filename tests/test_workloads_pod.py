@@ -195,7 +195,7 @@ def test_hardened_security_context():
     assert t.spec.security_context.seccomp_profile.type == "RuntimeDefault"
     assert t.spec.automount_service_account_token is False
     assert t.spec.service_account_name == "training-sa"
-    assert t.spec.priority_class_name == "rltrain-training"
+    assert t.spec.priority_class_name == "rltrain-training-1000000"  # its value in its name (runs.py)
     assert t.spec.termination_grace_period_seconds == 300
 
 

@@ -423,6 +423,13 @@ _POD_TEMPLATE_KINDS = {"Job": ("spec.template", "spec.completions", "spec.parall
                                        "spec.volumeClaimTemplates")}
 
 
+# A Job's other immutable fields (Kubernetes v1.35.4 pkg/apis/batch/validation/validation.go
+# ValidateJobSpecUpdate), outside the provider's forceNew list: a change is refused unless the
+# program replaces the Job on it (workloads/runs.py JOB_IMMUTABLE in replaceOnChanges).
+_JOB_IMMUTABLE = ("spec.podFailurePolicy", "spec.completionMode", "spec.backoffLimitPerIndex", "spec.managedBy",
+                  "spec.successPolicy")
+
+
 # Kueue objects with the `kueue.x-k8s.io/resource-in-use` finalizer while something names them (a
 # ResourceFlavor named by a ClusterQueue, a Topology named by a flavor: kueue v0.19.2
 # pkg/controller/core/resourceflavor_controller.go, pkg/controller/tas/topology_controller.go), and
@@ -452,22 +459,21 @@ def _kueue_object(before, after, changes):
 
 
 # Immutable after creation (Kubernetes v1.35.4 pkg/apis/scheduling/validation/validation.go
-# ValidatePriorityClassUpdate); the program replaces the class on them (workloads/build.py).
+# ValidatePriorityClassUpdate). The program names a class after its value (workloads/runs.py).
 _PRIORITY_CLASS_IMMUTABLE = ("value", "preemptionPolicy")
 
 
 def _priority_class(before, after, changes):
+    if any(_under(p, ("metadata.name",)) for p in changes):
+        return (REPLACE, "a new class under a new name (the value is in the name): created first, the runs that "
+                "name it are replaced with it (their pod template changes: below), the old class deleted after; "
+                "runs take the new priority only because they are recreated (a pod's and a Kueue Workload's "
+                "priority are set when they are created)", "", True)
     forced = [p for p in changes if _under(p, _PRIORITY_CLASS_IMMUTABLE)]
-    if not forced:
-        return IN_PLACE, _paths(changes), "", True
-    if not (all(_under(p, after["options"].get("replaceOnChanges") or ()) for p in forced)
-            and after["options"].get("deleteBeforeReplace")):
+    if forced:
         return (REFUSED, f"{_paths(forced)}: immutable: the API server refuses the update (\"may not be changed "
-                "in an update\")", "", False)
-    return (REPLACE, f"{_paths(forced)}: the class is deleted and created again under its name; runs already "
-            "queued or running keep the priority they were given (a pod's and a Kueue Workload's are set when "
-            "they are created): only runs created after this take the new value (recreate a queued run to "
-            "move it)", "", True)
+                "in an update\"); a new value needs a new name", "", False)
+    return IN_PLACE, _paths(changes), "", True
 
 
 def _kubernetes(before, after, changes, cfg):
@@ -478,7 +484,7 @@ def _kubernetes_object(before, after, changes, cfg):
     kind = after["inputs"].get("kind")
     if kind in _KUEUE_IN_USE and after["type"].startswith("kubernetes:kueue.x-k8s.io/"):
         return _kueue_object(before, after, changes)
-    if kind == "PriorityClass" and not any(_under(p, ("metadata.name",)) for p in changes):
+    if kind == "PriorityClass":
         return _priority_class(before, after, changes)
     if any(_under(p, ("metadata.name", "metadata.namespace")) for p in changes):
         what = RUN_RESTART if kind in ("Job", "StatefulSet", "MPIJob", "RayJob") else REPLACE
@@ -490,6 +496,12 @@ def _kubernetes_object(before, after, changes, cfg):
         # Plus what the program replaces on (a run's labels: Kueue refuses a queue label change).
         forced = [p for p in changes if _under(p, (*_POD_TEMPLATE_KINDS[kind],
                                                    *(after["options"].get("replaceOnChanges") or ())))]
+        immutable = [p for p in changes if kind == "Job" and _under(p, _JOB_IMMUTABLE) and p not in forced]
+        if immutable:
+            # The provider patches them (not in its forceNew list) and the API server refuses the
+            # update: "field is immutable" (the key sweep on the simulated cluster, issue 34).
+            return (REFUSED, f"{_paths(immutable)}: immutable (Kubernetes Job validation): the API server refuses "
+                    "the update, and the provider does not replace the Job on it", "", False)
         if forced:
             return (RUN_RESTART, f"{_paths(forced)}: the run is stopped and started anew{_fresh_dir(before, after)}",
                     *_run_opt_in(cfg))

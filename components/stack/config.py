@@ -378,9 +378,9 @@ _PRIORITY = dict(ge=0, le=1000000000)
 class Validation(Toggle):
     """The cluster validation Job, one pod per GPU node."""
 
-    # Value of the `<namespace>-validation` PriorityClass (queue order, no preemption).
+    # Value of the `<namespace>-validation-<value>` PriorityClass (queue order, no preemption).
     priority: int = Field(VALIDATION_PRIORITY, **_PRIORITY)
-    """value of the `<namespace>-validation` PriorityClass (queue order only: `preemptionPolicy: Never`)"""
+    """value of the `<namespace>-validation-<value>` PriorityClass (queue order only: `preemptionPolicy: Never`)"""
 
 
 class MultiNode(_Model):
@@ -430,9 +430,9 @@ class NcclTest(_Model):
     # Pass when bus bandwidth >= this fraction of the published 2-node figure of the instance type.
     min_bus_bw_fraction: float = Field(0.9, gt=0, le=1.5)
     """the check fails below this fraction of the published 2-node bus bandwidth"""
-    # Value of the `<namespace>-nccl-test` PriorityClass (queue order, no preemption).
+    # Value of the `<namespace>-nccl-test-<value>` PriorityClass (queue order, no preemption).
     priority: int = Field(NCCL_TEST_PRIORITY, **_PRIORITY)
-    """value of the `<namespace>-nccl-test` PriorityClass (queue order only: `preemptionPolicy: Never`)"""
+    """value of the `<namespace>-nccl-test-<value>` PriorityClass (queue order only: `preemptionPolicy: Never`)"""
 
 
 # Serving the policy being trained (components/workloads/serving.py, docs/serving.md).
@@ -603,7 +603,7 @@ class WorkloadsConfig(_Model):
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
     """exit codes (1-255) that fail the run at once (usage error, not executable, not found)"""
     priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)
-    """value of the `<namespace>-training` PriorityClass (the training runs' place in the queue)"""
+    """value of the `<namespace>-training-<value>` PriorityClass (the training runs' place in the queue; a new value is a new class, and the runs are recreated with it)"""
     single_node: Toggle = Toggle(enabled=True)
     """the single-node training Job (on by default)"""
     multi_node: MultiNode = MultiNode()

@@ -37,21 +37,11 @@ from components.workloads.export import ExportJob
 from components.workloads.serving import Serving, ServingArgs
 
 
-# A PriorityClass's value and preemptionPolicy may not be changed in an update (Kubernetes v1.35.4
-# pkg/apis/scheduling/validation/validation.go ValidatePriorityClassUpdate): a change replaces the
-# class under its name, deleted first (pods name it, so it keeps its name; a second class of one
-# name cannot exist beside it). Deleting a class in use is allowed; the priority already resolved
-# into a pod (spec.priority, set at creation by the Priority admission plugin) and into a Kueue
-# Workload (spec.priority, set when Kueue creates it: kueue v0.19.2
-# pkg/controller/jobframework/reconciler.go constructWorkload, pkg/util/priority) stays, so runs
-# already queued or running keep the old value; a pod created in the seconds between delete and
-# create is refused and retried by its controller. No run is replaced with it: they name the class
-# by a plain string and depend on it by dependsOn only, which the engine's delete-before-replace
-# does not follow (pulumi pkg/v3 resource/deploy/step_generator.go calculateDependentReplacements).
-# components/offline/impact.py says so.
-PRIORITY_CLASS_OPTS = dict(replace_on_changes=["value", "preemptionPolicy"], delete_before_replace=True)
-
-
+# A PriorityClass's value and preemptionPolicy may not be changed in an update: the value is in the
+# class's name (runs.priority_class), so a new value is a new class and every run that names it is
+# replaced with it (a pod's priority, and a Kueue Workload's, are set when they are created:
+# kueue v0.19.2 pkg/controller/jobframework/reconciler.go constructWorkload); the impact table
+# says so (components/offline/impact.py _priority_class refuses a change under the same name).
 def priority_class_args(cfg: StackConfig) -> k8s.scheduling.v1.PriorityClassInitArgs:
     return k8s.scheduling.v1.PriorityClassInitArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(name=runs.priority_class(cfg), labels=MANAGED_BY),
@@ -136,7 +126,7 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     parent = Workloads(name, opts)
     out: dict[str, Any] = {"workloads": parent}
     priority = k8s.scheduling.v1.PriorityClass(f"{name}-priority", priority_class_args(cfg),
-                                               runs.child_opts(parent, opts, **PRIORITY_CLASS_OPTS))
+                                               runs.child_opts(parent, opts))
     available = read_scripts()
     used = {f: available[f] for f in scripts_used(cfg)}
     scripts = ScriptConfigMaps(f"{name}-scripts", used, namespace, runs.child_opts(parent, opts))
@@ -145,7 +135,7 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     for check, (value, _) in checks(cfg).items():
         classes.append(k8s.scheduling.v1.PriorityClass(
             f"{name}-priority-{check}", check_priority_class_args(cfg, check, value),
-            runs.child_opts(parent, opts, **PRIORITY_CLASS_OPTS)))
+            runs.child_opts(parent, opts)))
     # Pods reference both by name: create them first.
     wl_opts = runs.child_opts(parent, opts, *classes, scripts)
     base = dict(cfg=cfg, claim_name=claim_name, scripts=used)

@@ -186,5 +186,5 @@ class ExportJob(pulumi.ComponentResource):
         # Replaced (a new step) delete first, like every Job here (policy rule run-replacement).
         self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT]]),
                                     runs.child_opts(self, opts, netpol, delete_before_replace=True,
-                                                    replace_on_changes=runs.REPLACE_ON_LABELS))
+                                                    replace_on_changes=runs.REPLACE_JOB_ON))
         self.register_outputs({"job": name(cfg), "path": out_dir(cfg)})

@@ -168,5 +168,6 @@ class CheckGate(pulumi.ComponentResource):
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(args, namespace),
                                                  runs.child_opts(self, opts))
         self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
-                                    runs.child_opts(self, opts, binding, netpol, *after, delete_before_replace=True))
+                                    runs.child_opts(self, opts, binding, netpol, *after, delete_before_replace=True,
+                                                    replace_on_changes=runs.JOB_IMMUTABLE))
         self.register_outputs({"job": args.name})

@@ -96,6 +96,6 @@ class TrainingJob(pulumi.ComponentResource):
         self.job = k8s.batch.v1.Job(
             f"{name}-job", job_args(args, namespace, secret_name),
             runs.child_opts(self, opts, netpol, pdb, delete_before_replace=True,
-                            replace_on_changes=runs.REPLACE_ON_LABELS))
+                            replace_on_changes=runs.REPLACE_JOB_ON))
         self.job_name = NAME
         self.register_outputs({"job": NAME})

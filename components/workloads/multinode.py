@@ -333,7 +333,7 @@ class MultiNodeTraining(pulumi.ComponentResource):
             workload = k8s.batch.v1.Job(
                 f"{name}-job", job_args(args, namespace, secret_name, run),
                 runs.child_opts(self, opts, *deps, delete_before_replace=True,
-                                replace_on_changes=runs.REPLACE_ON_LABELS))
+                                replace_on_changes=runs.REPLACE_JOB_ON))
         else:
             workload = k8s.apps.v1.StatefulSet(
                 f"{name}-statefulset", statefulset_args(args, namespace, secret_name, run),

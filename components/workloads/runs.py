@@ -26,13 +26,24 @@ from components.stack.config import IMAGE_PULL_MARGIN_SECONDS  # noqa: E402,F401
 
 def priority_class(cfg: StackConfig) -> str:
     """The stack's PriorityClass, cluster-scoped: named after the training namespace so that two
-    stacks sharing a cluster (which must use different namespaces) never own the same object."""
-    return f"{cfg.training.namespace}-training"
+    stacks sharing a cluster (which must use different namespaces) never own the same object, and
+    after its value, which the API server never lets an update change (Kubernetes v1.35.4
+    pkg/apis/scheduling/validation/validation.go ValidatePriorityClassUpdate): a new value is a new
+    class, created before the old one is deleted. A class replaced under its own name instead
+    (delete first) fails every preview: the provider's dry run of the create meets the existing
+    object and is refused as an update (seen on the simulated cluster, issue 34)."""
+    return f"{cfg.training.namespace}-training-{cfg.workloads.priority}"
+
+
+def check_priority(cfg: StackConfig, check: str) -> int:
+    """The priority of a check run: `validation` or `nccl-test` (their COMPONENT)."""
+    w = cfg.workloads
+    return {"validation": w.validation.priority, "nccl-test": w.nccl_test.priority}[check]
 
 
 def check_priority_class(cfg: StackConfig, check: str) -> str:
     """The PriorityClass of a check run (`validation`, `nccl-test`), named like priority_class."""
-    return f"{cfg.training.namespace}-{check}"
+    return f"{cfg.training.namespace}-{check}-{check_priority(cfg, check)}"
 
 
 def deadline_seconds(cfg: StackConfig) -> int:
@@ -98,6 +109,16 @@ SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 # is not suspended (running or finished; kueue pkg/controller/jobframework/validation.go,
 # validateUpdateForQueueName): a label change replaces the run instead of patching it.
 REPLACE_ON_LABELS = ["metadata.labels"]
+# A Job's fields the API server never lets an update change beyond the pod template, completions,
+# parallelism and selector (which pulumi-kubernetes already replaces on: provider/pkg/provider/
+# diff.go forceNewProperties): Kubernetes v1.35.4 pkg/apis/batch/validation/validation.go
+# ValidateJobSpecUpdate. Without them here, a new `workloads.failFastExitCodes` (the
+# podFailurePolicy) previewed as an update and the real preview failed "field is immutable"
+# (the key sweep on the simulated cluster, issue 34).
+JOB_IMMUTABLE = ["spec.podFailurePolicy", "spec.completionMode", "spec.backoffLimitPerIndex", "spec.managedBy",
+                 "spec.successPolicy"]
+# What a batch/v1 Job of the program is replaced on.
+REPLACE_JOB_ON = [*REPLACE_ON_LABELS, *JOB_IMMUTABLE]
 
 
 def await_success(seconds: int, *, custom_resource: bool = False) -> dict[str, str]:

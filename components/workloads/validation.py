@@ -154,6 +154,6 @@ class ClusterValidation(pulumi.ComponentResource):
                                                  runs.child_opts(self, opts))
         self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
                                     runs.child_opts(self, opts, netpol, delete_before_replace=True,
-                                                    replace_on_changes=runs.REPLACE_ON_LABELS))
+                                                    replace_on_changes=runs.REPLACE_JOB_ON))
         self.job_name = NAME
         self.register_outputs({"job": NAME})

@@ -64,6 +64,22 @@ def _edit(lv: Live, group: list[key_sweep.Planned]) -> None:
             _gpu_nodes(lv, p.value)
 
 
+# Seen when one `up` recreates every run at once (a new priority class): a pod's create is refused
+# by the ResourceQuota admission's optimistic update of the quota's usage ("the object has been
+# modified", a 409 from kubernetes v1.35.4 staging/src/k8s.io/apiserver/pkg/admission/plugin/
+# resourcequota/controller.go after its own retries); the Job controller creates the pod again
+# (FailedCreate, then backoff), and the provider passes the Job's warning event on. The runs still
+# finish (runs_done); the sweep prints it instead of failing on it.
+QUOTA_CONFLICT = 'resourcequotas "gpu-quota": the object has been modified'
+
+
+def _warnings(lv: Live, res: dict) -> list[str]:
+    found = engine_warnings(res)
+    for w in (w for w in found if QUOTA_CONFLICT in w):
+        log(lv.request, f"sweep: transient (the Job controller retries): {w[:300]}")
+    return [w for w in found if QUOTA_CONFLICT not in w]
+
+
 def _line(p: key_sweep.Planned, real: dict[str, str], up: str) -> str:
     ops = ",".join(sorted({real.get(n, "same") for n in p.changes}))
     return f"sweep: {p.key} offline={p.kinds()} real={ops} up={up}"
@@ -92,21 +108,24 @@ def test_every_key_changed_applies_as_its_impact_says(live):
         preview = live.pulumi("preview", check=not refused)
         real: dict[str, str] = {}
         if preview["ok"]:
-            assert not engine_warnings(preview), engine_warnings(preview)
+            assert not _warnings(live, preview), _warnings(live, preview)
             real = live.compare(what, preview)  # fails on a disagreement
         if refused:
             up = live.pulumi("up", check=False) if preview["ok"] else preview
             outcome = "refused" if not up["ok"] else "ok"
-            # Undone: the refused change left the cluster and the state as they were.
+            # Undone: the stack file as before, and the state read back from the cluster (a failed
+            # update leaves the refused inputs in the state: the next preview would show an update
+            # back; tests/sim/test_day_two.py scenario 5 shows the same with `preview --refresh`).
             (live.project / "Pulumi.sim.yaml").write_text(before_doc)
             live.rows = base
+            live.pulumi("refresh")
             if up["ok"]:
                 failures.append(f"{group[0].key}: the impact guard refuses it, but `up` applied it")
         else:
             up = live.pulumi("up", check=False)
             outcome = "ok" if up["ok"] else "failed"
             if up["ok"]:
-                assert not engine_warnings(up), engine_warnings(up)
+                assert not _warnings(live, up), _warnings(live, up)
                 live.runs_done()
             else:
                 failures.append(f"{what}: `up` failed where the impact said it applies: "
