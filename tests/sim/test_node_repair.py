@@ -8,6 +8,10 @@ node deleted, a replacement node joining under another name. Checked: no pod of 
 the old node, the run is whole again on the new node set, its failure budget is untouched
 (`status.failed` 0, no Failed condition), its pods carry the same checkpoint directory and resume
 setting, and no pod was Running while a peer was Pending for longer than Kueue's PodsReady timeout.
+Either path Kueue v0.19.2 takes is accepted: the lost pod replaced in place once a node is free
+(TASFailedNodeReplacement), or, when none is free at that moment, the workload evicted whole and
+admitted again on the new node set (TASFailedNodeReplacementFailFast); the log line says which.
+Then the worker's trainer crashes (exit code 1): that failure counts.
 
 kwok's pods run no process: the trainer on the head does not notice the lost peer here (on a real
 cluster its failure counts once, docs/gpu-failure-runbook.md), and kwok's delete stage removes a
@@ -154,8 +158,10 @@ def test_a_failed_gpu_node_is_replaced_and_the_run_comes_back_whole(cluster, req
         wl = workload_of(cluster)
         after = run_pods(cluster)
         requeues = ((wl.get("status") or {}).get("requeueState") or {}).get("count", 0)
+        conds = {c["type"]: f"{c['status']}/{c.get('reason')}" for c in (wl.get("status") or {}).get("conditions", [])}
         _log(request, f"repair: run uid={after_job['metadata']['uid']} workload={wl['metadata']['name']} "
-                      f"restarts={requeues} (Kueue requeues) pods replaced={len({p['metadata']['name'] for p in after} - set(before))} "
+                      f"restarts={requeues} (Kueue requeues; Evicted {conds.get('Evicted', '-')}, Requeued "
+                      f"{conds.get('Requeued', '-')}) pods replaced={len({p['metadata']['name'] for p in after} - set(before))} "
                       f"failed={after_job['status'].get('failed', 0)} of retries {after_job['spec']['backoffLimit']} "
                       f"evicted after {t_evicted:.0f}s, whole again after {t_whole:.0f}s, "
                       f"longest Running-while-peer-Pending {longest:.0f}s; DisruptionTarget {disrupted}")
@@ -178,7 +184,36 @@ def test_a_failed_gpu_node_is_replaced_and_the_run_comes_back_whole(cluster, req
             assert e.get("RESUME") == "auto"
         # No partial gang kept its GPUs past Kueue's timeout.
         assert longest < timeout
-        assert not watcher.violations, watcher.violations
+        # Admitted whole: no pod of the run scheduled while its workload was not admitted. The pods
+        # of the admission before the failure are left out: when Kueue evicts the workload whole
+        # (no free node in the topology at the moment of the failure: TASFailedNodeReplacementFailFast),
+        # they are still terminating while it waits to be admitted again.
+        new_pods = {p["metadata"]["name"] for p in after} - set(before)
+        assert not [v for v in watcher.violations if v.split()[1] in new_pods], watcher.violations
+
+        # A trainer crash still counts: the worker's trainer exits 1 (its pod Failed, no
+        # DisruptionTarget), the Job counts one failure of its budget and recreates the pod.
+        crashed = next(p for p in after
+                       if p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "1")
+        status = crashed["status"]
+        trainer = next(c for c in status["containerStatuses"] if c["name"] == "trainer")
+        started = (trainer.get("state", {}).get("running") or {}).get("startedAt") or status.get("startTime")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        statuses = [{**c, "ready": False, "started": False,
+                     "state": {"terminated": {"exitCode": 1 if c["name"] == "trainer" else 0, "reason": "Error",
+                                              "startedAt": started, "finishedAt": now}}}
+                    for c in status["containerStatuses"]]
+        cluster.api(f"/api/v1/namespaces/{NAMESPACE}/pods/{crashed['metadata']['name']}/status", "PATCH",
+                    {"status": {"phase": "Failed", "containerStatuses": statuses}},
+                    content_type="application/merge-patch+json")
+        wait("the trainer crash counted and the pod recreated",
+             lambda: (cluster.get("batch/v1", "Job", RUN, NAMESPACE)["status"].get("failed", 0) == 1
+                      and len(running_on(cluster)) == 2), 180, watcher.describe)
+        crash_job = cluster.get("batch/v1", "Job", RUN, NAMESPACE)
+        _log(request, f"repair: trainer crash (exit 1) counted: failed={crash_job['status'].get('failed')} of retries "
+                      f"{crash_job['spec']['backoffLimit']}; run uid={crash_job['metadata']['uid']} still active")
+        assert not any(c["type"] == "Failed" and c["status"] == "True"
+                       for c in crash_job["status"].get("conditions", []))
     finally:
         watcher.finish()
         destroy(cluster, pulumi, r["expected"], request)
