@@ -87,3 +87,13 @@ def test_a_group_never_hides_an_update_under_a_replacement():
     got = [[p.key for p in g] for g in key_sweep.groups([a, b, c, d, e, f])]
     # Updates together, replacements together; a delete after every other change.
     assert got == [["a", "c", "f"], ["b", "d"], ["e"]]
+
+
+def test_a_value_refused_on_top_of_earlier_changes_is_named():
+    """Applied one after the other, validation off after the NCCL test is off is refused while
+    trainingAfterChecks still waits for them: the sweep defers such a key (tests/sim)."""
+    doc = yaml.safe_load((ROOT / "Pulumi.sim.yaml").read_text())
+    assert key_sweep.refusal(doc, ROOT) == ""
+    key_sweep.set_key(doc["config"], BY_PATH["workloads.ncclTest.enabled"], False)
+    key_sweep.set_key(doc["config"], BY_PATH["workloads.validation.enabled"], False)
+    assert "trainingAfterChecks" in key_sweep.refusal(doc, ROOT)

@@ -232,6 +232,19 @@ def _off_section(cfg: config.StackConfig, key: Key) -> str:
     return ""
 
 
+def refusal(doc: dict[str, Any], root: Path, stack: str = "sim") -> str:
+    """Why the program's config load refuses this stack file ("" when it loads)."""
+    proj = Project(stack, root, doc)
+    try:
+        (proj.dir / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        unset_secrets.load_stack(stack, proj.dir)
+        return ""
+    except (config.ConfigError, stackfile.StackFileError) as e:
+        return str(e).splitlines()[-1].strip()
+    finally:
+        proj.close()
+
+
 def plan(stack: str, root: Path = ROOT, doc: Optional[dict[str, Any]] = None) -> list[Planned]:
     """Every key with its representative new value and offline impact, or why it is skipped."""
     doc = doc or yaml.safe_load((root / f"Pulumi.{stack}.yaml").read_text())
