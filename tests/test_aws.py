@@ -63,7 +63,9 @@ def test_node_group_one_subnet_shared_with_fsx(p5):
     assert ng["labels"]["rltrain/instance-type"] == "p5.48xlarge"
     assert ng["taints"] == [{"effect": "NO_SCHEDULE", "key": "nvidia.com/gpu", "value": "true"}]
     assert ng["amiType"] == "AL2023_x86_64_NVIDIA"
-    assert ng["nodeRepairConfig"] == {"enabled": True}
+    # Bounded repair: one node at a time, and none while more than half the group is unhealthy.
+    assert ng["nodeRepairConfig"] == {"enabled": True, "maxParallelNodesRepairedCount": 1,
+                                      "maxUnhealthyNodeThresholdCount": 1}
     assert ng["scalingConfig"]["desiredSize"] == 2
 
 
@@ -135,7 +137,8 @@ def test_every_eks_addon_is_pinned_per_kubernetes_minor(stack):
     r = rendered(stack)
     pins = versions.eks_addons(r.cfg.cluster.kubernetes_version)
     addons = {x["inputs"]["addonName"]: x["inputs"] for x in r.resources if x["type"] == "aws:eks/addon:Addon"}
-    assert set(addons) == {"eks-pod-identity-agent", "aws-fsx-csi-driver", "coredns", "aws-ebs-csi-driver"}
+    assert set(addons) == {"eks-pod-identity-agent", "aws-fsx-csi-driver", "coredns", "aws-ebs-csi-driver",
+                           "eks-node-monitoring-agent"}
     assert all(a["addonVersion"] == pins[name] for name, a in addons.items())
     c = inputs(r, "eks:index:Cluster")
     assert c["vpcCniOptions"]["addonVersion"] == pins["vpc-cni"]

@@ -35,7 +35,9 @@ def test_every_key_of_every_section_is_documented_with_type_default_and_descript
         assert f"## `rltrain:{section}`" in text
     rows = {key: (typ, default, desc) for key, typ, default, desc in ref.rows(config.WorkloadsConfig)}
     assert rows["image"][1] == "required"
-    assert rows["retries"] == ("integer", "`3`", "failures allowed (disruptions such as node drains never count)")
+    assert rows["retries"] == ("integer", "`3`",
+                               "failures allowed (disruptions such as node drains, a node lost or repaired, never count)")
+    assert rows["infrastructureRestarts"][:2] == ("integer", "`3`")
     assert rows["multiNode.form"][0] == "one of `indexed-job`, `statefulset`, `rayjob`"
     assert rows["failFastExitCodes"][:2] == ("list of integer", "`[2, 126, 127]`")
     assert all(desc for _, _, desc in rows.values())

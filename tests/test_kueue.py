@@ -162,7 +162,7 @@ def test_wait_for_pods_ready_is_sized_from_the_pull_margin():
     assert wfpr["timeout"] == f"{kueue.PODS_READY_TIMEOUT_SECONDS // 60}m" == "60m"
     # Above Kueue's default (30 min, which evicts slow p5 pulls) and two pulls in sequence.
     assert kueue.PODS_READY_TIMEOUT_SECONDS > 30 * 60 >= 2 * runs.IMAGE_PULL_MARGIN_SECONDS
-    assert wfpr["requeuingStrategy"]["backoffLimitCount"] == rendered("p5").cfg.workloads.retries
+    assert wfpr["requeuingStrategy"]["backoffLimitCount"] == rendered("p5").cfg.workloads.infrastructure_restarts == 3
     assert cfg["apiVersion"] == "config.kueue.x-k8s.io/v1beta2" and cfg["kind"] == "Configuration"
     assert cfg["manageJobsWithoutQueueName"] is False
 

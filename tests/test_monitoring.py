@@ -263,6 +263,7 @@ def test_helm_values_use_only_keys_the_chart_has(chart, build):
     known = CHART_KEYS[chart]
     a = monitoring.MonitoringArgs(namespace="monitoring", training_namespace="rltrain", kubernetes_version="1.35",
                                   retention_days=15, storage_size_gib=100, created_cluster=True, efa=True,
+                                  node_hostengine=True,
                                   alert_receiver=monitoring.AlertReceiverArgs(type="slack", channel="#x"))
     unknown = []
     for p in _paths(build(a)):

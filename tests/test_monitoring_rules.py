@@ -21,7 +21,8 @@ from support import obj, rendered
 from components.k8s import monitoring_rules as mr
 from components.stack import catalog
 
-ARGS = mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30, cluster_queue="rltrain")
+ARGS = mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30, cluster_queue="rltrain",
+                    gpu_node_count=2)
 SPEC = mr.rules_spec(ARGS)
 RULES = {r.get("alert") or r["record"]: r for g in SPEC["groups"] for r in g["rules"]}
 
@@ -60,7 +61,8 @@ def test_rendered_prometheus_rule_is_the_tested_one(stack):
     m = r.cfg.monitoring
     assert rule["spec"] == mr.rules_spec(mr.RulesArgs(training_namespace=r.cfg.training.namespace,
                                                       queued_alert_minutes=m.queued_alert_minutes,
-                                                      cluster_queue=r.cfg.training.namespace))
+                                                      cluster_queue=r.cfg.training.namespace,
+                                                      gpu_node_count=r.cfg.gpu_nodes.count))
     assert rule["metadata"]["namespace"] == m.namespace
     # The stack installs Kueue on these stacks: its queue alerts are in, for the stack's ClusterQueue.
     assert "rltrain.queue" in [g["name"] for g in rule["spec"]["groups"]]
@@ -168,6 +170,31 @@ def unit_tests() -> dict[str, Any]:
                                                   "priority_class": "rltrain-training", "replica_role": "standalone"},
                 "_x20 1x40"),
     ]
+    # Node repair: gpu-b's agent turns AcceleratedHardwareReady False at minute 5; EKS deletes the
+    # node at minute 15 (its series end) and its replacement gpu-c joins at minute 25. The system
+    # node's KernelReady=False is not a GPU node's.
+    repair_series = [
+        _series("kube_node_labels", {"node": "gpu-a", **GPU_NODE}, "1x40"),
+        _series("kube_node_labels", {"node": "gpu-b", **GPU_NODE}, "1x15"),
+        _series("kube_node_labels", {"node": "gpu-c", **GPU_NODE}, "_x25 1x15"),
+        _series("kube_node_labels", {"node": "sys-a", "label_role": "system"}, "1x40"),
+        _series("kube_node_status_condition", {"node": "gpu-b", "condition": "AcceleratedHardwareReady",
+                                               "status": "false"}, "0x4 1x11"),
+        _series("kube_node_status_condition", {"node": "gpu-a", "condition": "AcceleratedHardwareReady",
+                                               "status": "false"}, "0x40"),
+        _series("kube_node_status_condition", {"node": "sys-a", "condition": "KernelReady",
+                                               "status": "false"}, "1x40"),
+        # The run's pods: worker 1 lost with gpu-b at minute 15, its replacement from minute 16.
+        _series("kube_pod_labels", {"namespace": "rltrain", "pod": "rltrain-multinode-0-aaaaa",
+                                    "label_rltrain_run": "rltrain-multinode"}, "1x100"),
+        _series("kube_pod_labels", {"namespace": "rltrain", "pod": "rltrain-multinode-1-bbbbb",
+                                    "label_rltrain_run": "rltrain-multinode"}, "1x15"),
+        _series("kube_pod_labels", {"namespace": "rltrain", "pod": "rltrain-multinode-1-ccccc",
+                                    "label_rltrain_run": "rltrain-multinode"}, "_x16 1x84"),
+        _series("kube_pod_labels", {"namespace": "rltrain", "pod": "rltrain-training-ddddd",
+                                    "label_rltrain_run": "rltrain-training"}, "1x100"),
+    ]
+    run = {"namespace": "rltrain", "label_rltrain_run": "rltrain-multinode"}
     p5 = catalog.get("p5.48xlarge").price.usd_per_hour
     return {
         "rule_files": ["rltrain.rules.yaml"],
@@ -197,6 +224,27 @@ def unit_tests() -> dict[str, Any]:
                  "exp_samples": [{"labels": 'rltrain:gpu_nodes:count{instance_type="p5.48xlarge"}', "value": 2}]},
                 {"expr": "rltrain:gpu_nodes_cost_usd_per_hour", "eval_time": "5m",
                  "exp_samples": [{"labels": "rltrain:gpu_nodes_cost_usd_per_hour", "value": 2 * p5}]},
+            ]},
+            {"interval": "1m", "input_series": repair_series, "alert_rule_test": [
+                # The agent's condition: fires a minute after it turns False, for the GPU node only;
+                # resolves once the node is gone.
+                {"eval_time": "4m", "alertname": "RltrainGpuNodeUnhealthy", "exp_alerts": []},
+                {"eval_time": "7m", "alertname": "RltrainGpuNodeUnhealthy", "exp_alerts": [
+                    fires("RltrainGpuNodeUnhealthy", {"node": "gpu-b", "condition": "AcceleratedHardwareReady"},
+                          "1")]},
+                {"eval_time": "22m", "alertname": "RltrainGpuNodeUnhealthy", "exp_alerts": []},
+                # 1 of 2 GPU nodes from minute 16 (the deleted node's series go stale after 5 minutes)
+                # until the replacement joins at 25.
+                {"eval_time": "12m", "alertname": "RltrainGpuNodeRepairInProgress", "exp_alerts": []},
+                {"eval_time": "24m", "alertname": "RltrainGpuNodeRepairInProgress", "exp_alerts": [
+                    fires("RltrainGpuNodeRepairInProgress", {}, "1")]},
+                {"eval_time": "30m", "alertname": "RltrainGpuNodeRepairInProgress", "exp_alerts": []},
+                # The run's lost worker replaced: one replaced pod for the hour after, then quiet; the
+                # single-node run, untouched, never.
+                {"eval_time": "10m", "alertname": "RltrainRunPodsReplaced", "exp_alerts": []},
+                {"eval_time": "30m", "alertname": "RltrainRunPodsReplaced", "exp_alerts": [
+                    fires("RltrainRunPodsReplaced", run, "1")]},
+                {"eval_time": "90m", "alertname": "RltrainRunPodsReplaced", "exp_alerts": []},
             ]},
             {"interval": "1m", "input_series": efa_series, "alert_rule_test": [
                 {"eval_time": "8m", "alertname": "RltrainEfaRetransmitSpike", "exp_alerts": []},

@@ -188,11 +188,11 @@ def test_fit_report_in_render_summary():
     assert "fit on p5.48xlarge: allocatable 191.45 CPU, 1883.0 GiB" in text
     assert "EFA huge pages 10256 MiB taken out" in text
     # The DaemonSet reserve is the pinned charts' requests (components/stack/daemonsets.py).
-    assert "DaemonSets 265m CPU, 252 MiB" in text
-    assert ("Job/rltrain-multinode: 187 CPU, 1845.0 GiB, 5120 MiB huge pages, 8 GPU, 32 EFA -> headroom 4.19 CPU, "
+    assert "DaemonSets 275m CPU, 282 MiB" in text
+    assert ("Job/rltrain-multinode: 187 CPU, 1845.0 GiB, 5120 MiB huge pages, 8 GPU, 32 EFA -> headroom 4.17 CPU, "
             "37.7 GiB, 5136 MiB huge pages") in text
     # The single-node run uses no EFA: the node's huge pages stay free, its memory is the same.
-    assert ("Job/rltrain-training: 187 CPU, 1845.0 GiB, 0 MiB huge pages, 8 GPU, 0 EFA -> headroom 4.19 CPU, "
+    assert ("Job/rltrain-training: 187 CPU, 1845.0 GiB, 0 MiB huge pages, 8 GPU, 0 EFA -> headroom 4.17 CPU, "
             "37.7 GiB, 10256 MiB huge pages") in text
 
 

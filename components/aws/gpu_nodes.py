@@ -42,6 +42,23 @@ ALLOW_NODE_ROLL_TAG = "rltrain/allow-node-roll"
 _BOUNDARY = "//rltrain-nodeadm//"
 
 
+# Node auto repair (EKS user guide, node-repair; API NodeRepairConfig; pulumi-aws 7.51.1
+# eks.NodeGroupNodeRepairConfigArgs has enabled, max_parallel_nodes_repaired_count/_percentage,
+# max_unhealthy_node_threshold_count/_percentage and node_repair_config_overrides). One node at a
+# time: a repair replaces or reboots the node, and every run pod on it is lost (the run restarts
+# from its newest complete checkpoint, docs/gpu-failure-runbook.md); two at once would take a
+# second run, or both halves of one, down together.
+REPAIR_MAX_PARALLEL = 1
+
+
+def repair_unhealthy_threshold(count: int) -> int:
+    """Unhealthy nodes above which EKS stops repairing (maxUnhealthyNodeThresholdCount: "above which
+    node auto repair actions will stop"): half the group, at least 1. More than half unhealthy at
+    once is rarely hardware (a bad AMI, driver or agent release, an AZ event): replacing them would
+    replace the group, so repair stops and the alerts ask a person."""
+    return max(1, count // 2)
+
+
 def update_strategy(capacity_type: str) -> str:
     """MINIMAL only where capacity is reserved: an exactly sized reservation or Capacity Block has
     no spare instance to surge into (EKS user guide, managed-node-update-behavior: MINIMAL
@@ -294,7 +311,13 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # (GpuNodeGroupArgs.update_strategy; pulumi-aws 7.51 NodeGroupUpdateConfigArgs.update_strategy).
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1,
                                                             update_strategy=args.update_strategy),
-            node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
+            # Bounded repair (REPAIR_MAX_PARALLEL, repair_unhealthy_threshold); the EKS node monitoring
+            # agent (components/k8s/node_health.py) sets the conditions it acts on. In place: the
+            # CloudFormation reference (AWS::EKS::Nodegroup NodeRepairConfig) lists every field
+            # "Update requires: No interruption".
+            node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(
+                enabled=True, max_parallel_nodes_repaired_count=REPAIR_MAX_PARALLEL,
+                max_unhealthy_node_threshold_count=repair_unhealthy_threshold(args.count)),
             # After the node role's policies and deleted before them (iam.AttachedRole): EKS needs
             # them to terminate the instances and delete their interfaces. ignore_changes: a roll
             # only with rltrain:gpuNodes.allowNodeRoll; a Capacity Block's desiredSize is EKS's.

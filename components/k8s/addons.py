@@ -1,4 +1,5 @@
-"""ClusterAddons: device plugins and the FSx CSI driver, versions pinned in `versions.py`.
+"""ClusterAddons: device plugins, the FSx CSI driver and the EKS node monitoring agent, versions
+pinned in `versions.py`.
 
 Helm releases register their chart, version, repository and values, so all of it is reviewable in
 the render. Workloads depend on this component, so `pulumi up` creates the plugins first.
@@ -14,6 +15,7 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
 
+from components.k8s import node_health
 from components.stack import versions
 from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 
@@ -69,7 +71,8 @@ class ClusterAddons(pulumi.ComponentResource):
                 raise ValueError(f"EFA device plugin {versions.EFA_DEVICE_PLUGIN.version} does not list "
                                  f"{args.instance_type}; pin a release that does (components/stack/versions.py)")
             self.efa = _release("aws-efa-k8s-device-plugin", versions.EFA_DEVICE_PLUGIN, efa_plugin_values(args), self)
-        self.fsx_csi = None
+        outer = list(opts.depends_on) if opts and isinstance(opts.depends_on, (list, tuple)) else []
+        self.fsx_csi = self.node_monitoring_agent = None
         if args.kubernetes_version and cluster is not None:
             # No IAM role: a statically provisioned volume (the stack's FSx PV) needs no AWS API.
             # The node plugin mounts with the Lustre client; only the controller's
@@ -83,4 +86,17 @@ class ClusterAddons(pulumi.ComponentResource):
                 # Every EKS add-on resolves conflicts the same way (deploy model `addon-conflicts`).
                 resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)))
+            # What tells EKS node repair that a GPU or an EFA device is broken (node_health.py),
+            # with its DCGM host engine on the GPU nodes (their taint tolerated); the DCGM
+            # exporter connects to that engine instead of starting its own. No IAM role: the
+            # chart grants Kubernetes RBAC only (templates/clusterrole.yaml at v1.7.0).
+            self.node_monitoring_agent = aws.eks.Addon(
+                f"{name}-node-monitoring-agent", cluster_name=cluster,
+                addon_name=versions.NODE_MONITORING_AGENT_ADDON,
+                addon_version=versions.eks_addons(args.kubernetes_version)[versions.NODE_MONITORING_AGENT_ADDON],
+                configuration_values=node_health.agent_configuration_json(),
+                resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE",
+                # After the node groups the component waits for (stated again here: a parent's
+                # dependsOn is not its children's), so the dcgm-server has GPU nodes to run on.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=outer))
         self.register_outputs({})

@@ -26,6 +26,7 @@ from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos, VariableRefresh
 
+from components.k8s.monitoring_rules import AGENT_CONDITIONS, GPU_ROLE_SELECTOR
 from components.stack.labels import MANAGED_BY
 
 FOLDER = "rltrain"
@@ -35,6 +36,10 @@ SIDECAR_LABEL = {"grafana_dashboard": "1"}
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="prometheus")
 RATE = "$__rate_interval"
 NODE = 'node=~"$node"'
+_FAILING_BY_CONDITION = (
+    f'max by (node, condition) (kube_node_status_condition{{condition=~"{"|".join(AGENT_CONDITIONS)}", '
+    f'status="false"}} == 1) and on (node) kube_node_labels{{{GPU_ROLE_SELECTOR}}}')
+_FAILING = f"max by (node) ({_FAILING_BY_CONDITION})"
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,16 @@ def gpu_board(training_namespace: str) -> Board:
                 _s("GPU power", "sum(DCGM_FI_DEV_POWER_USAGE)", "watt"),
                 _s("GPUs with an XID", "count(DCGM_FI_DEV_XID_ERRORS > 0) or vector(0)",
                    description="DCGM_FI_DEV_XID_ERRORS holds the last XID; alert RltrainGpuXidError."),
+            )),
+            # What the EKS node monitoring agent reports and node repair acts on
+            # (docs/gpu-failure-runbook.md; alerts RltrainGpuNodeUnhealthy, RltrainGpuNodeRepairInProgress).
+            ("Node health", (
+                _s("GPU nodes", f"count(kube_node_labels{{{GPU_ROLE_SELECTOR}}}) or vector(0)", w=6,
+                   description="GPU nodes registered; fewer than the node group's count while EKS replaces one."),
+                _s("GPU nodes with a failing condition", f"count({_FAILING}) or vector(0)", w=6,
+                   description="A node condition of the node monitoring agent is False: repair follows."),
+                PanelSpec("table", "Conditions reported False (node, condition)",
+                          (Query(_FAILING_BY_CONDITION, instant=True),), 12, 4),
             )),
             ("Per GPU", (
                 _ts("GPU utilisation", Query(f"DCGM_FI_DEV_GPU_UTIL{{{NODE}}}", "{{node}} GPU {{gpu}}"),

@@ -217,7 +217,8 @@ class KueueArgs(BaseModel):
     # Resource name -> nominal quota, in the order of coveredResources.
     quota: dict[str, str]
     pods_ready_timeout_seconds: int = Field(ge=60)
-    # Requeues after a PodsReady timeout before the workload is deactivated.
+    # Requeues after a PodsReady timeout (admission or recovery) before the workload is deactivated:
+    # the run's bound on infrastructure restarts (workloads.infrastructureRestarts).
     requeue_limit: int = Field(ge=0)
 
 
@@ -228,7 +229,7 @@ def kueue_args(cfg: StackConfig, held: Optional[Mapping[str, int]] = None) -> Ku
         cluster_queue=cluster_queue_name(cfg), flavor=flavor_name(cfg), topology=topology_name(cfg),
         node_labels=flavor_node_labels(cfg),
         quota=nominal_quota(cfg, held), pods_ready_timeout_seconds=pods_ready_timeout_seconds(cfg),
-        requeue_limit=cfg.workloads.retries)
+        requeue_limit=cfg.workloads.infrastructure_restarts)
 
 
 # --- the controller ------------------------------------------------------------------------------

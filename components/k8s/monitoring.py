@@ -39,7 +39,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.k8s import dashboards, kueue, monitoring_metrics, monitoring_rules
+from components.k8s import dashboards, kueue, monitoring_metrics, monitoring_rules, node_health
 from components.stack import versions
 from components.stack.config import GRAFANA_PASSWORD_KEY, StackConfig
 from components.stack.labels import (GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, MANAGED_BY,
@@ -104,6 +104,10 @@ class MonitoringArgs(BaseModel):
     storage_class: Optional[str] = None
     # A created cluster: the stack declares the EBS CSI add-on and the gp3 StorageClass.
     created_cluster: bool = False
+    # The EKS node monitoring agent runs on the GPU nodes (always on a created cluster, where the
+    # stack installs it; monitoring.nodeMonitoringAgent on a bring-your-own one): the DCGM exporter
+    # then uses the agent's host engine, never its own (node_health.py).
+    node_hostengine: bool = False
     efa: bool = False
     queued_alert_minutes: int = Field(30, ge=1)
     alert_receiver: Optional[AlertReceiverArgs] = None
@@ -111,6 +115,7 @@ class MonitoringArgs(BaseModel):
     # on those nodes); the policy rules read it from the Namespace objects.
     gpu_instance_type: str = ""
     gpu_node_count: int = 0
+    gpu_capacity_block: bool = False
     # workloads.serving: a PodMonitor for the vLLM server's /metrics and the Serving dashboard.
     serving: bool = False
     # workloads.serving.evaluation: a PodMonitor for the eval-metrics Deployment (accuracy over steps).
@@ -130,9 +135,11 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
         namespace=m.namespace, training_namespace=cfg.training.namespace,
         kubernetes_version=cfg.cluster.kubernetes_version, retention_days=m.retention_days,
         storage_size_gib=m.storage_size_gib, storage_class=m.storage_class, created_cluster=not cfg.byo_cluster,
+        node_hostengine=not cfg.byo_cluster or m.node_monitoring_agent,
         efa=cfg.gpu_nodes.efa_enabled, queued_alert_minutes=m.queued_alert_minutes,
         alert_receiver=AlertReceiverArgs(type=r.type, channel=r.channel) if r else None,
         gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count,
+        gpu_capacity_block=cfg.gpu_nodes.capacity.type == "capacity-block",
         serving=cfg.workloads.serving.enabled,
         evaluation=cfg.workloads.serving.enabled and cfg.workloads.serving.evaluation.enabled,
         kueue_cluster_queue=kueue.cluster_queue_name(cfg) if cfg.kueue_install and cfg.kueue_enabled else None)
@@ -141,7 +148,11 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
 def rules_args(a: MonitoringArgs) -> monitoring_rules.RulesArgs:
     return monitoring_rules.RulesArgs(training_namespace=a.training_namespace,
                                       queued_alert_minutes=a.queued_alert_minutes,
-                                      cluster_queue=a.kueue_cluster_queue)
+                                      cluster_queue=a.kueue_cluster_queue,
+                                      # The node group's fixed size, where the stack creates it (a
+                                      # Capacity Block's group holds no node outside its window).
+                                      gpu_node_count=a.gpu_node_count if a.created_cluster and not a.gpu_capacity_block
+                                      else 0)
 
 
 def _labels(component: str) -> dict[str, str]:
@@ -306,6 +317,9 @@ def dcgm_values(a: MonitoringArgs) -> dict[str, Any]:
         # GPU nodes only: its default tolerations cover the control-plane taint only (FACTS).
         "nodeSelector": dict(ROLE_LABEL),
         "tolerations": [GPU_TOLERATION],
+        # One DCGM host engine per GPU node: the node monitoring agent's, where it runs
+        # (node_health.py); otherwise the exporter's own embedded one (the chart's default).
+        **node_health.exporter_hostengine_values(a.node_hostengine),
         "serviceMonitor": {
             "enabled": True,
             "interval": "15s",

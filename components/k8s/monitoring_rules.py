@@ -58,8 +58,20 @@ QUEUE_STUCK_MINUTES = 15
 QUEUE_STUCK_FOR_MINUTES = 5
 EVICTION_ALERT_MINUTES = 30
 GPU_RESOURCE = "nvidia.com/gpu"
+# Node repair (docs/gpu-failure-runbook.md): the conditions the EKS node monitoring agent sets on a
+# node (EKS user guide, node-health: one per category; AcceleratedHardwareReady and NetworkingReady
+# are what a broken GPU or EFA device turns False), which kube-state-metrics exports like any node
+# condition (kube_node_status_condition, one series per condition and status).
+AGENT_CONDITIONS = ("AcceleratedHardwareReady", "NetworkingReady", "KernelReady", "StorageReady",
+                    "ContainerRuntimeReady")
+NODE_UNHEALTHY_MINUTES = 1
+# A GPU node missing this long: EKS is replacing it (or the capacity is gone).
+REPAIR_ALERT_MINUTES = 2
+# How far back a run's replaced pods are counted: a replaced pod alerts for this long, then resolves.
+RUN_RESTART_WINDOW_MINUTES = 60
+REPAIR_RUNBOOK = "docs/gpu-failure-runbook.md#alerts"
 
-_GPU_ROLE_SELECTOR = ",".join(f'label_{k.replace(".", "_").replace("/", "_").replace("-", "_")}="{v}"'
+GPU_ROLE_SELECTOR = ",".join(f'label_{k.replace(".", "_").replace("/", "_").replace("-", "_")}="{v}"'
                               for k, v in ROLE_LABEL.items())
 
 
@@ -70,6 +82,9 @@ class RulesArgs(BaseModel):
     queued_alert_minutes: int = Field(ge=1)
     # The stack's ClusterQueue when its Kueue is scraped (the stack installs Kueue): the Kueue alerts.
     cluster_queue: Optional[str] = None
+    # GPU nodes the node group keeps (gpuNodes.count) on a created cluster; 0: not known or not fixed
+    # (a bring-your-own cluster's, a Capacity Block's outside its window): no repair-in-progress alert.
+    gpu_node_count: int = Field(0, ge=0)
 
 
 def _alert(name: str, expr: str, summary: str, description: str, *, severity: str,
@@ -98,7 +113,7 @@ def cost_rules() -> list[dict[str, Any]]:
         # GPU nodes registered in the cluster, per instance type (kube_node_labels carries the
         # instance-type label through the allowlist).
         {"record": "rltrain:gpu_nodes:count",
-         "expr": f"count by (instance_type) (label_replace(kube_node_labels{{{_GPU_ROLE_SELECTOR}}}, "
+         "expr": f"count by (instance_type) (label_replace(kube_node_labels{{{GPU_ROLE_SELECTOR}}}, "
                  '"instance_type", "$1", "label_node_kubernetes_io_instance_type", "(.+)"))'},
         # Running GPU nodes x the catalog's on-demand price. A type without a catalog price drops
         # out (and shows as a gap between the node count and the cost panels).
@@ -133,12 +148,58 @@ def gpu_alerts(a: RulesArgs) -> list[dict[str, Any]]:
                severity="warning", for_minutes=GPU_IDLE_MINUTES),
         _alert("RltrainGpuNodeNotReady",
                'kube_node_status_condition{condition="Ready", status="true"} == 0\n'
-               f"and on (node) kube_node_labels{{{_GPU_ROLE_SELECTOR}}}",
+               f"and on (node) kube_node_labels{{{GPU_ROLE_SELECTOR}}}",
                "GPU node {{ $labels.node }} is not Ready",
                "Its pods are evicted after the toleration timeout and a multi-node run loses a rank. "
                "EKS node auto-repair replaces a node that stays unhealthy.",
                severity="critical", for_minutes=NODE_NOT_READY_MINUTES),
     ]
+
+
+def repair_alerts(a: RulesArgs) -> list[dict[str, Any]]:
+    """A broken GPU node, its repair, and what it did to the run (docs/gpu-failure-runbook.md)."""
+    ns = a.training_namespace
+    conditions = "|".join(AGENT_CONDITIONS)
+    run = 'label_rltrain_run!=""'
+    out = [
+        _alert("RltrainGpuNodeUnhealthy",
+               f'max by (node, condition) (kube_node_status_condition{{condition=~"{conditions}", status="false"}}) == 1\n'
+               f"and on (node) kube_node_labels{{{GPU_ROLE_SELECTOR}}}",
+               "GPU node {{ $labels.node }}: {{ $labels.condition }} is False",
+               "The EKS node monitoring agent found a fault on the node (AcceleratedHardwareReady: a GPU "
+               "XID, a GPU off the bus, DCGM health; NetworkingReady: an EFA or network interface down). "
+               "EKS node repair replaces or reboots the node once the condition has held for its repair wait "
+               "(10 minutes for AcceleratedHardwareReady), one node at a time; the run's pods on it are lost "
+               "and the run restarts from its newest complete checkpoint. `kubectl describe node "
+               "{{ $labels.node }}` shows the condition's reason. Resolves when the condition is True again "
+               "or the node is gone.",
+               severity="critical", for_minutes=NODE_UNHEALTHY_MINUTES, runbook=REPAIR_RUNBOOK),
+        _alert("RltrainRunPodsReplaced",
+               f"count by (namespace, label_rltrain_run) (max_over_time(kube_pod_labels{{namespace=\"{ns}\", {run}}}"
+               f"[{RUN_RESTART_WINDOW_MINUTES}m]))\n"
+               f"- count by (namespace, label_rltrain_run) (kube_pod_labels{{namespace=\"{ns}\", {run}}})\n> 0",
+               "Run {{ $labels.label_rltrain_run }}: {{ $value }} pod(s) replaced in the last "
+               f"{RUN_RESTART_WINDOW_MINUTES} minutes",
+               "Pods of the run were replaced by new ones: a node lost or repaired (the pod's DisruptionTarget "
+               "condition; not counted against workloads.retries), a whole-run restart by Kueue (the "
+               "Workload's status.requeueState.count, bounded by workloads.infrastructureRestarts), or a "
+               "retry after a trainer failure (counted). `kubectl get events -n {{ $labels.namespace }} "
+               "--field-selector reason=TaintManagerEviction` and `kubectl get workloads -n "
+               "{{ $labels.namespace }}` tell which. Resolves once no pod was replaced for "
+               f"{RUN_RESTART_WINDOW_MINUTES} minutes.",
+               severity="warning", runbook=REPAIR_RUNBOOK),
+    ]
+    if a.gpu_node_count:
+        out.insert(1, _alert(
+            "RltrainGpuNodeRepairInProgress",
+            f"(count(kube_node_labels{{{GPU_ROLE_SELECTOR}}}) or vector(0)) < {a.gpu_node_count}",
+            "{{ $value }} of " + str(a.gpu_node_count) + " GPU nodes in the cluster",
+            "A GPU node of the node group is missing: EKS is replacing it (node repair or a lost "
+            "instance) and a run that needs every node waits for it. A replacement normally joins "
+            "within minutes; if it does not, the node group's health (`aws eks describe-nodegroup`) "
+            "names the cause (capacity, quota). Resolves when the group is whole again.",
+            severity="warning", for_minutes=REPAIR_ALERT_MINUTES, runbook=REPAIR_RUNBOOK))
+    return out
 
 
 def efa_alerts() -> list[dict[str, Any]]:
@@ -257,6 +318,7 @@ def rules_spec(a: RulesArgs) -> dict[str, Any]:
         {"name": "rltrain.cost", "interval": "1m", "rules": cost_rules()},
         {"name": "rltrain.gpu", "rules": gpu_alerts(a)},
         {"name": "rltrain.efa", "rules": efa_alerts()},
+        {"name": "rltrain.repair", "rules": repair_alerts(a)},
         {"name": "rltrain.runs", "rules": run_alerts(a)},
     ]
     if a.cluster_queue:

@@ -241,7 +241,24 @@ def _node_group(before, after, changes, cfg):
     if _version_pinned(before, after, changes):
         return IN_PLACE, (f"{_paths(changes)}; version now follows the cluster ({after['inputs']['version']}, "
                           "what the nodes run since creation: no roll)"), "", True
+    if any(_under(p, ("nodeRepairConfig",)) for p in changes):
+        return IN_PLACE, f"{_paths(changes)}; {repair_effect(after)}", "", True
     return IN_PLACE, _paths(changes), "", True
+
+
+def repair_effect(r: Resource) -> str:
+    """What node auto repair, as configured on the node group, does to a running run."""
+    c = r["inputs"].get("nodeRepairConfig") or {}
+    if not c.get("enabled"):
+        return "node auto repair off: a broken GPU node stays until a person replaces it"
+    parallel = c.get("maxParallelNodesRepairedCount") or c.get("maxParallelNodesRepairedPercentage")
+    stop = c.get("maxUnhealthyNodeThresholdCount")
+    return ("no node changes now; from now on EKS replaces or reboots a node whose condition (NotReady, or "
+            "AcceleratedHardwareReady/NetworkingReady=False from the node monitoring agent) stays bad past its "
+            f"repair wait, {parallel or 'any number of'} node(s) at a time"
+            + (f", none while more than {stop} are unhealthy" if stop else "")
+            + ": the run pods on that node are lost and the run restarts from its newest complete checkpoint "
+            "(docs/gpu-failure-runbook.md)")
 
 
 def _held(r: Resource) -> str:

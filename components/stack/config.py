@@ -595,7 +595,11 @@ class WorkloadsConfig(_Model):
     checkpoints: CheckpointRetention = CheckpointRetention()
     """checkpoint retention per run (the newest `keep` complete ones) and the volume budget's margin"""
     retries: int = Field(3, ge=0, le=20)
-    """failures allowed (disruptions such as node drains never count)"""
+    """failures allowed (disruptions such as node drains, a node lost or repaired, never count)"""
+    # Kueue's waitForPodsReady requeue limit (components/k8s/kueue.py): the bound on whole-run
+    # restarts caused by the infrastructure, separate from the trainer's failure budget above.
+    infrastructure_restarts: int = Field(3, ge=0, le=20)
+    """whole-run restarts after an infrastructure failure, with queueing on: a run whose pods are not all Ready within `kueue.podsReadyTimeoutMinutes` (after admission, or after a pod was lost with its node) is evicted whole, requeued with backoff and admitted again; after this many it is deactivated with reason RequeuingLimitExceeded instead of retrying for ever"""
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
     """exit codes (1-255) that fail the run at once (usage error, not executable, not found)"""
     priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)
@@ -752,6 +756,11 @@ class MonitoringConfig(_Model):
     """a run pod Pending longer than this raises `RltrainRunQueuedTooLong` (an image pull counts as Pending)"""
     alert_receiver: Optional[AlertReceiver] = None
     """where alerts are sent; none = only in Alertmanager's UI"""
+    # Bring your own cluster: whether its owners run the EKS node monitoring agent (its dcgm-server
+    # DaemonSet, the DCGM host engine on hostPort 5555 of every GPU node). A created cluster always
+    # runs it (components/k8s/node_health.py).
+    node_monitoring_agent: bool = False
+    """bring your own cluster only: the cluster runs the EKS node monitoring agent, so the DCGM exporter connects to the agent's host engine on the node (port 5555) instead of starting its own; `false` = the exporter embeds its own (a created cluster always installs the agent)"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1178,6 +1187,10 @@ def _monitoring_checks(cfg: StackConfig, config_keys: set[str], secret_keys: set
     if m.storage_class and not cfg.byo_cluster:
         p.append((_path(("monitoring", "storageClass")),
                   "only with cluster.existing; this stack creates its own gp3 storage class"))
+    if m.node_monitoring_agent and not cfg.byo_cluster:
+        p.append((_path(("monitoring", "nodeMonitoringAgent")),
+                  "only with cluster.existing; a created cluster always gets the EKS node monitoring agent add-on "
+                  "and its DCGM exporter always uses the agent's host engine"))
     if not cfg.monitoring_enabled:
         return p
     if m.namespace == cfg.training.namespace:

@@ -49,6 +49,15 @@ GPU_NODE_DAEMONSETS: tuple[DaemonSetReserve, ...] = (
         f"NVIDIA/k8s-device-plugin v{versions.NVIDIA_DEVICE_PLUGIN.version} "
         "deployments/helm/nvidia-device-plugin/values.yaml: resources {}"),
     DaemonSetReserve(
+        "eks-node-monitoring-agent", 10, 30, "always",
+        f"aws/eks-node-monitoring-agent charts/eks-node-monitoring-agent/values.yaml at tag v"
+        f"{versions.NODE_MONITORING_AGENT_CHART} (add-on {versions.NODE_MONITORING_AGENT_ADDON}): "
+        "nodeAgent.resources.requests cpu 10m, memory 30Mi"),
+    DaemonSetReserve(
+        "dcgm-server", 0, 0, "always",
+        f"the same chart at v{versions.NODE_MONITORING_AGENT_CHART}, values.yaml dcgmAgent.resources {{}} "
+        "(the agent's DCGM host engine, on GPU instance types)"),
+    DaemonSetReserve(
         "aws-efa-k8s-device-plugin", 10, 20, "efa",
         f"aws/eks-charts stable/aws-efa-k8s-device-plugin/values.yaml at chart {versions.EFA_DEVICE_PLUGIN.version}: "
         "resources.requests cpu 10m, memory 20Mi"),

@@ -46,6 +46,21 @@ VPC_CNI_ADDON = "vpc-cni"
 KUBE_PROXY_ADDON = "kube-proxy"
 COREDNS_ADDON = "coredns"
 EBS_CSI_ADDON = "aws-ebs-csi-driver"
+# The EKS node monitoring agent (components/k8s/node_health.py): the add-on's chart is
+# aws/eks-node-monitoring-agent charts/eks-node-monitoring-agent at tag v1.7.0 (Chart.yaml version
+# and appVersion 1.7.0, values.yaml nodeAgent.image.tag v1.7.0-eksbuild.1); EKS accepts the subset
+# of its values that charts/configuration.schema.json at that tag lists (EKS user guide,
+# node-monitoring-agent-configure).
+NODE_MONITORING_AGENT_ADDON = "eks-node-monitoring-agent"
+NODE_MONITORING_AGENT_CHART = "1.7.0"
+# Its dcgm-server DaemonSet runs `nv-hostengine -n -b ALL` with containerPort/hostPort 5555 on the
+# NVIDIA instance types its default affinity lists (templates/dcgm-daemonset.yaml and values.yaml
+# dcgmAgent.affinity at v1.7.0; every GPU type of catalog.py is in that list, tests check the ones
+# recorded here). The agent itself (hostNetwork) talks to it on localhost:5555 (chart README, "DCGM
+# host engine").
+NODE_MONITORING_AGENT_DCGM_PORT = 5555
+NODE_MONITORING_AGENT_DCGM_TYPES = ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge",
+                                    "p5en.48xlarge", "g5.xlarge", "g5.12xlarge", "g6.12xlarge")
 # The controller's service account in the add-on (the Pod Identity association names it).
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 
@@ -74,20 +89,26 @@ EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
     # AWS EKS user guide add-on tables (managing-vpc-cni, -kube-proxy, -coredns), 1.34 rows.
     "1.34": {VPC_CNI_ADDON: "v1.20.4-eksbuild.1", KUBE_PROXY_ADDON: "v1.34.1-eksbuild.2",
              COREDNS_ADDON: "v1.12.4-eksbuild.1", POD_IDENTITY_ADDON: "v1.3.10-eksbuild.2",
-             FSX_CSI_ADDON: "v1.9.0-eksbuild.1", EBS_CSI_ADDON: "v1.56.0-eksbuild.1"},
+             FSX_CSI_ADDON: "v1.9.0-eksbuild.1", EBS_CSI_ADDON: "v1.56.0-eksbuild.1",
+             NODE_MONITORING_AGENT_ADDON: "v1.7.0-eksbuild.1"},
     # awslabs/cdk-eks-blueprints lib/addons/*/index.ts version maps (2026-04-08).
     "1.35": {VPC_CNI_ADDON: "v1.21.1-eksbuild.1", KUBE_PROXY_ADDON: "v1.35.0-eksbuild.2",
              COREDNS_ADDON: "v1.13.2-eksbuild.3", POD_IDENTITY_ADDON: "v1.3.10-eksbuild.2",
-             FSX_CSI_ADDON: "v1.9.0-eksbuild.1", EBS_CSI_ADDON: "v1.57.1-eksbuild.1"},
+             FSX_CSI_ADDON: "v1.9.0-eksbuild.1", EBS_CSI_ADDON: "v1.57.1-eksbuild.1",
+             NODE_MONITORING_AGENT_ADDON: "v1.7.0-eksbuild.1"},
     # The defaults a 1.36 cluster picked in a recorded deploy (2026-09-16); no AWS table seen.
     "1.36": {VPC_CNI_ADDON: "v1.22.4-eksbuild.3", KUBE_PROXY_ADDON: "v1.36.0-eksbuild.21",
              COREDNS_ADDON: "v1.14.3-eksbuild.16", POD_IDENTITY_ADDON: "v1.3.10-eksbuild.3",
-             FSX_CSI_ADDON: "v1.9.0-eksbuild.1", EBS_CSI_ADDON: "v1.57.1-eksbuild.1"},
+             FSX_CSI_ADDON: "v1.9.0-eksbuild.1", EBS_CSI_ADDON: "v1.57.1-eksbuild.1",
+             NODE_MONITORING_AGENT_ADDON: "v1.7.0-eksbuild.1"},
 }
 # Not verified against the EKS API from here (no AWS account): the FSx CSI build is the one seen
 # pinned for 1.35 (driver appVersion 1.9.0) and assumed for 1.34/1.36. The EBS CSI builds for
 # 1.34 and 1.35 are cdk-eks-blueprints' (lib/addons/ebs-csi-driver/index.ts, 2026-04-08); no 1.36
-# figure was found, the 1.35 build is assumed for it. Before the first `up` of
+# figure was found, the 1.35 build is assumed for it. The node monitoring agent's build is the
+# image tag its chart pins at v1.7.0 (values.yaml nodeAgent.image.tag v1.7.0-eksbuild.1; the add-on
+# version names the same build); that EKS offers it for each minor listed is not verified from
+# here. Before the first `up` of
 # a new minor, compare with `aws eks describe-addon-versions --kubernetes-version 1.35
 # --addon-name <name>`; a wrong build fails at `up`, a floating one rolls nodes unasked.
 

@@ -1,0 +1,115 @@
+"""The run comes back whole after a node failure (issue 31), through the mock engine: which pod
+failures count against `workloads.retries`, what restarts the whole run, and the bound on
+infrastructure restarts (`workloads.infrastructureRestarts`, Kueue's requeue limit).
+
+The pod failure policy is evaluated here the way the Job controller does (Kubernetes v1.35
+pkg/controller/job/pod_failure_policy.go matchPodFailurePolicy: the first rule that matches decides;
+none matching is Count), on the pods a node failure and a trainer crash leave behind."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from support import obj, rendered
+from test_kueue_support import load_variant, variant
+
+from components.k8s import kueue
+from components.scripts import ray_launcher
+from components.stack import config
+
+P5_RAYJOB = {"rltrain:workloads": {"multiNode": {"enabled": True, "form": "rayjob", "rayVersion": "2.60.0"}}}
+
+
+def action(policy: dict, pod: dict) -> str:
+    """The action the Job controller takes for a failed pod: `pod` has `conditions` (types that are
+    True) and `exit` ({container: exit code})."""
+    for rule in policy["rules"]:
+        on = rule.get("onExitCodes")
+        if on:
+            codes = {c for name, c in pod["exit"].items() if c != 0
+                     and on.get("containerName") in (None, name)}
+            hit = codes & set(on["values"]) if on["operator"] == "In" else codes - set(on["values"])
+            if hit:
+                return rule["action"]
+        for cond in rule.get("onPodConditions", ()):
+            if cond["type"] in pod["conditions"] and cond.get("status", "True") == "True":
+                return rule["action"]
+    return "Count"
+
+
+# What a node failure leaves: the pod GC marks the pods of a deleted node Failed with the
+# DisruptionTarget condition (reason DeletionByPodGC), the taint manager those it evicts for a
+# NoExecute taint (DeletionByTaintManager); the container's last exit code is whatever SIGKILL or
+# the lost GPU made it.
+NODE_LOST = {"conditions": {"DisruptionTarget"}, "exit": {"trainer": 137}}
+TAINT_EVICTED = {"conditions": {"DisruptionTarget"}, "exit": {"trainer": 1}}
+TRAINER_CRASH = {"conditions": set(), "exit": {"trainer": 1}}
+HEAD_LOST = {"conditions": set(), "exit": {"trainer": ray_launcher.EXIT_HEAD_LOST}}
+USAGE_ERROR = {"conditions": set(), "exit": {"trainer": 2}}
+
+
+def wait_for_pods_ready(r) -> dict:
+    rel = next(x for x in r.resources if x["type"] == "kubernetes:helm.sh/v3:Release"
+               and x["inputs"]["chart"] == kueue.chart_ref())
+    text = rel["inputs"]["values"]["managerConfig"]["controllerManagerConfigYaml"]
+    return yaml.safe_load("\n".join(text) if isinstance(text, list) else text)["waitForPodsReady"]
+
+
+def job_spec(r, name: str) -> dict:
+    return obj(r, "Job", name)["spec"]
+
+
+@pytest.mark.parametrize("job", ["rltrain-multinode", "rltrain-training"])
+def test_a_pod_lost_with_its_node_is_free_a_trainer_crash_counts(job):
+    spec = job_spec(rendered("p5"), job)
+    policy = spec["podFailurePolicy"]
+    # A Job's pod failure policy needs restartPolicy Never (batch/v1 JobSpec.podFailurePolicy).
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+    assert action(policy, NODE_LOST) == action(policy, TAINT_EVICTED) == "Ignore"
+    assert action(policy, TRAINER_CRASH) == "Count"
+    assert action(policy, USAGE_ERROR) == "FailJob"
+    assert spec["backoffLimit"] == rendered("p5").cfg.workloads.retries
+
+
+def test_the_multinode_run_restarts_whole_when_its_head_is_lost():
+    """Indexed Job: the head's node fails (its pod Ignored and recreated); every worker then exits
+    EXIT_HEAD_LOST (ray start --block loses its head), Ignored too and recreated: the whole Ray
+    cluster starts again from the newest checkpoint and the failure budget is untouched."""
+    spec = job_spec(rendered("p5"), "rltrain-multinode")
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == 2
+    assert action(spec["podFailurePolicy"], HEAD_LOST) == "Ignore"
+    # Not in the single-node Job: no Ray head there, so exit 6 is the trainer's own.
+    assert action(job_spec(rendered("p5"), "rltrain-training")["podFailurePolicy"], HEAD_LOST) == "Count"
+
+
+def test_kueue_restarts_a_run_that_does_not_recover_whole_and_bounds_it():
+    w = wait_for_pods_ready(rendered("p5"))
+    # A pod lost after admission (PodsReady turns False): the same time to be Ready again, then the
+    # whole workload is evicted (its Job suspended: every pod deleted, none counted, since the Job
+    # controller drops its tracking finalizer before deleting them, job_controller.go deleteJobPods)
+    # and requeued; after backoffLimitCount requeues it is deactivated (RequeuingLimitExceeded).
+    assert w["recoveryTimeout"] == w["timeout"]
+    assert w["requeuingStrategy"]["backoffLimitCount"] == 3
+    r = variant("p5", {"rltrain:workloads": {"infrastructureRestarts": 5}})
+    assert wait_for_pods_ready(r)["requeuingStrategy"]["backoffLimitCount"] == 5
+    # The trainer's failure budget is a separate number.
+    assert job_spec(r, "rltrain-multinode")["backoffLimit"] == r.cfg.workloads.retries == 3
+
+
+def test_infrastructure_restarts_out_of_range_is_refused_by_name():
+    with pytest.raises(config.ConfigError) as e:
+        load_variant("p5", {"rltrain:workloads": {"infrastructureRestarts": 50}})
+    assert "rltrain:workloads.infrastructureRestarts" in str(e.value)
+
+
+def test_rayjob_retries_are_whole_ray_clusters():
+    """RayJob: KubeRay has no pod failure policy; a Ray pod lost with its node is recreated by the
+    RayCluster controller (restartPolicy Never) without failing the RayJob, a failed Ray job is a
+    retry counted in backoffLimit, each retry a new Ray cluster that resumes from CKPT_DIR."""
+    r = variant("p5", P5_RAYJOB)
+    spec = next(m for m in r.manifests if m["kind"] == "RayJob")["spec"]
+    assert spec["backoffLimit"] == r.cfg.workloads.retries
+    cluster = spec["rayClusterSpec"]
+    pods = [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]
+    assert {p["spec"]["restartPolicy"] for p in pods} == {"Never"}
+    assert {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}["RESUME"] == "auto"
