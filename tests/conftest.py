@@ -8,6 +8,9 @@ runs every tier. A `sim` test (the simulated cluster, tests/sim/) is always `slo
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,6 +18,36 @@ from support import STACKS, rendered  # imports no SDK (support.py): the xdist c
 
 if TYPE_CHECKING:
     from components.offline import render
+
+
+# The simulated-cluster tests' `[sim]` lines (tests/sim/conftest.py log): an xdist worker has no
+# terminal, and a passing test's captured output is never shown, so the workers append them to one
+# file the controller names here and prints at the end of the run (what `.ci/run` shows: every
+# module's lines, e.g. the key sweep's key by key).
+SIM_LOG = "RLTRAIN_SIM_LOG"
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and SIM_LOG not in os.environ:
+        fd, path = tempfile.mkstemp(prefix="rltrain-sim-", suffix=".log")
+        os.close(fd)
+        os.environ[SIM_LOG] = path  # the workers, started after this, inherit it
+        config.stash[_SIM_LOG_KEY] = Path(path)
+
+
+_SIM_LOG_KEY = pytest.StashKey[Path]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    path = config.stash.get(_SIM_LOG_KEY, None)
+    if path is None or not path.exists():
+        return
+    lines = path.read_text().splitlines()
+    path.unlink()
+    if lines:
+        terminalreporter.section("simulated cluster: the [sim] lines of every module")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session", autouse=True)

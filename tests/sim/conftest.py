@@ -36,8 +36,14 @@ def missing_binaries() -> list[str]:
 
 
 def log(request, line: str) -> None:
+    """A `[sim]` line: on the terminal, or from an xdist worker into the file the controller prints
+    at the end (tests/conftest.py SIM_LOG); and on stderr (shown with a failing test)."""
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
+    shared = os.environ.get("RLTRAIN_SIM_LOG")
+    if hasattr(request.config, "workerinput") and shared:
+        with open(shared, "a") as f:
+            f.write(f"[sim] {request.node.nodeid.split('::')[0]}: {line}\n")
+    elif reporter is not None:
         reporter.write_line(f"[sim] {line}")
     print(f"[sim] {line}", file=sys.stderr)
 
