@@ -79,8 +79,8 @@ def test_tool_tests_skip_for_a_newcomer_and_fail_under_ci(ci, tmp_path):
     if ci:
         env["CI"] = "true"
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=-ra",
-                          "-k", "not checkov_finds_nothing[dev] and not checkov_finds_nothing[p4de] "
-                                "and not checkov_finds_nothing[p5] and not checkov_finds_nothing[sim]", *TOOL_TESTS],
+                          # checkov once (the byo stack), not once per stack
+                          "-k", "not checkov_finds_nothing or checkov_finds_nothing[byo]", *TOOL_TESTS],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     summary = res.stdout.strip().splitlines()[-1]
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (failed|errors?|skipped|passed)", summary)}
