@@ -71,6 +71,10 @@ def test_the_pull_requests_real_preview_beside_the_offline_impact(tmp_path, edit
     git(repo, "merge", "-q", "--no-ff", "--no-edit", "pr")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RLTRAIN_SIM_STATE"))}
     env["RLTRAIN_CI_VENV"] = os.environ.get("RLTRAIN_CI_VENV") or sys.prefix
+    # Its own output directory: under .ci/run, ci/env.sh has exported the outer run's (absolute)
+    # RLTRAIN_CI_OUT, where the script would write instead (seen in .ci/run: the first case failed
+    # reading ci-out/sim-preview.md that had gone to the outer ci-out).
+    env["RLTRAIN_CI_OUT"] = str(repo / "ci-out")
     with open(LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         r = subprocess.run([str(repo / "ci" / "sim-preview.sh")], cwd=repo, env=env, capture_output=True,
