@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import json
 import time
 
 import pytest
@@ -77,6 +78,15 @@ def running_on(cluster) -> dict[str, str]:
             if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")}
 
 
+def pod_states_since(cluster, resource_version: str) -> list[dict]:
+    """Every state of the namespace's pods since a resource version, replayed by a watch that ends
+    after two seconds (the API server's watch cache keeps the recent changes)."""
+    raw = cluster.api(f"/api/v1/namespaces/{NAMESPACE}/pods?watch=1&resourceVersion={resource_version}"
+                      "&timeoutSeconds=2", timeout=20)
+    lines = [raw] if isinstance(raw, dict) else [json.loads(line) for line in str(raw).splitlines() if line.strip()]
+    return [e["object"] for e in lines if e.get("type") in ("ADDED", "MODIFIED", "DELETED")]
+
+
 def env_of(pod: dict) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env", []) if "value" in e}
 
@@ -105,6 +115,9 @@ def test_a_failed_gpu_node_is_replaced_and_the_run_comes_back_whole(cluster, req
                        for p in before.values()}
         t0 = time.monotonic()
 
+        # Every change of the run's pods from here on is replayed from the API's watch (below): kwok
+        # finishes a deleted pod within milliseconds, so polling can miss the evicted pod's last state.
+        rv = cluster.api(f"/api/v1/namespaces/{NAMESPACE}/pods?limit=1")["metadata"]["resourceVersion"]
         # What the agent does: the condition on the node's status.
         cluster.api(f"/api/v1/nodes/{failed}/status", "PATCH", {"status": {"conditions": [{
             "type": "AcceleratedHardwareReady", "status": "False", "reason": "NvidiaXID79Error",
@@ -126,6 +139,10 @@ def test_a_failed_gpu_node_is_replaced_and_the_run_comes_back_whole(cluster, req
             return failed not in set(running_on(cluster).values())
         wait(f"the run's pod evicted from {failed}", evicted, 120, watcher.describe)
         t_evicted = time.monotonic() - t0
+        for p in pod_states_since(cluster, rv):
+            for c in p["status"].get("conditions", []):
+                if c["type"] == "DisruptionTarget" and c["status"] == "True":
+                    disrupted.setdefault(p["metadata"]["name"], []).append(c.get("reason"))
         cluster.api(f"/api/v1/nodes/{failed}", "DELETE")
         # The replacement, another name, the same shape and labels (as a new instance of the group).
         new = copy.deepcopy(node)
