@@ -282,9 +282,29 @@ def serving_board(training_namespace: str, evaluation: bool = False) -> Board:
     )
 
 
-def all_dashboards(training_namespace: str, serving: bool = False, evaluation: bool = False) -> list[Board]:
+def evaluation_board(training_namespace: str) -> Board:
+    """The embodied evaluation's success rate per evaluated step (workloads.embodiedEvaluation:
+    RLinf's eval/success_once, served by eval_metrics.py as monitoring_metrics.EVAL_METRICS)."""
+    sel = f'namespace="{training_namespace}"'
+    return Board(
+        "rltrain-evaluation", "rltrain / Evaluation",
+        f"RLinf's embodied evaluation of the checkpoints of namespace {training_namespace} (Job rltrain-embodied-eval-*).",
+        (("Success rate", (
+            _s("Success rate, newest evaluation", f"max(rltrain_eval_success_rate{{{sel}}} and on(step) "
+               f"topk(1, rltrain_eval_result_timestamp_seconds{{{sel}}}))", "percentunit", w=6),
+            _s("Episodes, newest evaluation", f"max(rltrain_eval_episodes{{{sel}}} and on(step) "
+               f"topk(1, rltrain_eval_result_timestamp_seconds{{{sel}}}))", w=6),
+            _ts("Success rate over evaluated steps",
+                Query(f"max by (step) (rltrain_eval_success_rate{{{sel}}})", "step {{step}}"), unit="percentunit", w=12),
+        )),),
+    )
+
+
+def all_dashboards(training_namespace: str, serving: bool = False, evaluation: bool = False,
+                   embodied_evaluation: bool = False) -> list[Board]:
     return [gpu_board(training_namespace), efa_board(), runs_board(training_namespace), cost_board(),
-            *([serving_board(training_namespace, evaluation)] if serving else [])]
+            *([serving_board(training_namespace, evaluation)] if serving else []),
+            *([evaluation_board(training_namespace)] if embodied_evaluation else [])]
 
 
 # --- building ---------------------------------------------------------------------------------------

@@ -120,6 +120,8 @@ class MonitoringArgs(BaseModel):
     serving: bool = False
     # workloads.serving.evaluation: a PodMonitor for the eval-metrics Deployment (accuracy over steps).
     evaluation: bool = False
+    # workloads.embodiedEvaluation: the same PodMonitor (success rate over steps) and the Evaluation dashboard.
+    embodied_evaluation: bool = False
     # The stack installs Kueue: its controller is scraped and the queue alerts name this ClusterQueue.
     kueue_cluster_queue: Optional[str] = None
 
@@ -142,6 +144,7 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
         gpu_capacity_block=cfg.gpu_nodes.capacity.type == "capacity-block",
         serving=cfg.workloads.serving.enabled,
         evaluation=cfg.workloads.serving.enabled and cfg.workloads.serving.evaluation.enabled,
+        embodied_evaluation=cfg.workloads.embodied_evaluation.enabled,
         kueue_cluster_queue=kueue.cluster_queue_name(cfg) if cfg.kueue_install and cfg.kueue_enabled else None)
 
 
@@ -624,14 +627,15 @@ class Monitoring(pulumi.ComponentResource):
                 metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-serving", namespace=args.namespace,
                                                     labels=_labels("serving")),
                 spec=serving_podmonitor_spec(args), opts=after_crds)
-        if args.evaluation:
+        if args.evaluation or args.embodied_evaluation:
             k8s.apiextensions.CustomResource(
                 f"{name}-eval-metrics-podmonitor", api_version="monitoring.coreos.com/v1", kind="PodMonitor",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-eval-metrics", namespace=args.namespace,
                                                     labels=_labels("eval-metrics")),
                 spec=eval_metrics_podmonitor_spec(args), opts=after_crds)
         for board in dashboards.all_dashboards(args.training_namespace, serving=args.serving,
-                                               evaluation=args.evaluation):
+                                               evaluation=args.evaluation,
+                                               embodied_evaluation=args.embodied_evaluation):
             k8s.core.v1.ConfigMap(f"{name}-dashboard-{board.uid}", dashboards.configmap_args(board, args.namespace),
                                   in_ns)
         self.namespace = ns.metadata.name

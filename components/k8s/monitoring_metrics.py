@@ -142,6 +142,7 @@ VLLM_METRICS = (
 # --- the evaluation's results (components/scripts/eval_metrics.py, this repo) -----------------------
 EVAL_SOURCE = "components/scripts/eval_metrics.py (this repository)"
 EVAL_METRICS = ("rltrain_eval_accuracy", "rltrain_eval_correct", "rltrain_eval_judged",
+                "rltrain_eval_success_rate", "rltrain_eval_episodes",
                 "rltrain_eval_result_timestamp_seconds", "rltrain_eval_unreadable_files")
 
 EMITTED: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -32,7 +32,7 @@ import yaml
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy, runs_summary
 from components.offline import checkpoints, impact, unset_secrets, yaml_emit
-from components.workloads import export, serving
+from components.workloads import embodied_eval, export, serving
 from components.offline.unset_secrets import load_stack  # noqa: F401  (render.load_stack, as before)
 from components.stack import secrets_scan, stackfile
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
@@ -221,6 +221,7 @@ def summary(rendered: Rendered) -> str:
     if ckpt:
         lines.append("  " + ckpt[2])
     lines += ["  " + line for line in export.summary(cfg)]  # the export Job of the served step
+    lines += ["  " + line for line in embodied_eval.summary(cfg)]  # RLinf's evaluation in the simulator
     lines += ["  " + line for line in serving.summary(cfg)]  # the served model, rollout, startup budget
     lines += ["  " + line for line in deploy_model.cluster_wide(rendered.resources)]
     lines += ["  " + line for line in deploy_model.isolation_summary(rendered.resources)]

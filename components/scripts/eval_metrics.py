@@ -12,6 +12,8 @@ whole files: evaluate.py renames them into place), keeps the newest one per step
     rltrain_eval_correct{...} 9
     rltrain_eval_judged{...} 20
     rltrain_eval_result_timestamp_seconds{...} 1.7e9
+    rltrain_eval_success_rate{model="...",step="400",scoring="embodied"} 0.6  (embodied_eval.py's files)
+    rltrain_eval_episodes{...} 16
 
 A file that does not parse is skipped (counted in rltrain_eval_unreadable_files). `GET /healthz`
 answers 200. Standard library only; nothing is cached between scrapes (a handful of small files).
@@ -30,7 +32,10 @@ from typing import Optional, Sequence
 
 METRICS = (("rltrain_eval_accuracy", "accuracy", "accuracy over the judged prompts of the newest evaluation of a step"),
            ("rltrain_eval_correct", "correct", "prompts answered correctly"),
-           ("rltrain_eval_judged", "judged", "prompts with an expected answer"))
+           ("rltrain_eval_judged", "judged", "prompts with an expected answer"),
+           # The embodied family (embodied_eval.py): RLinf's eval/success_once over the episodes.
+           ("rltrain_eval_success_rate", "success_rate", "success rate over the episodes of the newest embodied evaluation of a step"),
+           ("rltrain_eval_episodes", "episodes", "episodes of the newest embodied evaluation of a step"))
 
 
 def _label(v: str) -> str:

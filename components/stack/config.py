@@ -17,6 +17,7 @@ from typing import Any, Literal, Mapping, Optional
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from components.stack import catalog, refusals, trainers
+from components.stack.embodied_evaluation import EmbodiedEvaluation
 from components.stack.lifecycle import CheckpointRetention, ExportConfig
 from components.stack.model_base import _Model, _field_docstrings, _module_field_docstrings  # noqa: F401
 # Defined below this module (refusals.py reads them too, and config imports refusals): kept here by name.
@@ -614,6 +615,8 @@ class WorkloadsConfig(_Model):
     """cluster validation, one pod per GPU node (on by default)"""
     serving: ServingConfig = ServingConfig()
     """the vLLM server for the policy being trained (off by default)"""
+    embodied_evaluation: EmbodiedEvaluation = EmbodiedEvaluation()
+    """the embodied family's evaluation: RLinf's own evaluation of a checkpoint in the simulator, a GPU Job through the queue (off by default)"""
     # Opt-in gate: the training runs are created only after validation and the NCCL test (those
     # enabled) succeeded; `pulumi up` then waits for the checks to finish.
     training_after_checks: bool = False
@@ -1004,6 +1007,7 @@ def _cross_checks(cfg: StackConfig, region: Optional[str], config_keys: set[str]
                       f"types with one: {', '.join(t for t, v in catalog.CATALOG.items() if v.nccl_reference)}"))
     p += _kueue_checks(cfg)
     p += _serving_checks(cfg)
+    p += _embodied_evaluation_checks(cfg)
     p += _trainer_checks(cfg)
     try:
         check_pinned_image(w.nccl_test.image)
@@ -1076,6 +1080,46 @@ def _kueue_checks(cfg: StackConfig) -> list[tuple[str, str]]:
 GPU_ALLOWANCE_GIB = 2
 
 
+def _saved_step_checks(loc: tuple[Any, ...], step: Optional[int], saves: Optional[trainers.SaveFacts],
+                       config_name: str) -> list[tuple[str, str]]:
+    """A step the config saves: not after its last step, a multiple of its save interval."""
+    if saves is None or step is None:
+        return []
+    if saves.last_step is not None and step > saves.last_step:
+        return [(_path(loc), f"{step} is after the last step of {config_name} ({saves.last_step}): it is never saved")]
+    if step < saves.save_interval or step % saves.save_interval:
+        lo = max(saves.save_interval, step // saves.save_interval * saves.save_interval)
+        return [(_path(loc), f"{step} is not a step {config_name} saves (runner.save_interval {saves.save_interval}: "
+                             f"steps {saves.save_interval}, {2 * saves.save_interval}, ...); nearest: {lo}"
+                             + (f" or {lo + saves.save_interval}" if step > saves.save_interval else ""))]
+    return []
+
+
+def _embodied_evaluation_checks(cfg: StackConfig) -> list[tuple[str, str]]:
+    """The embodied evaluation: an embodied trainer profile's config, a run that exists, a saved step."""
+    w = cfg.workloads
+    ev, profile, tc = w.embodied_evaluation, w.profile, w.trainer_config
+    key = ("workloads", "embodiedEvaluation")
+    if not ev.enabled:
+        return []
+    embodied = [n for n, pr in trainers.PROFILES.items() if pr.family == "embodied"]
+    if profile is None or tc is None or profile.family != "embodied":
+        what = f"trainer {w.trainer}" + (f" ({profile.family} family)" if profile else "")
+        hint = (": a reasoning model is evaluated through vLLM by workloads.serving.evaluation"
+                if profile is not None and profile.family == "reasoning" else "")
+        return [(_path((*key, "enabled")), f"RLinf's embodied evaluation needs an embodied trainer profile "
+                 f"({', '.join(embodied)}) and one of its configs; {what}{hint}")]
+    p: list[tuple[str, str]] = []
+    run_on = {"single-node": w.single_node.enabled, "multi-node": w.multi_node.enabled}
+    if not run_on[ev.run]:
+        p.append((_path((*key, "run")), f"the {ev.run} run is not enabled (workloads.{'singleNode' if ev.run == 'single-node' else 'multiNode'}.enabled): "
+                  f"its checkpoints are not written by this stack"))
+    p += _saved_step_checks((*key, "step"), ev.step, tc.saves, w.config_name)
+    return p
+
+
+
+
 def _served_model_checks(cfg: StackConfig) -> list[tuple[str, str]]:
     """A run's step served, against the trainer profile's model and save facts: a family vLLM
     serves, a step the config saves, a tensor parallel size that divides the attention heads."""
@@ -1093,17 +1137,7 @@ def _served_model_checks(cfg: StackConfig) -> list[tuple[str, str]]:
                   f"family), which vLLM does not serve (not in vllm/model_executor/models/registry.py); "
                   f"servable: {', '.join(servable)}; evaluate an embodied policy in its simulator instead"))
         return p
-    saves = tc.saves
-    if saves is not None and m.step is not None:
-        if saves.last_step is not None and m.step > saves.last_step:
-            p.append((_path((*key, "model", "step")),
-                      f"{m.step} is after the last step of {w.config_name} ({saves.last_step}): it is never saved"))
-        elif m.step < saves.save_interval or m.step % saves.save_interval:
-            lo = max(saves.save_interval, m.step // saves.save_interval * saves.save_interval)
-            p.append((_path((*key, "model", "step")),
-                      f"{m.step} is not a step {w.config_name} saves (runner.save_interval {saves.save_interval}: "
-                      f"steps {saves.save_interval}, {2 * saves.save_interval}, ...); nearest: {lo}"
-                      + (f" or {lo + saves.save_interval}" if m.step > saves.save_interval else "")))
+    p += _saved_step_checks((*key, "model", "step"), m.step, tc.saves, w.config_name)
     # GPU memory: vLLM refuses to start when one max-length sequence's KV cache does not fit beside
     # the weights in gpu_memory_utilization (default 0.9: vllm EngineArgs) of each GPU
     # (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory). Both split over the TP ranks;

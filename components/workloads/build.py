@@ -34,6 +34,8 @@ from components.workloads.evaluation import EvaluationCronJob
 from components.workloads.retention import CheckpointRetention
 from components.workloads import export, retention
 from components.workloads.export import ExportJob
+from components.workloads import embodied_eval
+from components.workloads.embodied_eval import EmbodiedEvaluationJob
 from components.workloads.serving import Serving, ServingArgs
 
 
@@ -105,6 +107,8 @@ def scripts_used(cfg: StackConfig) -> list[str]:
                                    (w.nccl_test.enabled, "nccl_check.py"),
                                    (w.serving.enabled and w.serving.evaluation.enabled, "evaluate.py"),
                                    (w.serving.enabled and w.serving.evaluation.enabled, "eval_metrics.py"),
+                                   (embodied_eval.enabled(cfg), embodied_eval.SCRIPT),
+                                   (embodied_eval.enabled(cfg), "eval_metrics.py"),
                                    (w.nccl_test.enabled and w.training_after_checks, "check_gate.py"),
                                    (training and trainer.resume_mapped(cfg), trainer.WRAPPER),
                                    (training and w.staging_enabled, staging.SCRIPT),
@@ -135,6 +139,11 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     for check, (value, _) in checks(cfg).items():
         classes.append(k8s.scheduling.v1.PriorityClass(
             f"{name}-priority-{check}", check_priority_class_args(cfg, check, value),
+            runs.child_opts(parent, opts)))
+    if embodied_eval.enabled(cfg):
+        classes.append(k8s.scheduling.v1.PriorityClass(
+            f"{name}-priority-{runs.EMBODIED_EVALUATION}",
+            check_priority_class_args(cfg, runs.EMBODIED_EVALUATION, runs.check_priority(cfg, runs.EMBODIED_EVALUATION)),
             runs.child_opts(parent, opts)))
     # Pods reference both by name: create them first.
     wl_opts = runs.child_opts(parent, opts, *classes, scripts)
@@ -187,5 +196,9 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
             out["evaluation"] = EvaluationCronJob(f"{name}-evaluation", ServingArgs(**base), namespace,
                                                   opts=runs.child_opts(parent, opts, *classes, scripts,
                                                                        out["serving"]))
+    if embodied_eval.enabled(cfg):
+        # Queued by Kueue like the runs (it holds GPUs only once admitted), below them (its class).
+        out["embodied_evaluation"] = EmbodiedEvaluationJob(f"{name}-embodied-evaluation", runs.WorkloadArgs(**base),
+                                                           namespace, opts=wl_opts)
     parent.register_outputs({k: v.urn for k, v in out.items() if k != "workloads"})
     return out

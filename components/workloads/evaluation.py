@@ -178,7 +178,9 @@ METRICS_SKIP_REASONS = security.Reasons(
 
 
 def metrics_deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str],
-                            scripts: list) -> k8s.apps.v1.DeploymentInitArgs:
+                            scripts: list, eval_dir: Optional[str] = None) -> k8s.apps.v1.DeploymentInitArgs:
+    """`eval_dir`: the result files served; default the served model's (out_dir), the embodied
+    evaluation passes its run's (embodied_eval.py)."""
     res = {"cpu": "50m", "memory": "64Mi"}
     probe = k8s.core.v1.ProbeArgs(http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port=METRICS_PORT_NAME),
                                   period_seconds=30, timeout_seconds=5, failure_threshold=3)
@@ -193,7 +195,7 @@ def metrics_deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi
             containers=[k8s.core.v1.ContainerArgs(
                 name="eval-metrics", image=versions.EVALUATION_IMAGE, image_pull_policy="IfNotPresent",
                 command=["python3", f"{volumes.SCRIPTS_PATH}/{METRICS_SCRIPT}"],
-                args=[f"--eval-dir={out_dir(cfg)}", f"--model={serving.served_model_name(cfg)}",
+                args=[f"--eval-dir={eval_dir or out_dir(cfg)}", f"--model={serving.served_model_name(cfg)}",
                       f"--port={METRICS_PORT}"],
                 ports=[k8s.core.v1.ContainerPortArgs(name=METRICS_PORT_NAME, container_port=METRICS_PORT,
                                                      protocol="TCP")],
@@ -233,6 +235,17 @@ def metrics_network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) 
     )
 
 
+def eval_metrics(parent: pulumi.ComponentResource, name: str, cfg: StackConfig, claim_name: str,
+                 namespace: pulumi.Input[str], scripts: list, opts: Optional[pulumi.ResourceOptions],
+                 eval_dir: Optional[str] = None) -> k8s.apps.v1.Deployment:
+    """The eval-metrics Deployment and its NetworkPolicy, children of `parent`."""
+    netpol = k8s.networking.v1.NetworkPolicy(f"{name}-metrics-netpol", metrics_network_policy_args(cfg, namespace),
+                                             runs.child_opts(parent, opts))
+    return k8s.apps.v1.Deployment(f"{name}-metrics",
+                                  metrics_deployment_args(cfg, claim_name, namespace, scripts, eval_dir),
+                                  runs.child_opts(parent, opts, netpol))
+
+
 class EvaluationCronJob(pulumi.ComponentResource):
     """The evaluation CronJob and its NetworkPolicy."""
 
@@ -245,11 +258,5 @@ class EvaluationCronJob(pulumi.ComponentResource):
         self.cronjob = k8s.batch.v1.CronJob(
             f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT]]),
             runs.child_opts(self, opts, netpol))
-        metrics_netpol = k8s.networking.v1.NetworkPolicy(f"{name}-metrics-netpol",
-                                                         metrics_network_policy_args(cfg, namespace),
-                                                         runs.child_opts(self, opts))
-        self.metrics = k8s.apps.v1.Deployment(
-            f"{name}-metrics", metrics_deployment_args(cfg, args.claim_name, namespace,
-                                                       [args.scripts[METRICS_SCRIPT]]),
-            runs.child_opts(self, opts, metrics_netpol))
+        self.metrics = eval_metrics(self, name, cfg, args.claim_name, namespace, [args.scripts[METRICS_SCRIPT]], opts)
         self.register_outputs({"cronjob": NAME, "metrics": METRICS_NAME})

@@ -38,11 +38,19 @@ def priority_class(cfg: StackConfig) -> str:
 def check_priority(cfg: StackConfig, check: str) -> int:
     """The priority of a check run: `validation` or `nccl-test` (their COMPONENT)."""
     w = cfg.workloads
-    return {"validation": w.validation.priority, "nccl-test": w.nccl_test.priority}[check]
+    return {"validation": w.validation.priority, "nccl-test": w.nccl_test.priority,
+            EMBODIED_EVALUATION: w.priority - EVALUATION_PRIORITY_BELOW}[check]
+
+
+# The embodied evaluation (embodied_eval.py) queues below training: at equal priority Kueue admits
+# in creation order, and an evaluation queued while a run waits must not take its GPUs first.
+EMBODIED_EVALUATION = "embodied-evaluation"
+EVALUATION_PRIORITY_BELOW = 100
 
 
 def check_priority_class(cfg: StackConfig, check: str) -> str:
-    """The PriorityClass of a check run (`validation`, `nccl-test`), named like priority_class."""
+    """The PriorityClass of a check run (`validation`, `nccl-test`) or of the embodied evaluation,
+    named like priority_class."""
     return f"{cfg.training.namespace}-{check}-{check_priority(cfg, check)}"
 
 
