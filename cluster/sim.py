@@ -259,7 +259,8 @@ class Cluster:
     # --- start -----------------------------------------------------------------------------------
 
     def start(self, hw: StackConfig, hw_values: dict[str, str], deploy: StackConfig, *, hw_stack: str,
-              complete_after: float, timeout: float) -> None:
+              complete_after: float, timeout: float,
+              kueue_timing: Optional[tuple[int, int]] = None) -> None:
         t0 = time.monotonic()
         missing = self.tools.missing(("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                                       "kwok", "kueue", "ray-operator", "mpi-operator"))
@@ -280,7 +281,7 @@ class Cluster:
         # yet until it appears (kueue v0.19.2 pkg/controller/jobframework/setup.go); with the CRDs
         # first, its MPIJob and RayJob webhooks answer from its first second.
         self._operator_crds(timeout)
-        self._kueue(deploy, timeout)
+        self._kueue(deploy, timeout, kueue_timing)
         self._kuberay(timeout)
         self._mpi_operator(timeout)
         self.info["startSeconds"] = round(time.monotonic() - t0, 1)
@@ -427,7 +428,7 @@ class Cluster:
                               lambda: self.get("v1", "PersistentVolume", d["metadata"]["name"]) is None, timeout)
         self.apply(docs)
 
-    def _kueue(self, deploy: StackConfig, timeout: float) -> None:
+    def _kueue(self, deploy: StackConfig, timeout: float, timing: Optional[tuple[int, int]] = None) -> None:
         src = self.tools.module("kueue")
         crds = [load_yaml(f.read_text()) for f in sorted((src / "config/components/crd/bases").glob("*.yaml"))]
         port = free_port()
@@ -453,7 +454,7 @@ class Cluster:
         self.pki.issue("kueue-webhook", "/CN=kueue-webhook-service.kueue-system.svc", server_sans=("IP:127.0.0.1",),
                        directory=certs, cert_name="tls.crt", key_name="tls.key")
         self._kueue_metrics_cert()
-        config = kueue_mod.manager_config(kueue_mod.kueue_args(deploy))
+        config = kueue_mod.manager_config(kueue_timed(kueue_mod.kueue_args(deploy), timing))
         config.update({
             "namespace": KUEUE_NAMESPACE,
             "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
@@ -558,9 +559,27 @@ def _stacks(args: argparse.Namespace) -> tuple[StackConfig, dict[str, str], Stac
     return hw, hw_values, deploy
 
 
+def kueue_timed(args: "kueue_mod.KueueArgs", timing: Optional[tuple[int, int]]) -> "kueue_mod.KueueArgs":
+    """The Kueue arguments with a test's short PodsReady timeout and requeue backoff, validated.
+
+    A stack's `kueue.podsReadyTimeoutMinutes` is at least 10 and the backoff starts at 60 s, so a
+    run that hits its requeue limit (workloads.infrastructureRestarts) would take the better part
+    of an hour on the simulated cluster; a scenario that needs to see it passes seconds here.
+    """
+    if timing is None:
+        return args
+    timeout, backoff = timing
+    return kueue_mod.KueueArgs.model_validate({**args.model_dump(), "pods_ready_timeout_seconds": timeout,
+                                               "requeue_backoff_base_seconds": backoff})
+
+
 def start(stack: str, deploy_stack: str = DEFAULT_DEPLOY_STACK, *, root: Optional[Path] = None,
-          complete_after: float = 10.0, timeout: float = 90.0, tools: Optional[Toolset] = None) -> Cluster:
-    """Start (after stopping whatever the state directory still runs) and return the cluster."""
+          complete_after: float = 10.0, timeout: float = 90.0, tools: Optional[Toolset] = None,
+          kueue_timing: Optional[tuple[int, int]] = None) -> Cluster:
+    """Start (after stopping whatever the state directory still runs) and return the cluster.
+
+    kueue_timing: (PodsReady timeout, first requeue backoff) in seconds for the simulated Kueue
+    instead of the deploy stack's (kueue_timed)."""
     root = root or state_dir(stack)
     if root.exists():
         Cluster(root, tools).stop()
@@ -570,7 +589,8 @@ def start(stack: str, deploy_stack: str = DEFAULT_DEPLOY_STACK, *, root: Optiona
     deploy, _ = stack_config(deploy_stack)
     cluster = Cluster(root, tools)
     try:
-        cluster.start(hw, hw_values, deploy, hw_stack=stack, complete_after=complete_after, timeout=timeout)
+        cluster.start(hw, hw_values, deploy, hw_stack=stack, complete_after=complete_after, timeout=timeout,
+                      kueue_timing=kueue_timing)
     except BaseException:
         cluster.stop()
         raise

@@ -371,3 +371,19 @@ def test_a_queue_label_change_replaces_the_run():
         after.append(x)
     found = {i.name: i.kind for i in impact.classify(before, after, r.cfg)}
     assert found == {"workloads-single-node-job": impact.RUN_RESTART}
+
+
+def test_sim_kueue_timing_shortens_timeout_and_backoff_only_there():
+    """Rendered stacks keep a 60 s first requeue backoff; the simulated cluster's scenarios may pass
+    (timeout, backoff) seconds so a run reaches its requeue limit in minutes (cluster/sim.py)."""
+    from cluster import sim
+
+    args = kueue.kueue_args(rendered("p5").cfg)
+    assert kueue.manager_config(args)["waitForPodsReady"]["requeuingStrategy"]["backoffBaseSeconds"] == 60
+    assert sim.kueue_timed(args, None) is args
+    short = kueue.manager_config(sim.kueue_timed(args, (60, 5)))["waitForPodsReady"]
+    assert (short["timeout"], short["recoveryTimeout"]) == ("1m", "1m")
+    assert short["requeuingStrategy"]["backoffBaseSeconds"] == 5
+    assert short["requeuingStrategy"]["backoffLimitCount"] == args.requeue_limit
+    with pytest.raises(ValueError, match="pods_ready_timeout_seconds"):
+        sim.kueue_timed(args, (5, 5))

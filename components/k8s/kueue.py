@@ -109,6 +109,9 @@ INTEGRATIONS = ("batch/job", "kubeflow.org/mpijob", "ray.io/rayjob", "ray.io/ray
 # margin the Job deadlines add (IMAGE_PULL_MARGIN_SECONDS). Kueue's default, 30 min, evicts slow
 # p5 pulls (FACTS); the timeout is three times those two pulls.
 PODS_READY_TIMEOUT_SECONDS = 3 * 2 * IMAGE_PULL_MARGIN_SECONDS
+# The first requeue delay after such an eviction (Kueue's own default is also 60 s:
+# kueue v0.19.2 apis/config/v1beta2/defaults.go DefaultRequeuingBackoffBaseSeconds).
+REQUEUE_BACKOFF_BASE_SECONDS = 60
 # The chart's own Configuration (charts/kueue/values.yaml at v0.19.2, managerConfig), kept as is.
 CHART_CONFIG = {
     "health": {"healthProbeBindAddress": ":8081"},
@@ -220,6 +223,11 @@ class KueueArgs(BaseModel):
     # Requeues after a PodsReady timeout (admission or recovery) before the workload is deactivated:
     # the run's bound on infrastructure restarts (workloads.infrastructureRestarts).
     requeue_limit: int = Field(ge=0)
+    # Kueue's first requeue delay after a PodsReady eviction; later ones double it (with jitter) up to
+    # backoffMaxSeconds (kueue v0.19.2 apis/config/v1beta2/configuration_types.go RequeuingStrategy).
+    # Only the simulated cluster shortens it (cluster/sim.py kueue_timing), so a test can see a run
+    # reach its requeue limit in minutes; rendered stacks keep REQUEUE_BACKOFF_BASE_SECONDS.
+    requeue_backoff_base_seconds: int = Field(REQUEUE_BACKOFF_BASE_SECONDS, ge=1)
 
 
 def kueue_args(cfg: StackConfig, held: Optional[Mapping[str, int]] = None) -> KueueArgs:
@@ -261,7 +269,8 @@ def manager_config(a: KueueArgs) -> dict:
             # A replaced pod of a running run (node failure) gets the same time to be Ready again.
             "recoveryTimeout": timeout,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": a.requeue_limit,
-                                  "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
+                                  "backoffBaseSeconds": a.requeue_backoff_base_seconds,
+                                  "backoffMaxSeconds": 3600},
         },
         "integrations": {"frameworks": list(INTEGRATIONS)},
     }
