@@ -148,7 +148,10 @@ class Recorder:
                 entry["diffs"] = sorted(set(entry.get("diffs", [])) | set(m.diffs))
         d = getattr(event, "diagnostic_event", None)
         if d is not None and d.severity in ("warning", "error"):
-            self.diagnostics.append({"severity": d.severity, "urn": d.urn or "", "message": d.message.strip()})
+            # ephemeral: a status line of the progress display (a provider's await reporting what it
+            # waits for), which the CLI does not repeat among the update's diagnostics.
+            self.diagnostics.append({"severity": d.severity, "urn": d.urn or "", "message": d.message.strip(),
+                                     "ephemeral": bool(getattr(d, "ephemeral", False))})
         f = getattr(event, "res_op_failed_event", None)
         if f is not None:
             self.failed.append(f.metadata.urn)

@@ -276,9 +276,12 @@ PROVIDER_VERSION_WARNING = "resource plugin kubernetes is expected to have versi
 
 def engine_warnings(res: dict[str, Any]) -> list[str]:
     """The engine's warnings and errors (diagnostic events: the provider's, the API server's
-    warnings it passes on, the program's), but the provider-version one."""
+    warnings it passes on, the program's), but the provider-version one and the ephemeral status
+    lines: pulumi-kubernetes's Deployment await logs each not-yet-true condition it waits on as a
+    warning status (provider/v4 pkg/await/deployment.go, LogStatus(diag.Warning, "[MinimumReplicasUnavailable]
+    ...")), shown in the progress display only; a rollout that does not finish fails `up` itself."""
     return [f"{d['severity']}: {d['urn']}: {d['message']}" for d in res.get("diagnostics", [])
-            if not d["message"].startswith(PROVIDER_VERSION_WARNING)]
+            if not d["message"].startswith(PROVIDER_VERSION_WARNING) and not d.get("ephemeral")]
 
 
 def wait(what: str, check, timeout: float, describe=lambda: "") -> None:
