@@ -127,7 +127,7 @@ def fail_and_replace(cluster, pods_now: Callable[[], list[dict]], failed: str, d
     return {"replacement": name, "node": node, "t0": t0, "evicted_after": evicted_after, "disrupted": disrupted}
 
 
-def exit_trainer(cluster, pod: dict, code: int, container: str = "trainer") -> None:
+def exit_container(cluster, pod: dict, code: int, container: str = "trainer") -> None:
     """What the kubelet reports when the pod's trainer exits with `code` (restartPolicy Never): the
     pod Failed, that container terminated with the code, the others with 0. kwok runs no process:
     the exit a program test showed is written here, to see what the controllers do with it."""

@@ -32,7 +32,7 @@ from conftest import ENABLE, LOCK, log as _log, missing_binaries, sim_requested
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
 
-from faults import GangTimer, env_of, exit_trainer, fail_and_replace, pods_of_run, running_on  # noqa: E402
+from faults import GangTimer, env_of, exit_container, fail_and_replace, pods_of_run, running_on  # noqa: E402
 from simdeploy import NAMESPACE, Watcher, deploy_and_check, destroy, wait  # noqa: E402
 
 from components.k8s import kueue  # noqa: E402
@@ -160,7 +160,7 @@ def test_a_failed_gpu_node_is_replaced_and_the_run_comes_back_whole(cluster, req
         # A trainer crash still counts: the worker's trainer exits 1 (its pod Failed, no
         # DisruptionTarget), the Job counts one failure of its budget and recreates the pod.
         crashed = next(p for p in after if index_of(p) == "1")
-        exit_trainer(cluster, crashed, 1)
+        exit_container(cluster, crashed, 1)
         wait("the trainer crash counted and the pod recreated",
              lambda: (cluster.get("batch/v1", "Job", RUN, NAMESPACE)["status"].get("failed", 0) == 1
                       and len(running_on(run_pods(cluster))) == 2), 180, watcher.describe)
