@@ -7,6 +7,7 @@ not a skip; anyone else (e.g. `-m slow` without them) skips them with one line s
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sys
@@ -54,8 +55,11 @@ def log(request, line: str) -> None:
 LOCK = Path(os.environ.get("RLTRAIN_SIM_LOCK", "/tmp/rltrain-sim.lock"))
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory, request):
+@contextlib.contextmanager
+def sim_cluster(tmp_path_factory, request, *, complete_after: float, **start):
+    """A simulated p5 cluster of the module's own, started under the machine's lock and stopped
+    after; `complete_after` (seconds a Job pod runs before it succeeds) and the other keywords as
+    cluster.sim.start takes them."""
     from cluster import sim
 
     missing = missing_binaries()
@@ -68,10 +72,16 @@ def cluster(tmp_path_factory, request):
         fcntl.flock(lock, fcntl.LOCK_EX)
         waited = time.monotonic() - t0
         t0 = time.monotonic()
-        c = sim.start("p5", "sim", root=root, complete_after=10.0, timeout=180.0)
+        c = sim.start("p5", "sim", root=root, complete_after=complete_after, timeout=180.0, **start)
         try:
             log(request, f"cluster up in {time.monotonic() - t0:.0f}s (waited {waited:.0f}s for the lock); "
                          f"Kubernetes /version: {c.api('/version')['gitVersion']}")
             yield c
         finally:
             c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, request):
+    with sim_cluster(tmp_path_factory, request, complete_after=10.0) as c:
+        yield c

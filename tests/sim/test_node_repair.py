@@ -23,11 +23,10 @@ pods do not complete on their own (the shared one completes them after 10 s), un
 
 from __future__ import annotations
 
-import fcntl
 import time
 
 import pytest
-from conftest import ENABLE, LOCK, log as _log, missing_binaries, sim_requested
+from conftest import ENABLE, log as _log, sim_cluster, sim_requested
 
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
@@ -53,20 +52,9 @@ REPAIR_TIMEOUT = 420
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    from cluster import sim
-
-    missing = missing_binaries()
-    if missing:
-        pytest.fail(f"simulated cluster: missing {', '.join(missing)}: run cluster/build.sh", pytrace=False)
-    root = tmp_path_factory.mktemp("cluster")
-    with open(LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        # Job pods keep running for an hour: the run is still up when its node fails.
-        c = sim.start("p5", "sim", root=root, complete_after=3600.0, timeout=180.0)
-        try:
-            yield c
-        finally:
-            c.stop()
+    # Job pods keep running for an hour: the run is still up when its node fails.
+    with sim_cluster(tmp_path_factory, request, complete_after=3600.0) as c:
+        yield c
 
 
 def run_pods(cluster) -> list[dict]:

@@ -34,7 +34,6 @@ the shared lock.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import sys
@@ -42,7 +41,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ENABLE, LOCK, log as _log, missing_binaries, sim_requested
+from conftest import ENABLE, log as _log, sim_cluster, sim_requested
 
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
@@ -114,19 +113,9 @@ WAITING_STAGE = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    from cluster import sim
-
-    missing = missing_binaries()
-    if missing:
-        pytest.fail(f"simulated cluster: missing {', '.join(missing)}: run cluster/build.sh", pytrace=False)
-    root = tmp_path_factory.mktemp("cluster")
-    with open(LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        c = sim.start("p5", "sim", root=root, complete_after=3600.0, timeout=180.0, extra_stages=[WAITING_STAGE])
-        try:
-            yield c
-        finally:
-            c.stop()
+    # Job pods keep running for an hour; the serving pods wait in their init container until released.
+    with sim_cluster(tmp_path_factory, request, complete_after=3600.0, extra_stages=[WAITING_STAGE]) as c:
+        yield c
 
 
 def pods(cluster, selector: str) -> list[dict]:
