@@ -636,6 +636,65 @@ def test_two_node_cluster_ignores_another_ray_on_the_host_and_worker_exits_6_whe
     assert "worker ran the training command" not in worker.stderr
 
 
+@needs_ray
+def test_head_exits_9_when_its_trainer_fails_after_a_real_worker_node_was_lost(launchers, tmp_path):
+    # Real Ray at its default health checks: the worker's Ray is killed (its pod lost), the trainer
+    # fails right after, before the GCS has declared the node dead; the head's watch sees it.
+    port = free_port()
+    go = tmp_path / "go"
+    worker = launchers.start(
+        launchers.env(
+            NUM_NODES="2",
+            JOB_COMPLETION_INDEX="1",
+            RAY_HEAD_HOST=HEAD_IP,
+            RAY_PORT=str(port),
+            RAY_JOIN_DEADLINE_SECONDS="90",
+            RAY_TMPDIR=launchers.ray_tmpdir(),
+            RAY_START_EXTRA_ARGS=worker_extra_args(),
+        ),
+        ["true"],
+        name="worker",
+        container=True,
+    )
+    trainer = python_command(
+        "import os, sys, time\n"
+        "print('training', flush=True)\n"
+        f"while not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.1)\n"
+        "sys.exit(1)\n"
+    )
+    head = launchers.start(
+        launchers.env(
+            NUM_NODES="2",
+            JOB_COMPLETION_INDEX="0",
+            RAY_HEAD_HOST=HEAD_IP,
+            RAY_PORT=str(port),
+            RAY_NODE_WAIT_SECONDS="90",
+            RAY_TMPDIR=launchers.ray_tmpdir(),
+            RAY_START_EXTRA_ARGS=head_extra_args(free_port()),
+        ),
+        trainer,
+        name="head",
+        container=True,
+    )
+    head.wait_for_output("\ntraining\n", timeout=90)
+
+    launchers.kill_session(worker)
+    lost = time.monotonic()
+    go.touch()
+
+    assert head.wait(timeout=120) == 9, head.describe() + "\n" + worker.describe()
+    elapsed = time.monotonic() - lost
+    assert "[ray-launcher rank=0] training command exited with code 1" in head.stdout
+    assert (
+        "[ray-launcher rank=0] ERROR: the training command exited with code 1 and only 1 of 2 Ray nodes "
+        "are alive: a peer was lost; exiting 9 (peer lost, a disruption)"
+    ) in head.stderr
+    # Within the default watch (70 s) plus the time to connect.
+    assert elapsed < 85, f"the lost peer took {elapsed:.1f} s to show"
+    print(f"lost peer seen {elapsed:.1f} s after the worker's Ray was killed")
+
+
 # The trainer of the token test: three clients of its own cluster, at the
 # address the launcher passes. Ray's own client retries (20 by default, about
 # a second each) are cut to 2 so a refused client gives up quickly.
