@@ -108,8 +108,8 @@ Exit codes (module-level EXIT_* names, importable by the Pulumi program):
         policy should Ignore it. The head asks Ray only after a failure, in a
         child process bounded by RAY_CONNECT_TIMEOUT_SECONDS and
         RAY_PEER_CHECK_SECONDS (+5 s); when Ray cannot tell, the trainer's
-        code stands. A trainer that itself exits 9 with every node alive (or
-        unknown) gets 1: 9 means a lost peer and nothing else.
+        code stands. A trainer that itself exits 6 or 9 with every node alive
+        (or unknown) gets 1: 6 and 9 mean a lost head or peer, nothing else.
     127 EXIT_NOT_FOUND: the training command or the `ray` CLI was not found
         on PATH (the message names the PATH searched: an image whose Ray lives
         in a virtual environment needs its bin directory first on PATH)

@@ -1208,7 +1208,7 @@ def test_head_exits_9_when_its_trainer_fails_after_a_peer_was_lost(launchers, fa
         # 9, which the pod failure policy ignores, never passes for a lost peer (other reserved
         # codes stay the trainer's: test_a_failed_trainer_exits_9_only_when_a_peer_is_lost).
         # A watch of 0 s counts once.
-        (9, 0, 1, "the training command exited with code 9, which the launcher keeps for a lost peer, and "
+        (9, 0, 1, "the training command exited with code 9, which the launcher keeps for a lost peer or head, and "
                   "2 of 2 Ray nodes are alive; exiting 1"),
     ],
 )
@@ -1703,8 +1703,8 @@ def test_trainer_stopped_by_sigterm_is_not_marked_done_even_if_it_exits_0(tmp_pa
     ("code", "alive", "expected"),
     [
         (1, 1, 9), (128 + 9, 1, 9), (9, 1, 9), (1, 0, 9),  # a peer is gone: whatever the trainer said
-        (1, 2, 1), (3, 2, 3), (6, 2, 6), (9, 2, 1),  # all alive: the trainer's code, but never 9
-        (1, None, 1), (9, None, 1),  # Ray could not tell: the trainer's code, but never 9
+        (1, 2, 1), (3, 2, 3), (6, 2, 1), (9, 2, 1),  # all alive: the trainer's code, but never 6 or 9
+        (1, None, 1), (9, None, 1), (6, None, 1),  # Ray could not tell: the trainer's code, never 6 or 9
     ],
 )
 def test_a_failed_trainer_exits_9_only_when_a_peer_is_lost(code, alive, expected, capsys):
@@ -1713,4 +1713,4 @@ def test_a_failed_trainer_exits_9_only_when_a_peer_is_lost(code, alive, expected
     assert launcher.head.failed_training_code(launcher.common.Launcher("0"), cfg, code, alive) == expected
     out, err = capsys.readouterr()
     assert ("a peer was lost; exiting 9 (peer lost, a disruption)" in err) == (expected == 9)
-    assert ("which the launcher keeps for a lost peer" in out) == (code == 9 and expected == 1)
+    assert ("which the launcher keeps for a lost peer or head" in out) == (code in (6, 9) and expected == 1)

@@ -9,7 +9,7 @@ import subprocess
 from typing import Optional, Sequence
 
 from .auth import RAY_ADDRESS_ENV
-from .common import (EXIT_NODES_TIMEOUT, EXIT_NOT_FOUND, EXIT_PEER_LOST, EXIT_RAY_CONNECT_FAILED,
+from .common import (EXIT_HEAD_LOST, EXIT_NODES_TIMEOUT, EXIT_NOT_FOUND, EXIT_PEER_LOST, EXIT_RAY_CONNECT_FAILED,
                      EXIT_RAY_START_FAILED, EXIT_RAY_START_TIMEOUT, EXIT_USAGE, USAGE, Launcher,
                      flush_std_streams)
 from .config import Config
@@ -99,16 +99,16 @@ def failed_training_code(log: Launcher, cfg: Config, code: int, alive: Optional[
             "disruption)"
         )
         return EXIT_PEER_LOST
-    if code == EXIT_PEER_LOST:
-        # The pod failure policy ignores EXIT_PEER_LOST (components/workloads/runs.py): a trainer's
-        # own 9 passed through would be retried without ever counting against the retry budget.
-        # The other codes the launcher reserves (2-8) stay the trainer's, as ray_launcher.py's
-        # docstring says: a trainer should not use them.
+    if code in (EXIT_HEAD_LOST, EXIT_PEER_LOST):
+        # The pod failure policy of a Ray run ignores both (components/workloads/runs.py): a
+        # trainer's own 6 or 9 passed through would be retried without ever counting against the
+        # retry budget. The other codes the launcher reserves (2-5, 7, 8) stay the trainer's, as
+        # ray_launcher.py's docstring says: a trainer should not use them.
         why = f"{alive} of {cfg.num_nodes} Ray nodes are alive" if alive is not None else (
             "Ray could not tell whether a peer was lost")
         log.say(
-            f"the training command exited with code {EXIT_PEER_LOST}, which the launcher keeps "
-            f"for a lost peer, and {why}; exiting 1"
+            f"the training command exited with code {code}, which the launcher keeps for a lost "
+            f"peer or head, and {why}; exiting 1"
         )
         return 1
     if alive is not None:
