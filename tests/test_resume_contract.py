@@ -42,14 +42,29 @@ def test_a_new_model_and_config_start_a_fresh_directory_and_the_impact_says_so()
     assert old in i.why and env_mod.checkpoint_dir(cfg, 1) in i.why
 
 
-def test_head_loss_is_a_disruption_for_ray_runs_only():
+def test_head_and_peer_loss_are_disruptions_for_ray_runs_only():
     _, _, docs = _render("p5")
     rules = find(docs, "Job", "rltrain-multinode")["spec"]["podFailurePolicy"]["rules"]
+    assert (ray_launcher.EXIT_HEAD_LOST, ray_launcher.EXIT_PEER_LOST) == (6, 9)
     assert rules[1] == {"action": "Ignore", "onExitCodes": {
-        "containerName": "trainer", "operator": "In", "values": [ray_launcher.EXIT_HEAD_LOST]}}
-    assert rules[2]["action"] == "FailJob" and ray_launcher.EXIT_HEAD_LOST not in rules[2]["onExitCodes"]["values"]
+        "containerName": "trainer", "operator": "In", "values": [6, 9]}}
+    assert rules[2] == {"action": "FailJob", "onExitCodes": {
+        "containerName": "trainer", "operator": "In", "values": [2, 126, 127]}}
     single = find(docs, "Job", "rltrain-training")["spec"]["podFailurePolicy"]["rules"]
-    assert all(ray_launcher.EXIT_HEAD_LOST not in (r.get("onExitCodes") or {}).get("values", []) for r in single)
+    assert all(not {6, 9} & set((r.get("onExitCodes") or {}).get("values", [])) for r in single)
+
+
+def test_fail_fast_codes_never_take_head_or_peer_loss_from_a_ray_run():
+    # Listed as fail-fast, 6 and 9 still fail the single-node run at once (the trainer's own codes
+    # there), but never the Ray run, where the launcher means another pod's loss by them.
+    _, _, docs = _render("p5", lambda w: w.update(failFastExitCodes=[2, 6, 9, 127]))
+    rules = find(docs, "Job", "rltrain-multinode")["spec"]["podFailurePolicy"]["rules"]
+    assert [r["action"] for r in rules] == ["Ignore", "Ignore", "FailJob"]
+    assert rules[1]["onExitCodes"]["values"] == [6, 9]
+    assert rules[2]["onExitCodes"]["values"] == [2, 127]
+    single = find(docs, "Job", "rltrain-training")["spec"]["podFailurePolicy"]["rules"]
+    assert single[-1] == {"action": "FailJob", "onExitCodes": {
+        "containerName": "trainer", "operator": "In", "values": [2, 6, 9, 127]}}
 
 
 def test_ray_token_comes_from_the_training_secret():

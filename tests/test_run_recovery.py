@@ -45,6 +45,8 @@ NODE_LOST = {"conditions": {"DisruptionTarget"}, "exit": {"trainer": 137}}
 TAINT_EVICTED = {"conditions": {"DisruptionTarget"}, "exit": {"trainer": 1}}
 TRAINER_CRASH = {"conditions": set(), "exit": {"trainer": 1}}
 HEAD_LOST = {"conditions": set(), "exit": {"trainer": ray_launcher.EXIT_HEAD_LOST}}
+# The head's trainer failed on a worker's lost node: the head exits EXIT_PEER_LOST.
+PEER_LOST = {"conditions": set(), "exit": {"trainer": ray_launcher.EXIT_PEER_LOST}}
 USAGE_ERROR = {"conditions": set(), "exit": {"trainer": 2}}
 
 
@@ -80,6 +82,19 @@ def test_the_multinode_run_restarts_whole_when_its_head_is_lost():
     assert action(spec["podFailurePolicy"], HEAD_LOST) == "Ignore"
     # Not in the single-node Job: no Ray head there, so exit 6 is the trainer's own.
     assert action(job_spec(rendered("p5"), "rltrain-training")["podFailurePolicy"], HEAD_LOST) == "Count"
+
+
+def test_the_multinode_run_restarts_whole_when_a_worker_is_lost_without_counting():
+    """Indexed Job: a worker's node fails (its pod Ignored, DisruptionTarget); the trainer on the
+    head fails on the lost peer and the head, finding fewer than NUM_NODES Ray nodes alive, exits
+    EXIT_PEER_LOST: Ignored too, so the run restarts from its checkpoint with the budget untouched;
+    the trainer's own crash on the head still counts."""
+    policy = job_spec(rendered("p5"), "rltrain-multinode")["podFailurePolicy"]
+    assert ray_launcher.EXIT_PEER_LOST == 9
+    assert action(policy, NODE_LOST) == action(policy, PEER_LOST) == "Ignore"
+    assert action(policy, TRAINER_CRASH) == "Count"
+    # Not in the single-node Job: exit 9 is the trainer's own there.
+    assert action(job_spec(rendered("p5"), "rltrain-training")["podFailurePolicy"], PEER_LOST) == "Count"
 
 
 def test_kueue_restarts_a_run_that_does_not_recover_whole_and_bounds_it():

@@ -36,6 +36,11 @@ Environment (set by the Pulumi program):
                                alive nodes before giving up (default 300).
     RAY_JOIN_DEADLINE_SECONDS  how long a worker retries reaching the head's
                                port before giving up (default 600).
+    RAY_PEER_CHECK_SECONDS     after the training command failed, how long the
+                               head watches its Ray for a lost node before
+                               exiting with the trainer's code (default 70:
+                               the time Ray's GCS takes to declare a node
+                               dead; _ray_launcher/config.py). 0 counts once.
     RUN_DONE_MARKER            optional file path (e.g. on the shared /fsx
                                volume). When it exists the pod idles instead
                                of training; the head writes it after the
@@ -96,6 +101,15 @@ Exit codes (module-level EXIT_* names, importable by the Pulumi program):
         (worker) within RAY_START_TIMEOUT_SECONDS
     8   EXIT_RAY_CONNECT_FAILED: the head could not connect to its own Ray
         within RAY_CONNECT_TIMEOUT_SECONDS (or lost it while counting nodes)
+    9   EXIT_PEER_LOST: the head's training command failed (exited non-zero,
+        not stopped by SIGTERM/SIGINT) while fewer than NUM_NODES Ray nodes
+        were alive: a worker's node or pod was lost and the trainer failed on
+        the lost peer. A disruption, like EXIT_HEAD_LOST: the pod failure
+        policy should Ignore it. The head asks Ray only after a failure, in a
+        child process bounded by RAY_CONNECT_TIMEOUT_SECONDS and
+        RAY_PEER_CHECK_SECONDS (+5 s); when Ray cannot tell, the trainer's
+        code stands. A trainer that itself exits 6 or 9 with every node alive
+        (or unknown) gets 1: 6 and 9 mean a lost head or peer, nothing else.
     127 EXIT_NOT_FOUND: the training command or the `ray` CLI was not found
         on PATH (the message names the PATH searched: an image whose Ray lives
         in a virtual environment needs its bin directory first on PATH)
@@ -105,12 +119,13 @@ Exit codes (module-level EXIT_* names, importable by the Pulumi program):
     by signal N), or a worker's `ray start --block` exit code when it failed
     while the head was still reachable.
 
-The head passes the training command's exit code through unchanged, so a
-trainer should not itself exit with 2-8: a pod failure policy keyed on these
-codes cannot tell the launcher's from the trainer's.
+The head runs the training command as its child, passes SIGTERM/SIGINT on to
+it and otherwise passes its exit code through (but for 9, above), so a trainer
+should not itself exit with 2-9: a pod failure policy keyed on these codes
+cannot tell the launcher's from the trainer's.
 
 The program is this file and the package _ray_launcher/ beside it (its parts:
-config, auth, start, head, node_wait, worker, marker, processes; see its
+config, auth, start, head, node_wait, training, worker, marker, processes; see its
 __init__.py). The scripts ConfigMap of the launcher carries both, so the pod
 has /scripts/ray_launcher.py and /scripts/_ray_launcher/*.py. Only the
 standard library is imported at module level, so the pure parts and the EXIT_*
@@ -129,7 +144,8 @@ from typing import Optional, Sequence
 # main() reads as their table of contents, and the tests reach the pure parts through this module.
 if __package__:
     # Imported as components.scripts.ray_launcher (the Pulumi program reads the exit codes).
-    from ._ray_launcher import auth, common, config, head, marker, node_wait, processes, start, worker  # noqa: F401
+    from ._ray_launcher import (auth, common, config, head, marker, node_wait, processes, start,  # noqa: F401
+                                training, worker)
 else:
     # Run as a program (python3 /scripts/ray_launcher.py) or loaded from its path: the parts are
     # the package beside this file. Python puts a script's directory first on sys.path itself, but
@@ -137,7 +153,8 @@ else:
     _HERE = os.path.dirname(os.path.abspath(__file__))
     if _HERE not in sys.path:
         sys.path.insert(0, _HERE)
-    from _ray_launcher import auth, common, config, head, marker, node_wait, processes, start, worker  # noqa: F401
+    from _ray_launcher import (auth, common, config, head, marker, node_wait, processes, start,  # noqa: F401
+                               training, worker)
 
 # The exit codes of the contract above, importable from here by the Pulumi program.
 EXIT_USAGE = common.EXIT_USAGE
@@ -147,13 +164,15 @@ EXIT_RAY_START_FAILED = common.EXIT_RAY_START_FAILED
 EXIT_HEAD_LOST = common.EXIT_HEAD_LOST
 EXIT_RAY_START_TIMEOUT = common.EXIT_RAY_START_TIMEOUT
 EXIT_RAY_CONNECT_FAILED = common.EXIT_RAY_CONNECT_FAILED
+EXIT_PEER_LOST = common.EXIT_PEER_LOST
 EXIT_NOT_FOUND = common.EXIT_NOT_FOUND
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == [node_wait.NODE_WAIT_FLAG] and len(args) == 3:
-        return node_wait.report_nodes(args[1], int(args[2]))
+    if args[:1] == [node_wait.NODE_WAIT_FLAG] and len(args) in (3, 4):
+        watch = float(args[3]) if len(args) == 4 else None
+        return node_wait.report_nodes(args[1], int(args[2]), watch)
     if args[:1] in (["-h"], ["--help"]):
         print(common.USAGE)
         return 0

@@ -602,7 +602,7 @@ class WorkloadsConfig(_Model):
     infrastructure_restarts: int = Field(3, ge=0, le=20)
     """whole-run restarts after an infrastructure failure, with queueing on: a run whose pods are not all Ready within `kueue.podsReadyTimeoutMinutes` (after admission, or after a pod was lost with its node) is evicted whole, requeued with backoff and admitted again; after this many it is deactivated with reason RequeuingLimitExceeded instead of retrying for ever"""
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
-    """exit codes (1-255) that fail the run at once (usage error, not executable, not found)"""
+    """exit codes (1-255) that fail the run at once (usage error, not executable, not found); a multi-node run ignores 6 and 9 instead (the Ray launcher's head or peer lost)"""
     priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)
     """value of the `<namespace>-training-<value>` PriorityClass (the training runs' place in the queue; a new value is a new class, and the runs are recreated with it)"""
     single_node: Toggle = Toggle(enabled=True)

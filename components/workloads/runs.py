@@ -59,14 +59,20 @@ def deadline_seconds(cfg: StackConfig) -> int:
     return cfg.workloads.max_run_minutes * 60 + IMAGE_PULL_MARGIN_SECONDS
 
 
+# The launcher's exit codes that report another pod's loss (ray_launcher.py's docstring): a worker
+# that lost its head, a head whose trainer lost a peer.
+RAY_DISRUPTION_EXIT_CODES = frozenset({ray_launcher.EXIT_HEAD_LOST, ray_launcher.EXIT_PEER_LOST})
+
+
 def pod_failure_policy(cfg: StackConfig, *, ray: bool = False) -> k8s.batch.v1.PodFailurePolicyArgs:
     """Disruptions are free retries; configuration errors fail the Job at once (D5).
 
     Ignore comes first: rules match in order, and a pod killed by a drain or preemption is never a
     configuration error whatever its exit code during shutdown. In a Ray run (`ray`), a worker whose
-    head went away exits with the launcher's EXIT_HEAD_LOST: that is the head's disruption, not a
-    failure of the run, so it is ignored too (the Job recreates the pod, which joins the new head)
-    and the retry budget is kept for real failures.
+    head went away exits with the launcher's EXIT_HEAD_LOST, and a head whose trainer failed while a
+    worker's node or pod was gone exits EXIT_PEER_LOST: each is another pod's disruption, not a
+    failure of the run, so they are ignored too (the Job recreates the pod, which rejoins the new
+    cluster) and the retry budget is kept for real failures.
     """
     rules = [k8s.batch.v1.PodFailurePolicyRuleArgs(
         action="Ignore",
@@ -77,10 +83,10 @@ def pod_failure_policy(cfg: StackConfig, *, ray: bool = False) -> k8s.batch.v1.P
         rules.append(k8s.batch.v1.PodFailurePolicyRuleArgs(
             action="Ignore",
             on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
-                container_name=CONTAINER, operator="In", values=[ray_launcher.EXIT_HEAD_LOST]),
+                container_name=CONTAINER, operator="In", values=sorted(RAY_DISRUPTION_EXIT_CODES)),
         ))
     codes = sorted({c for c in cfg.workloads.fail_fast_exit_codes if c != 0}
-                   - ({ray_launcher.EXIT_HEAD_LOST} if ray else set()))
+                   - (RAY_DISRUPTION_EXIT_CODES if ray else set()))
     if codes:
         rules.append(k8s.batch.v1.PodFailurePolicyRuleArgs(
             action="FailJob",

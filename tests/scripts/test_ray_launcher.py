@@ -395,6 +395,37 @@ exit 99
 """
 
 
+# A stand-in for the `ray` package in the head's node-wait child (node_wait.report_nodes): the
+# file FAKE_RAY_NODES says how many nodes are alive, or "hang-init"/"hang" for a Ray that never
+# answers ray.init() or ray.nodes(). The trainer of a test rewrites it to lose a peer.
+FAKE_RAY_PACKAGE = """
+import os, time
+
+
+def _state():
+    with open(os.environ["FAKE_RAY_NODES"]) as handle:
+        return handle.read().strip()
+
+
+def init(address=None, **_):
+    print("fake-ray-init", address, flush=True)
+    if _state() == "hang-init":
+        time.sleep(300)
+
+
+def nodes():
+    state = _state()
+    if state.startswith("hang"):
+        time.sleep(300)
+    # One dead node besides the alive ones: ray.nodes() lists those too.
+    return [{"Alive": True} for _ in range(int(state))] + [{"Alive": False}]
+
+
+def shutdown():
+    pass
+"""
+
+
 class FakeRay:
     def __init__(self, tmp_path: Path) -> None:
         self.bin = tmp_path / "fakebin"
@@ -404,11 +435,20 @@ class FakeRay:
         script.chmod(0o755)
         self.log = tmp_path / "fake-ray.log"
         self.release = tmp_path / "fake-ray-release"
+        self.python = tmp_path / "fakepy"
+        self.nodes = tmp_path / "fake-ray-nodes"
 
-    def env(self, launchers: "Launchers", mode: str, **values: str) -> dict:
+    def env(self, launchers: "Launchers", mode: str, nodes=None, **values: str) -> dict:
+        """With `nodes` (alive count or state), the head's node-wait child imports the fake package."""
         env = launchers.env(**values)
         env["PATH"] = f"{self.bin}{os.pathsep}{env['PATH']}"
         env.update(FAKE_RAY_MODE=mode, FAKE_RAY_LOG=str(self.log), FAKE_RAY_RELEASE=str(self.release))
+        if nodes is not None:
+            (self.python / "ray").mkdir(parents=True, exist_ok=True)
+            (self.python / "ray" / "__init__.py").write_text(FAKE_RAY_PACKAGE)
+            self.nodes.write_text(str(nodes))
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.python), env.get("PYTHONPATH")) if p)
+            env["FAKE_RAY_NODES"] = str(self.nodes)
         return env
 
     @property
@@ -560,11 +600,13 @@ def test_two_node_cluster_ignores_another_ray_on_the_host_and_worker_exits_6_whe
     launcher_pid = 1 if head.namespaced else head.pid
 
     assert head.wait(timeout=90) == 0, head.describe() + "\n" + worker.describe()
-    # Same pid as the launcher: the trainer replaced it (os.execvp), so it
-    # gets the kubelet's SIGTERM directly and its exit code is the pod's. Its
-    # plain ray.init() reached this run's cluster (RAY_ADDRESS from the
-    # launcher), authenticated with the token, and saw both nodes.
-    assert f"trained-ok pid={launcher_pid} gcs={HEAD_IP}:{port} nodes={HEAD_IP},{WORKER_IP}\n" in head.stdout
+    # The launcher's child, not the launcher (which stays to tell a lost peer
+    # from a failure). Its plain ray.init() reached this run's cluster
+    # (RAY_ADDRESS from the launcher), authenticated with the token, and saw
+    # both nodes.
+    trained = re.search(rf"trained-ok pid=(\d+) gcs={re.escape(HEAD_IP)}:{port} nodes={HEAD_IP},{WORKER_IP}\n",
+                        head.stdout)
+    assert trained is not None and int(trained.group(1)) != launcher_pid, head.describe()
     assert f"ignoring the inherited RAY_ADDRESS={unrelated}; this run's Ray is at {HEAD_IP}:{port}" in head.stdout
     assert f"connected to Ray at {HEAD_IP}:{port}; waiting up to 90 s for 2 nodes" in head.stdout
     assert (
@@ -592,6 +634,65 @@ def test_two_node_cluster_ignores_another_ray_on_the_host_and_worker_exits_6_whe
         worker.stderr,
     ), worker.describe()
     assert "worker ran the training command" not in worker.stderr
+
+
+@needs_ray
+def test_head_exits_9_when_its_trainer_fails_after_a_real_worker_node_was_lost(launchers, tmp_path):
+    # Real Ray at its default health checks: the worker's Ray is killed (its pod lost), the trainer
+    # fails right after, before the GCS has declared the node dead; the head's watch sees it.
+    port = free_port()
+    go = tmp_path / "go"
+    worker = launchers.start(
+        launchers.env(
+            NUM_NODES="2",
+            JOB_COMPLETION_INDEX="1",
+            RAY_HEAD_HOST=HEAD_IP,
+            RAY_PORT=str(port),
+            RAY_JOIN_DEADLINE_SECONDS="90",
+            RAY_TMPDIR=launchers.ray_tmpdir(),
+            RAY_START_EXTRA_ARGS=worker_extra_args(),
+        ),
+        ["true"],
+        name="worker",
+        container=True,
+    )
+    trainer = python_command(
+        "import os, sys, time\n"
+        "print('training', flush=True)\n"
+        f"while not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.1)\n"
+        "sys.exit(1)\n"
+    )
+    head = launchers.start(
+        launchers.env(
+            NUM_NODES="2",
+            JOB_COMPLETION_INDEX="0",
+            RAY_HEAD_HOST=HEAD_IP,
+            RAY_PORT=str(port),
+            RAY_NODE_WAIT_SECONDS="90",
+            RAY_TMPDIR=launchers.ray_tmpdir(),
+            RAY_START_EXTRA_ARGS=head_extra_args(free_port()),
+        ),
+        trainer,
+        name="head",
+        container=True,
+    )
+    head.wait_for_output("\ntraining\n", timeout=90)
+
+    launchers.kill_session(worker)
+    lost = time.monotonic()
+    go.touch()
+
+    assert head.wait(timeout=120) == 9, head.describe() + "\n" + worker.describe()
+    elapsed = time.monotonic() - lost
+    assert "[ray-launcher rank=0] training command exited with code 1" in head.stdout
+    assert (
+        "[ray-launcher rank=0] ERROR: the training command exited with code 1 and only 1 of 2 Ray nodes "
+        "are alive: a peer was lost; exiting 9 (peer lost, a disruption)"
+    ) in head.stderr
+    # Within the default watch (70 s) plus the time to connect.
+    assert elapsed < 85, f"the lost peer took {elapsed:.1f} s to show"
+    print(f"lost peer seen {elapsed:.1f} s after the worker's Ray was killed")
 
 
 # The trainer of the token test: three clients of its own cluster, at the
@@ -923,6 +1024,8 @@ def test_rank_comes_from_the_hostname_ordinal(launchers, closed_port):
          "RAY_START_TIMEOUT_SECONDS must be >= 1, got '0'"),
         ({"NUM_NODES": "1", "RAY_HEAD_HOST": "h", "RAY_CONNECT_TIMEOUT_SECONDS": "1m"},
          "RAY_CONNECT_TIMEOUT_SECONDS must be an integer, got '1m'"),
+        ({"NUM_NODES": "1", "RAY_HEAD_HOST": "h", "RAY_PEER_CHECK_SECONDS": "-1"},
+         "RAY_PEER_CHECK_SECONDS must be >= 0, got '-1'"),
         ({"NUM_NODES": "1", "RAY_HEAD_HOST": "h", "RAY_AUTH_TOKEN": " "},
          "RAY_AUTH_TOKEN is set but empty; check the Secret it comes from"),
         ({"NUM_NODES": "1", "RAY_HEAD_HOST": "h", "RAY_AUTH_TOKEN": "t", "RAY_AUTH_MODE": "disabled"},
@@ -1024,6 +1127,155 @@ def test_head_writes_marker_after_success_and_restart_idles(launchers, tmp_path)
     assert restarted.wait(timeout=10) == 0, restarted.describe()
     assert re.search(r"^trained-ok", restarted.stdout, re.MULTILINE) is None, restarted.describe()
     assert "starting the Ray head" not in restarted.stdout
+
+
+# --------------------------------------------------------------------------
+# The head after its trainer failed: a lost peer (9) or the trainer's own code
+# (a fake `ray` CLI and package: the node count is a file the trainer rewrites)
+# --------------------------------------------------------------------------
+
+
+def peer_env(launchers: Launchers, fake_ray: FakeRay, **values: str) -> dict:
+    return fake_ray.env(
+        launchers,
+        "succeed",
+        nodes=2,
+        NUM_NODES="2",
+        JOB_COMPLETION_INDEX="0",
+        RAY_HEAD_HOST="127.0.0.1",
+        RAY_NODE_WAIT_SECONDS="10",
+        **values,
+    )
+
+
+def failing_trainer(fake_ray: FakeRay, code: int, nodes_after: str) -> list:
+    """Prints its pid, leaves the fake Ray in state `nodes_after`, exits `code`."""
+    return python_command(
+        "import os, sys\n"
+        "print(f'trainer pid={os.getpid()}', flush=True)\n"
+        f"open({str(fake_ray.nodes)!r}, 'w').write({nodes_after!r})\n"
+        f"sys.exit({code})\n"
+    )
+
+
+def trainer_is_a_child(run: Run) -> bool:
+    """Whether the trainer ran as the launcher's child, not in its place (pids as the launcher sees them)."""
+    found = re.search(r"^trainer pid=(\d+)$", run.stdout, re.MULTILINE)
+    assert found is not None, run.describe()
+    return int(found.group(1)) != (1 if run.namespaced else run.pid)
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["seen-at-once", "seen-within-the-watch"])
+def test_head_exits_9_when_its_trainer_fails_after_a_peer_was_lost(launchers, fake_ray, later):
+    if later:
+        # The trainer failed before the GCS declared the peer dead: the count drops 1 s later.
+        trainer = python_command(
+            "import os, subprocess, sys\n"
+            "print(f'trainer pid={os.getpid()}', flush=True)\n"
+            f"subprocess.Popen(['sh', '-c', 'sleep 1; echo 1 > {fake_ray.nodes}'])\n"
+            "sys.exit(1)\n"
+        )
+        env = peer_env(launchers, fake_ray, RAY_PEER_CHECK_SECONDS="20")
+    else:
+        trainer = failing_trainer(fake_ray, 1, "1")
+        env = peer_env(launchers, fake_ray)  # the default watch (70 s) ends at the first short count
+    started = time.monotonic()
+    head = launchers.run(env, trainer, timeout=40, container=True)
+    elapsed = time.monotonic() - started
+
+    assert head.proc.returncode == 9, head.describe()
+    assert "[ray-launcher rank=0] 2 of 2 Ray nodes alive; starting training" in head.stdout
+    assert trainer_is_a_child(head)
+    assert "[ray-launcher rank=0] training command exited with code 1" in head.stdout
+    watch = 20 if later else 70
+    assert (
+        f"[ray-launcher rank=0] asking Ray at 127.0.0.1:6379 how many of the 2 nodes are alive "
+        f"(for up to {watch} s)"
+    ) in head.stdout
+    assert (
+        "[ray-launcher rank=0] ERROR: the training command exited with code 1 and only 1 of 2 Ray nodes "
+        "are alive: a peer was lost; exiting 9 (peer lost, a disruption)"
+    ) in head.stderr
+    # Both connections (the wait, the check) went to this run's address.
+    assert head.stdout.count("fake-ray-init 127.0.0.1:6379\n") == 2, head.describe()
+    assert elapsed < 15, f"a lost peer seen {'after 1 s' if later else 'at once'} took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize(
+    ("code", "watch", "expected", "message"),
+    [
+        (1, 1, 1, "2 of 2 Ray nodes are alive: the training command failed on its own"),
+        # 9, which the pod failure policy ignores, never passes for a lost peer (other reserved
+        # codes stay the trainer's: test_a_failed_trainer_exits_9_only_when_a_peer_is_lost).
+        # A watch of 0 s counts once.
+        (9, 0, 1, "the training command exited with code 9, which the launcher keeps for a lost peer or head, and "
+                  "2 of 2 Ray nodes are alive; exiting 1"),
+    ],
+)
+def test_head_keeps_the_trainers_code_when_every_node_is_alive(launchers, fake_ray, code, watch, expected, message):
+    started = time.monotonic()
+    head = launchers.run(
+        peer_env(launchers, fake_ray, RAY_PEER_CHECK_SECONDS=str(watch)),
+        failing_trainer(fake_ray, code, "2"),
+        container=True,
+    )
+    elapsed = time.monotonic() - started
+
+    assert head.proc.returncode == expected, head.describe()
+    assert f"[ray-launcher rank=0] training command exited with code {code}" in head.stdout
+    assert f"(for up to {watch} s)" in head.stdout
+    assert f"[ray-launcher rank=0] {message}" in head.stdout
+    assert "peer was lost" not in head.stderr
+    # It watched for the whole window before believing every node alive.
+    assert watch <= elapsed < 15, f"a {watch} s watch took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize(
+    ("state", "code", "expected", "problem"),
+    [
+        ("hang", 1, 1, "no node count within 6 s of connecting"),
+        # Not knowing is no lost peer either: a trainer's 9 is still 1.
+        ("hang-init", 9, 1, "no connection within 2 s (RAY_CONNECT_TIMEOUT_SECONDS)"),
+    ],
+)
+def test_head_keeps_the_trainers_code_when_ray_cannot_tell(launchers, fake_ray, state, code, expected, problem):
+    head_env = peer_env(launchers, fake_ray, RAY_PEER_CHECK_SECONDS="1", RAY_CONNECT_TIMEOUT_SECONDS="2")
+    started = time.monotonic()
+    head = launchers.run(head_env, failing_trainer(fake_ray, code, state), container=True)
+    elapsed = time.monotonic() - started
+
+    assert head.proc.returncode == expected, head.describe()
+    assert f"[ray-launcher rank=0] ERROR: cannot count the Ray nodes at 127.0.0.1:6379: {problem}" in head.stderr
+    assert ("Ray could not tell whether a peer was lost; exiting 1" in head.stdout) == (code == 9)
+    # Bounded: 2 s to connect, or 1 s of watching + 5 s for a count, and the abandoned child killed.
+    assert elapsed < 15, f"a bounded check took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize(("handler", "expected"), [(True, 42), (False, 128 + signal.SIGTERM)])
+def test_sigterm_reaches_the_trainer_and_its_code_is_the_pods(launchers, fake_ray, tmp_path, handler, expected):
+    ready = tmp_path / "ready"
+    trainer = python_command(
+        "import os, signal, sys, time\n"
+        + ("signal.signal(signal.SIGTERM, lambda *_: sys.exit(42))\n" if handler else "")
+        + "print(f'trainer pid={os.getpid()}', flush=True)\n"
+        # Had the head asked Ray after this stop, it would have seen a lost peer.
+        + f"open({str(fake_ray.nodes)!r}, 'w').write('1')\n"
+        + f"open({str(ready)!r}, 'w').close()\n"
+        + "time.sleep(30)\n"
+    )
+    head = launchers.start(peer_env(launchers, fake_ray), trainer, container=True)
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline and head.proc.poll() is None:
+        time.sleep(0.05)
+    assert ready.exists(), head.describe()
+
+    os.kill(head.launcher_pid(), signal.SIGTERM)
+
+    assert head.wait(timeout=10) == expected, head.describe()
+    assert trainer_is_a_child(head)
+    assert f"[ray-launcher rank=0] training command exited with code {expected} after SIGTERM" in head.stdout
+    assert "asking Ray" not in head.stdout
+    assert "peer was lost" not in head.stderr
 
 
 # --------------------------------------------------------------------------
@@ -1245,6 +1497,7 @@ def test_load_config_defaults():
         start_timeout_seconds=120,
         connect_timeout_seconds=60,
         auth_mode="disabled",
+        peer_check_seconds=70,
     )
     assert cfg.is_head
 
@@ -1291,6 +1544,7 @@ def test_exit_codes_are_distinct_module_constants():
         "EXIT_HEAD_LOST": 6,
         "EXIT_RAY_START_TIMEOUT": 7,
         "EXIT_RAY_CONNECT_FAILED": 8,
+        "EXIT_PEER_LOST": 9,
         "EXIT_NOT_FOUND": 127,
     }
     # None of them can be mistaken for a signal's 128+N.
@@ -1304,7 +1558,8 @@ def test_pulumi_program_imports_the_exit_codes_without_ray():
         python_command(
             "import sys\n"
             "from components.scripts import ray_launcher as launcher\n"
-            "print(launcher.EXIT_HEAD_LOST, launcher.EXIT_RAY_START_TIMEOUT, 'ray' in sys.modules)\n"
+            "print(launcher.EXIT_HEAD_LOST, launcher.EXIT_PEER_LOST, launcher.EXIT_RAY_START_TIMEOUT,"
+            " 'ray' in sys.modules)\n"
         ),
         cwd=REPO,
         capture_output=True,
@@ -1313,7 +1568,7 @@ def test_pulumi_program_imports_the_exit_codes_without_ray():
     )
 
     assert probe.returncode == 0, probe.stderr
-    assert probe.stdout == "6 7 False\n"
+    assert probe.stdout == "6 9 7 False\n"
 
 
 def test_load_config_worker_values():
@@ -1387,7 +1642,7 @@ def test_split_command():
     assert launcher.config.split_command([]) == []
 
 
-# run_and_mark replaces the SIGTERM/SIGINT handlers of the process it runs in;
+# run_training replaces the SIGTERM/SIGINT handlers of the process it runs in;
 # these in-process tests put pytest's back.
 @pytest.fixture
 def restore_signals():
@@ -1407,7 +1662,9 @@ def restore_signals():
 def test_failed_training_returns_its_code_and_writes_no_marker(tmp_path, code, expected):
     marker = tmp_path / "DONE"
 
-    assert launcher.marker.run_and_mark(launcher.common.Launcher("0"), python_command(code), str(marker)) == expected
+    finished = launcher.training.run_training(launcher.common.Launcher("0"), python_command(code), str(marker))
+
+    assert finished == (expected, None)
     assert not marker.exists()
 
 
@@ -1428,15 +1685,32 @@ def test_trainer_stopped_by_sigterm_is_not_marked_done_even_if_it_exits_0(tmp_pa
         deadline = time.monotonic() + 20
         while not ready.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGTERM)  # to us; run_and_mark forwards it
+        os.kill(os.getpid(), signal.SIGTERM)  # to us; run_training forwards it
 
     thread = threading.Thread(target=kubelet)
     thread.start()
     try:
-        code = launcher.marker.run_and_mark(launcher.common.Launcher("0"), trainer, str(marker))
+        finished = launcher.training.run_training(launcher.common.Launcher("0"), trainer, str(marker))
     finally:
         thread.join()
 
-    assert code == 0
+    assert finished == (0, signal.SIGTERM)
     assert not marker.exists()
-    assert "training command exited 0 after SIGTERM; not writing" in capsys.readouterr().out
+    assert f"training command exited with code 0 after SIGTERM; not writing {marker}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("code", "alive", "expected"),
+    [
+        (1, 1, 9), (128 + 9, 1, 9), (9, 1, 9), (1, 0, 9),  # a peer is gone: whatever the trainer said
+        (1, 2, 1), (3, 2, 3), (6, 2, 1), (9, 2, 1),  # all alive: the trainer's code, but never 6 or 9
+        (1, None, 1), (9, None, 1), (6, None, 1),  # Ray could not tell: the trainer's code, never 6 or 9
+    ],
+)
+def test_a_failed_trainer_exits_9_only_when_a_peer_is_lost(code, alive, expected, capsys):
+    cfg = launcher.config.load_config({"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "0", "RAY_HEAD_HOST": "h"})
+
+    assert launcher.head.failed_training_code(launcher.common.Launcher("0"), cfg, code, alive) == expected
+    out, err = capsys.readouterr()
+    assert ("a peer was lost; exiting 9 (peer lost, a disruption)" in err) == (expected == 9)
+    assert ("which the launcher keeps for a lost peer or head" in out) == (code in (6, 9) and expected == 1)

@@ -13,6 +13,7 @@ EXIT_RAY_START_FAILED = 5
 EXIT_HEAD_LOST = 6
 EXIT_RAY_START_TIMEOUT = 7
 EXIT_RAY_CONNECT_FAILED = 8
+EXIT_PEER_LOST = 9
 EXIT_NOT_FOUND = 127
 
 USAGE = "usage: ray_launcher.py -- <training command> [args...]"

@@ -16,6 +16,13 @@ DEFAULT_START_TIMEOUT_SECONDS = 120
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 60
 DEFAULT_NODE_WAIT_SECONDS = 300
 DEFAULT_JOIN_DEADLINE_SECONDS = 600
+# After a failed trainer, how long the head watches for a lost peer (node_wait.check_peers). The
+# GCS declares a node dead after health_check_failure_threshold (5) failed health checks, each
+# waiting up to health_check_timeout_ms (10 s) and health_check_period_ms (3 s) apart (Ray's
+# src/ray/common/ray_config_def.h): 65 s after a node stops answering, in the worst case. A
+# trainer can fail sooner than that on a connection the peer reset; 70 s covers the GCS. A trainer
+# that failed on its own pays this delay once per failure before its pod ends.
+DEFAULT_PEER_CHECK_SECONDS = 70
 
 DASHBOARD_MODES = ("off", "loopback")
 
@@ -42,6 +49,8 @@ class Config:
     dashboard: str = "off"
     # NODE_RANK_ENV: the variable this pod's rank is exported under (None: not exported).
     node_rank_env: Optional[str] = None
+    # RAY_PEER_CHECK_SECONDS: how long the head watches for a lost peer after a failed trainer.
+    peer_check_seconds: int = DEFAULT_PEER_CHECK_SECONDS
 
     @property
     def is_head(self) -> bool:
@@ -114,6 +123,7 @@ def load_config(env: Mapping[str, str]) -> Config:
     connect_timeout = parse_int(
         env, "RAY_CONNECT_TIMEOUT_SECONDS", DEFAULT_CONNECT_TIMEOUT_SECONDS, minimum=1
     )
+    peer_check = parse_int(env, "RAY_PEER_CHECK_SECONDS", DEFAULT_PEER_CHECK_SECONDS)
     head_host = (env.get("RAY_HEAD_HOST") or "").strip() or None
     if rank > 0 and head_host is None:
         raise ConfigError(
@@ -159,6 +169,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         auth_mode=auth_mode(env),
         dashboard=dashboard,
         node_rank_env=rank_env,
+        peer_check_seconds=peer_check,
     )
 
 

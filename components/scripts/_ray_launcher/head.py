@@ -1,21 +1,22 @@
-"""Rank 0: start the Ray head, wait until NUM_NODES nodes are alive, then run the training command
-(in this process's place, or as a child when the run has a done marker)."""
+"""Rank 0: start the Ray head, wait until NUM_NODES nodes are alive, run the training command as a
+child, and when it fails tell a lost peer (a disruption, exit 9) from the trainer's own failure."""
 
 from __future__ import annotations
 
-import os
 import shlex
+import signal
 import subprocess
-from typing import Sequence
+from typing import Optional, Sequence
 
 from .auth import RAY_ADDRESS_ENV
-from .common import (EXIT_NODES_TIMEOUT, EXIT_NOT_FOUND, EXIT_RAY_CONNECT_FAILED, EXIT_RAY_START_FAILED,
-                     EXIT_RAY_START_TIMEOUT, EXIT_USAGE, USAGE, Launcher, flush_std_streams)
+from .common import (EXIT_HEAD_LOST, EXIT_NODES_TIMEOUT, EXIT_NOT_FOUND, EXIT_PEER_LOST, EXIT_RAY_CONNECT_FAILED,
+                     EXIT_RAY_START_FAILED, EXIT_RAY_START_TIMEOUT, EXIT_USAGE, USAGE, Launcher,
+                     flush_std_streams)
 from .config import Config
-from .marker import run_and_mark
-from .node_wait import wait_for_nodes
-from .processes import reset_signals_for_exec
+from .node_wait import check_peers, wait_for_nodes
+from .processes import exit_on_signal
 from .start import head_start_command, ray_on_path, ray_stop
+from .training import run_training
 
 
 def run_head(log: Launcher, cfg: Config, command: Sequence[str]) -> int:
@@ -71,15 +72,45 @@ def run_head(log: Launcher, cfg: Config, command: Sequence[str]) -> int:
         f"{alive} of {cfg.num_nodes} Ray nodes alive; starting training "
         f"with {RAY_ADDRESS_ENV}={cfg.ray_address}: {shlex.join(command)}"
     )
-    if cfg.done_marker is not None:
-        return run_and_mark(log, command, cfg.done_marker)
-    # Replace this process: the trainer then receives the kubelet's SIGTERM
-    # directly and its exit code becomes the container's, with no wrapper in
-    # between to get either wrong.
     flush_std_streams()
-    reset_signals_for_exec()
-    try:
-        os.execvp(command[0], list(command))
-    except OSError as exc:
-        log.error(f"cannot run {command[0]!r}: {exc}")
-        return EXIT_NOT_FOUND
+    finished = run_training(log, command, cfg.done_marker)
+    if finished.code == 0 or finished.stopped_by is not None:
+        # Stopped by the kubelet (a drain, a deletion) or a terminal: the code is the trainer's,
+        # and whatever stopped the pod is the pod failure policy's to judge, not Ray's.
+        return finished.code
+    # Ray is asked now, with no trainer left to pass signals to: SIGTERM ends the check at once.
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return failed_training_code(log, cfg, finished.code, check_peers(log, cfg))
+
+
+def failed_training_code(log: Launcher, cfg: Config, code: int, alive: Optional[int]) -> int:
+    """The head's exit code after the trainer exited with `code` (non-zero, not stopped) while
+    `alive` of NUM_NODES Ray nodes were alive (None: Ray could not tell).
+
+    Fewer nodes than NUM_NODES: a worker's node or pod was lost and the trainer failed on the lost
+    peer, a disruption like a lost head; EXIT_PEER_LOST lets the pod failure policy ignore it, so
+    the retry budget (workloads.retries) is kept for the trainer's own failures.
+    """
+    if alive is not None and alive < cfg.num_nodes:
+        log.error(
+            f"the training command exited with code {code} and only {alive} of {cfg.num_nodes} "
+            f"Ray nodes are alive: a peer was lost; exiting {EXIT_PEER_LOST} (peer lost, a "
+            "disruption)"
+        )
+        return EXIT_PEER_LOST
+    if code in (EXIT_HEAD_LOST, EXIT_PEER_LOST):
+        # The pod failure policy of a Ray run ignores both (components/workloads/runs.py): a
+        # trainer's own 6 or 9 passed through would be retried without ever counting against the
+        # retry budget. The other codes the launcher reserves (2-5, 7, 8) stay the trainer's, as
+        # ray_launcher.py's docstring says: a trainer should not use them.
+        why = f"{alive} of {cfg.num_nodes} Ray nodes are alive" if alive is not None else (
+            "Ray could not tell whether a peer was lost")
+        log.say(
+            f"the training command exited with code {code}, which the launcher keeps for a lost "
+            f"peer or head, and {why}; exiting 1"
+        )
+        return 1
+    if alive is not None:
+        log.say(f"{alive} of {cfg.num_nodes} Ray nodes are alive: the training command failed on its own")
+    return code

@@ -1,5 +1,5 @@
 """The run-done marker (RUN_DONE_MARKER): a pod whose run already finished idles instead of training
-again; the head writes the marker once the training command succeeded."""
+again; the head writes the marker once the training command succeeded (training.run_training)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import datetime
 import os
 import shlex
 import signal
-import subprocess
 from typing import Sequence
 
-from .common import EXIT_NOT_FOUND, Launcher
-from .processes import ForwardSignals
+from .common import Launcher
 
 
 def idle_until_stopped(log: Launcher, marker: str) -> int:
@@ -50,35 +48,3 @@ def write_marker(marker: str, command: Sequence[str]) -> None:
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(f"completed_at: {stamp}\ncommand: {shlex.join(command)}\n")
     os.replace(tmp, marker)
-
-
-def run_and_mark(log: Launcher, command: Sequence[str], marker: str) -> int:
-    """Run the trainer as a child; record success in the marker file."""
-    # We stay in between Kubernetes and the trainer here, so pass on the
-    # signals the kubelet (SIGTERM) or a terminal (SIGINT) sends us.
-    signals = ForwardSignals()
-    try:
-        child = subprocess.Popen(list(command))
-    except OSError as exc:
-        log.error(f"cannot run {command[0]!r}: {exc}")
-        return EXIT_NOT_FOUND
-    signals.add(child)
-    returncode = child.wait()
-    code = 128 - returncode if returncode < 0 else returncode
-    if code == 0 and signals.received:
-        # A trainer that checkpoints and exits 0 on SIGTERM has been stopped,
-        # not finished: marking it done would skip the rest of the run.
-        log.say(
-            "training command exited 0 after "
-            f"{signal.Signals(signals.received[0]).name}; not writing {marker}"
-        )
-    elif code == 0:
-        try:
-            write_marker(marker, command)
-        except OSError as exc:
-            log.error(f"training succeeded but writing {marker} failed: {exc}")
-            return 1
-        log.say(f"training command succeeded; wrote {marker}")
-    else:
-        log.say(f"training command exited with code {code}")
-    return code

@@ -1,9 +1,11 @@
-"""The head's wait for NUM_NODES alive Ray nodes, in a child process it can abandon.
+"""The head's questions to its Ray, in a child process it can abandon: the wait for NUM_NODES
+alive nodes before training (wait_for_nodes), and after a failed trainer whether a peer is gone
+(check_peers).
 
-The child is the entry script again (`python ray_launcher.py NODE_WAIT_FLAG <address> <num_nodes>`):
-it connects to the head's Ray, the only place `ray` is imported, and reports on stdout in lines
-starting with NODE_WAIT_TAG; the parent (wait_for_nodes) enforces RAY_CONNECT_TIMEOUT_SECONDS and
-RAY_NODE_WAIT_SECONDS and kills it at either deadline.
+The child is the entry script again (`python ray_launcher.py NODE_WAIT_FLAG <address> <num_nodes>
+[<watch seconds>]`): it connects to the head's Ray, the only place `ray` is imported, and reports
+on stdout in lines starting with NODE_WAIT_TAG; the parent enforces RAY_CONNECT_TIMEOUT_SECONDS and
+its other deadline (RAY_NODE_WAIT_SECONDS, RAY_PEER_CHECK_SECONDS) and kills it at either.
 """
 
 from __future__ import annotations
@@ -30,16 +32,24 @@ PROGRAM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # How often the head asks Ray how many nodes are alive. Each poll is one cheap
 # GCS request, so a short interval only shortens the time to start training.
 NODE_POLL_SECONDS = 2.0
+# After the head's trainer failed, how long past RAY_PEER_CHECK_SECONDS the head waits for the
+# counting child's last report: one ray.nodes() call, a single GCS request.
+PEER_REPLY_SECONDS = 5.0
 
 
-def report_nodes(address: str, num_nodes: int) -> int:
+def report_nodes(address: str, num_nodes: int, watch_seconds: Optional[float] = None) -> int:
     """Child process of the head: connect to Ray, report alive nodes.
+
+    Without `watch_seconds` (the wait before training) it reports until
+    `num_nodes` are alive; with it (the check after a failed trainer,
+    check_peers) until fewer than `num_nodes` are alive or `watch_seconds`
+    have passed since connecting, at least once either way.
 
     Runs in its own process so the head can abandon it: `ray.init` on an
     address that does not answer retries on its own schedule, and a GCS that
     accepts connections but never replies could hold it (or ray.nodes())
-    indefinitely. The parent enforces RAY_CONNECT_TIMEOUT_SECONDS and
-    RAY_NODE_WAIT_SECONDS and kills this process at either deadline.
+    indefinitely. The parent enforces its deadlines and kills this process
+    at any of them.
     """
 
     def report(kind: str, detail: str = "") -> None:
@@ -63,11 +73,14 @@ def report_nodes(address: str, num_nodes: int) -> int:
         return 1
     try:
         report("connected")
+        watch_end = None if watch_seconds is None else time.monotonic() + watch_seconds
         while True:
             # ray.nodes() also lists nodes that joined and died since.
             alive = sum(1 for node in ray.nodes() if node.get("Alive"))
             report("alive", str(alive))
-            if alive >= num_nodes:
+            if watch_end is None and alive >= num_nodes:
+                return 0
+            if watch_end is not None and (alive < num_nodes or time.monotonic() >= watch_end):
                 return 0
             time.sleep(NODE_POLL_SECONDS)
     except Exception as exc:
@@ -111,6 +124,46 @@ class LineReader:
         return line.decode("utf-8", errors="replace")
 
 
+class Probe:
+    """The child process of report_nodes and its protocol lines, each read bounded by a deadline."""
+
+    def __init__(self, cfg: Config, watch_seconds: Optional[float] = None) -> None:
+        command = [sys.executable, PROGRAM, NODE_WAIT_FLAG, cfg.ray_address, str(cfg.num_nodes)]
+        if watch_seconds is not None:
+            command.append(str(watch_seconds))
+        # OSError (no interpreter) is the caller's to report.
+        self.child = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        self.reader = LineReader(self.child.stdout)
+
+    def message(self, deadline: float) -> Optional[tuple]:
+        """The next (kind, detail) before `deadline` (time.monotonic()); None when the deadline
+        passes first; ("exited", code) when the child ended without another message."""
+        while True:
+            line = self.reader.readline(deadline - time.monotonic())
+            if line is None:
+                if self.reader.closed:
+                    return "exited", str(self.child.wait())
+                if time.monotonic() >= deadline:
+                    return None
+                continue
+            if not line.startswith(NODE_WAIT_TAG + " "):
+                # Anything Ray printed to stdout: pass it on.
+                print(line, flush=True)
+                continue
+            kind, _, detail = line[len(NODE_WAIT_TAG) + 1 :].partition(" ")
+            return kind, detail
+
+    def close(self, grace: float) -> None:
+        """Wait up to `grace` s for the child to exit by itself (after ray.shutdown()); one that
+        is stuck is abandoned: killed, not waited for longer."""
+        try:
+            self.child.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            self.child.wait()
+        self.child.stdout.close()
+
+
 def wait_for_nodes(log: Launcher, cfg: Config) -> tuple:
     """Connect to the head's Ray and wait for NUM_NODES alive nodes.
 
@@ -119,28 +172,19 @@ def wait_for_nodes(log: Launcher, cfg: Config) -> tuple:
     within RAY_CONNECT_TIMEOUT_SECONDS, EXIT_NODES_TIMEOUT when too few nodes
     are alive after RAY_NODE_WAIT_SECONDS more.
     """
-    command = [
-        sys.executable,
-        PROGRAM,
-        NODE_WAIT_FLAG,
-        cfg.ray_address,
-        str(cfg.num_nodes),
-    ]
-    started = time.monotonic()
     try:
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        probe = Probe(cfg)
     except OSError as exc:
         return EXIT_RAY_CONNECT_FAILED, 0, f"cannot run {sys.executable}: {exc}"
-    reader = LineReader(child.stdout)
-    deadline = started + cfg.connect_timeout_seconds
+    deadline = time.monotonic() + cfg.connect_timeout_seconds
     connected = False
     alive = 0
     last_report = None
     last_alive = -1
     try:
         while True:
-            now = time.monotonic()
-            if now >= deadline:
+            message = probe.message(deadline)
+            if message is None:
                 if not connected:
                     return (
                         EXIT_RAY_CONNECT_FAILED,
@@ -149,22 +193,14 @@ def wait_for_nodes(log: Launcher, cfg: Config) -> tuple:
                         "(RAY_CONNECT_TIMEOUT_SECONDS)",
                     )
                 return EXIT_NODES_TIMEOUT, alive, None
-            line = reader.readline(deadline - now)
-            if line is None:
-                if reader.closed:
-                    code = child.wait()
-                    return (
-                        EXIT_RAY_CONNECT_FAILED,
-                        alive,
-                        f"the connection process exited with code {code} "
-                        "without a result",
-                    )
-                continue
-            if not line.startswith(NODE_WAIT_TAG + " "):
-                # Anything Ray printed to stdout: pass it on.
-                print(line, flush=True)
-                continue
-            kind, _, detail = line[len(NODE_WAIT_TAG) + 1 :].partition(" ")
+            kind, detail = message
+            if kind == "exited":
+                return (
+                    EXIT_RAY_CONNECT_FAILED,
+                    alive,
+                    f"the connection process exited with code {detail} "
+                    "without a result",
+                )
             if kind == "error":
                 return EXIT_RAY_CONNECT_FAILED, alive, detail
             if kind == "connected":
@@ -190,12 +226,58 @@ def wait_for_nodes(log: Launcher, cfg: Config) -> tuple:
                     )
                     last_report, last_alive = now, alive
     finally:
-        # A child that reached the count exits by itself after ray.shutdown();
-        # one that is stuck is abandoned: killed, not waited for.
-        try:
-            child.wait(timeout=CHILD_STOP_GRACE_SECONDS if alive >= cfg.num_nodes else 0.1)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        child.stdout.close()
+        probe.close(CHILD_STOP_GRACE_SECONDS if alive >= cfg.num_nodes else 0.1)
 
+
+def check_peers(log: Launcher, cfg: Config) -> Optional[int]:
+    """After the trainer failed: how many Ray nodes are alive, or None when Ray cannot tell.
+
+    Watches for RAY_PEER_CHECK_SECONDS after connecting and returns at the
+    first count below NUM_NODES: the trainer may fail on a lost peer (an NCCL
+    error on a reset connection) before the GCS has declared that node dead,
+    which can take up to DEFAULT_PEER_CHECK_SECONDS (config.py says why).
+    Bounded whole: RAY_CONNECT_TIMEOUT_SECONDS to connect, then
+    RAY_PEER_CHECK_SECONDS plus PEER_REPLY_SECONDS for the counts, plus 1 s for
+    the child to exit; a Ray that hangs in ray.init() or ray.nodes() is
+    abandoned at either deadline and the answer is None.
+    """
+    log.say(
+        f"asking Ray at {cfg.ray_address} how many of the {cfg.num_nodes} nodes "
+        f"are alive (for up to {cfg.peer_check_seconds} s)"
+    )
+    try:
+        probe = Probe(cfg, watch_seconds=cfg.peer_check_seconds)
+    except OSError as exc:
+        log.error(f"cannot count the Ray nodes: cannot run {sys.executable}: {exc}")
+        return None
+    deadline = time.monotonic() + cfg.connect_timeout_seconds
+    alive = None
+    problem = f"no connection within {cfg.connect_timeout_seconds} s (RAY_CONNECT_TIMEOUT_SECONDS)"
+    try:
+        while True:
+            message = probe.message(deadline)
+            if message is None:
+                break
+            kind, detail = message
+            if kind == "exited":
+                problem = f"the counting process exited with code {detail} without a result"
+                break
+            if kind == "error":
+                problem = detail
+                break
+            if kind == "connected":
+                deadline = time.monotonic() + cfg.peer_check_seconds + PEER_REPLY_SECONDS
+                problem = (
+                    f"no node count within {cfg.peer_check_seconds + PEER_REPLY_SECONDS:g} s "
+                    "of connecting"
+                )
+            elif kind == "alive":
+                alive = int(detail)
+                if alive < cfg.num_nodes:
+                    break
+    finally:
+        # No trainer follows this driver: a polite ray.shutdown() gets a second, not the grace.
+        probe.close(1.0 if alive is not None else 0.1)
+    if alive is None:
+        log.error(f"cannot count the Ray nodes at {cfg.ray_address}: {problem}")
+    return alive

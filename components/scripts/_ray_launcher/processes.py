@@ -22,14 +22,6 @@ def exit_on_signal(signum, _frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def reset_signals_for_exec() -> None:
-    # exec keeps a blocked signal mask and ignored dispositions: make sure the
-    # process that replaces us can receive SIGTERM/SIGINT normally.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-
-
 class ForwardSignals:
     """Pass the signals the kubelet (SIGTERM) or a terminal (SIGINT) sends us on to the children we
     wait for, while we stay in between.
