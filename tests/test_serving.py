@@ -472,3 +472,15 @@ def test_nodeadm_node_config_carries_the_kubelet_policies():
                                                            topology_manager_policy="best-effort")))
     assert doc["kind"] == "NodeConfig"
     assert doc["spec"]["kubelet"]["config"] == {"cpuManagerPolicy": "static", "topologyManagerPolicy": "best-effort"}
+
+
+def test_per_gpu_memory_counts_the_kv_heads_vllm_copies_past_their_number():
+    """vLLM gives each rank max(1, kv_heads // tp) KV heads (v0.11.0 vllm/config/model.py
+    get_num_kv_heads): Qwen2.5-1.5B has 2, so at tensor parallel 4 a GPU holds half the cache."""
+    from components.stack.trainers import QWEN2_5_1_5B as m
+    tokens = 32768
+    weights, kv = m.weights_gib(2), m.kv_cache_gib(tokens)
+    assert m.per_gpu_gib(tokens, 1) == pytest.approx(weights + kv)
+    assert m.per_gpu_gib(tokens, 2) == pytest.approx(weights / 2 + kv / 2)
+    assert m.per_gpu_gib(tokens, 4) == pytest.approx(weights / 4 + kv / 2)
+    assert m.per_gpu_gib(tokens, 4) > (weights + kv) / 4

@@ -1139,13 +1139,14 @@ def _served_model_checks(cfg: StackConfig) -> list[tuple[str, str]]:
         return p
     p += _saved_step_checks((*key, "model", "step"), m.step, tc.saves, w.config_name)
     # GPU memory: vLLM refuses to start when one max-length sequence's KV cache does not fit beside
-    # the weights in gpu_memory_utilization (default 0.9: vllm EngineArgs) of each GPU
-    # (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory). Both split over the TP ranks;
+    # the weights in gpu_memory_utilization (default 0.9: vllm v0.11.0 vllm/config/cache.py) of each
+    # GPU (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory, once per worker). Per GPU:
+    # ModelFacts.per_gpu_gib (weights split over the TP ranks, the KV heads too down to one per rank);
     # GPU_ALLOWANCE_GIB for the CUDA context, activations and CUDA graphs (an allowance, not measured).
     it = cfg.gpu_nodes.instance
     length = sv.max_model_len or tc.model.max_position
     weights, kv = tc.model.weights_gib(2), tc.model.kv_cache_gib(length)
-    per_gpu = (weights + kv) / sv.tp
+    per_gpu = tc.model.per_gpu_gib(length, sv.tp)
     room = it.gpu_memory_gib * 0.9 - GPU_ALLOWANCE_GIB
     if per_gpu > room:
         p.append((_path((*key, "maxModelLen")),

@@ -65,6 +65,15 @@ class ModelFacts:
         (vLLM's full-attention KV spec, vllm/v1/kv_cache_interface.py page_size_bytes, at bf16)."""
         return 2 * self.hidden_layers * self.kv_heads * self.head_dim * dtype_bytes * tokens / 2**30
 
+    def per_gpu_gib(self, tokens: int, tp: int) -> float:
+        """One GPU of a `tp`-way tensor-parallel replica: its share of the bf16 weights and the KV
+        cache of one `tokens`-token sequence for the KV heads it holds. vLLM gives every rank
+        max(1, kv_heads // tp) heads, copying them when there are fewer heads than ranks
+        (vllm-project/vllm v0.11.0 vllm/config/model.py get_num_kv_heads), so past kv_heads ranks
+        the KV cache per GPU stops shrinking."""
+        kv_share = max(1, self.kv_heads // tp) / self.kv_heads
+        return self.weights_gib(2) / tp + self.kv_cache_gib(tokens) * kv_share
+
 
 @dataclass(frozen=True)
 class SaveFacts:

@@ -77,15 +77,17 @@ STARTUP_PERIOD_SECONDS = 10
 # The lowest FSx for Lustre PERSISTENT_2 file system (125 MB/s/TiB x 1.2 TiB, FACTS): the volume's
 # read throughput when the stack does not know it (bring your own cluster, no loadThroughputMBps).
 ASSUMED_THROUGHPUT_MB_S = 125 * 1200 / 1024
-# vLLM's Kubernetes guide: a 2 GiB memory emptyDir at /dev/shm; +1 GiB per further TP rank.
+# vLLM's Kubernetes guide (v0.11.0 docs/deployment/k8s.md): a 2 GiB memory emptyDir at /dev/shm for
+# tensor-parallel inference; the +1 GiB per further TP rank is this project's allowance.
 SHM_BASE_GIB = 2
 PRESTOP_SLEEP_SECONDS = 15
 SHUTDOWN_MARGIN_SECONDS = 30
 PROMETHEUS_LABELS = {"app.kubernetes.io/name": "prometheus"}
 # vLLM's cache root (vllm-project/vllm v0.11.0 vllm/envs.py VLLM_CACHE_ROOT, default ~/.cache/vllm):
-# its torch.compile artifacts go under it, keyed by a hash of the model and compile config, so a
-# restarted or rolled replica of the same model reuses them instead of compiling again. On the
-# shared volume, it outlives the pod.
+# its torch.compile artifacts go under it (torch_compile_cache/<hash>, vllm/compilation/backends.py),
+# the hash taken over the whole engine config, the model path and max_model_len included. So a
+# restarted or rescheduled replica of the same step reuses them instead of compiling again; serving a
+# new step (another --model path) compiles once more. On the shared volume, it outlives the pod.
 VLLM_CACHE_ROOT = "/fsx/cache/vllm"
 WAIT_CONTAINER = "wait-for-export"
 WAIT_POLL_SECONDS = 30
@@ -488,10 +490,11 @@ def sizing_lines(cfg: StackConfig) -> list[str]:
         return [f"  replica: {s.cpu} CPU, {s.memory_mib // 1024} GiB (the GPUs' share of a node: model unknown)"]
     length = max_len(cfg) or m.max_position
     tp = cfg.workloads.serving.tp
-    per_gpu = (m.weights_gib(2) + m.kv_cache_gib(length)) / tp
+    per_gpu = m.per_gpu_gib(length, tp)
     return [f"  replica: {s.cpu} CPU, {s.memory_mib // 1024} GiB = weights {weights_gib(cfg):,.1f} GiB + /dev/shm "
-            f"{s.shm_gib} GiB + {HOST_ALLOWANCE_GIB} GiB allowance; per GPU {per_gpu:,.1f} GiB = (weights + KV cache of "
-            f"one {length}-token sequence {m.kv_cache_gib(length):,.1f} GiB) / tensor parallel {tp} ({m.source})"]
+            f"{s.shm_gib} GiB + {HOST_ALLOWANCE_GIB} GiB allowance; per GPU {per_gpu:,.1f} GiB = weights / tensor "
+            f"parallel {tp} + the KV cache of one {length}-token sequence ({m.kv_cache_gib(length):,.1f} GiB) for "
+            f"{max(1, m.kv_heads // tp)} of {m.kv_heads} KV heads ({m.source})"]
 
 
 def summary(cfg: StackConfig) -> list[str]:
