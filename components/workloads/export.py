@@ -156,16 +156,6 @@ def job_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str],
     )
 
 
-def network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
-    """Nothing in, nothing out: /fsx only (the FSx client is the node's kernel, not the pod's network)."""
-    return k8s.networking.v1.NetworkPolicyInitArgs(
-        metadata=runs.object_metadata(name(cfg), namespace, runs.labels(COMPONENT, name(cfg))),
-        spec=k8s.networking.v1.NetworkPolicySpecArgs(
-            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(name(cfg))),
-            policy_types=["Ingress", "Egress"]),
-    )
-
-
 def summary(cfg: StackConfig) -> list[str]:
     if not enabled(cfg):
         return []
@@ -181,7 +171,7 @@ class ExportJob(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:ExportJob", name_, None, opts)
         cfg = args_.cfg
-        netpol = k8s.networking.v1.NetworkPolicy(f"{name_}-netpol", network_policy_args(cfg, namespace),
+        netpol = k8s.networking.v1.NetworkPolicy(f"{name_}-netpol", runs.isolated_network_policy(name(cfg), COMPONENT, namespace),
                                                  runs.child_opts(self, opts))
         # Replaced (a new step) delete first, like every Job here (policy rule run-replacement).
         self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT]]),

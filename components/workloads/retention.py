@@ -116,17 +116,6 @@ def cronjob_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[str]
     )
 
 
-def network_policy_args(namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
-    """Nothing in, nothing out: the pass reads and deletes files on /fsx only (the FSx client is
-    the node's kernel, not the pod's network)."""
-    return k8s.networking.v1.NetworkPolicyInitArgs(
-        metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME)),
-        spec=k8s.networking.v1.NetworkPolicySpecArgs(
-            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(NAME)),
-            policy_types=["Ingress", "Egress"]),
-    )
-
-
 class CheckpointRetention(pulumi.ComponentResource):
     """The retention CronJob and its NetworkPolicy."""
 
@@ -134,7 +123,7 @@ class CheckpointRetention(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:CheckpointRetention", name, None, opts)
         cfg = args.cfg
-        netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(namespace),
+        netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", runs.isolated_network_policy(NAME, COMPONENT, namespace),
                                                  runs.child_opts(self, opts))
         self.cronjob = k8s.batch.v1.CronJob(
             f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT]]),

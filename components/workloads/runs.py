@@ -174,3 +174,15 @@ def object_metadata(name: str, namespace: pulumi.Input[str], obj_labels: Mapping
                     annotations: Optional[Mapping[str, str]] = None) -> k8s.meta.v1.ObjectMetaArgs:
     return k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=dict(obj_labels),
                                       annotations=dict(annotations) if annotations else None)
+
+
+def isolated_network_policy(name: str, component: str, namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
+    """Nothing in, nothing out, for a run that works on /fsx only (the FSx client is the node's
+    kernel, not the pod's network): the export, the checkpoint retention, the embodied evaluation
+    (RLinf's Ray stays inside its pod)."""
+    return k8s.networking.v1.NetworkPolicyInitArgs(
+        metadata=object_metadata(name, namespace, labels(component, name)),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(name)),
+            policy_types=["Ingress", "Egress"]),
+    )
