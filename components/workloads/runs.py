@@ -10,7 +10,7 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.k8s.options import child_opts  # noqa: F401  (runs.child_opts, as before)
-from components.scripts import ray_launcher
+from components.scripts import ray_launcher, resume_wrapper
 from components.stack.config import StackConfig
 from components.stack.labels import MANAGED_BY, short_hash  # noqa: F401  (runs.short_hash, as before)
 from components.workloads.script_files import Script
@@ -66,7 +66,9 @@ def pod_failure_policy(cfg: StackConfig, *, ray: bool = False) -> k8s.batch.v1.P
     configuration error whatever its exit code during shutdown. In a Ray run (`ray`), a worker whose
     head went away exits with the launcher's EXIT_HEAD_LOST: that is the head's disruption, not a
     failure of the run, so it is ignored too (the Job recreates the pod, which joins the new head)
-    and the retry budget is kept for real failures.
+    and the retry budget is kept for real failures. The resume wrapper's EXIT_NO_PROGRESS (too many
+    restarts from the same checkpoint, `workloads.infrastructureRestarts`) always fails the Job: a
+    retry would be refused the same way.
     """
     rules = [k8s.batch.v1.PodFailurePolicyRuleArgs(
         action="Ignore",
@@ -79,7 +81,7 @@ def pod_failure_policy(cfg: StackConfig, *, ray: bool = False) -> k8s.batch.v1.P
             on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
                 container_name=CONTAINER, operator="In", values=[ray_launcher.EXIT_HEAD_LOST]),
         ))
-    codes = sorted({c for c in cfg.workloads.fail_fast_exit_codes if c != 0}
+    codes = sorted(({c for c in cfg.workloads.fail_fast_exit_codes if c != 0} | {resume_wrapper.EXIT_NO_PROGRESS})
                    - ({ray_launcher.EXIT_HEAD_LOST} if ray else set()))
     if codes:
         rules.append(k8s.batch.v1.PodFailurePolicyRuleArgs(
