@@ -24,8 +24,8 @@ Optional, the bound on restarts that make no progress (issue 31):
                            ledger and no bound, the wrapper does exactly what it did before.
     RESUME_MAX_STALLED_RESTARTS  an integer >= 0 (workloads.infrastructureRestarts): how many
                            times the trainer may be started again from the same step (or fresh
-                           again) without a newer complete checkpoint in between. Needs
-                           RESUME_LEDGER; without it the ledger only records.
+                           again) without a newer complete checkpoint in between. Read only
+                           with RESUME_LEDGER; unset, the ledger only records.
 
 The newest step whose marks all exist wins; a step without them (killed mid-write) is skipped
 and left for the trainer to overwrite. No complete step: the command starts fresh, unchanged.
@@ -136,12 +136,10 @@ def ledger_settings(env: Mapping[str, str]) -> tuple[Optional[str], Optional[int
     """(RESUME_LEDGER or None, RESUME_MAX_STALLED_RESTARTS or None); ValueError naming the variable."""
     ledger = env.get(LEDGER) or None
     raw = env.get(MAX_STALLED, "").strip()
-    if not raw:
-        return ledger, None
+    if ledger is None or not raw:
+        return ledger, None  # no ledger: the wrapper as before, nothing counted or bounded
     if not re.fullmatch(r"\d+", raw):
         raise ValueError(f"{MAX_STALLED}={raw!r} is not an integer >= 0")
-    if ledger is None:
-        raise ValueError(f"{MAX_STALLED} is set but {LEDGER} is not: the starts cannot be counted")
     return ledger, int(raw)
 
 
@@ -180,11 +178,15 @@ def entry(step: Optional[str], env: Mapping[str, str], now: Optional[float] = No
 
 
 def append_entry(path: str, item: dict) -> None:
-    """One line, one write, O_APPEND and fsync: a crash leaves at most a truncated last line."""
+    """One line, one write, O_APPEND and fsync: a crash leaves at most a truncated last line, and a
+    line is started anew after one (else this entry would be glued to it and lost too)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     line = (json.dumps(item, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
         os.write(fd, line)
         os.fsync(fd)
     finally:
