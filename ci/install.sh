@@ -5,6 +5,8 @@
 # - checkov in its own environment .venv-scan (its pins clash with the project's: requirements-scan.txt);
 # - the project in a fresh virtual environment $RLTRAIN_CI_VENV (default .venv-ci) from
 #   requirements-dev.txt (every dependency pinned; transitive pins in constraints.txt).
+# - the export tests' torch environment (ci/torch-env.sh: requirements-torch.txt), outside the
+#   repository, reused when built;
 # - the simulated cluster's binaries (cluster/build.sh), outside the repository, reused when built.
 # RLTRAIN_CI_REUSE=1 keeps an existing environment and scanner (a quick local rerun; CI builds both fresh).
 set -euo pipefail
@@ -39,6 +41,14 @@ else
   python3 -m venv "$RLTRAIN_CI_VENV"
   "$RLTRAIN_CI_VENV/bin/python" -m pip install --quiet --upgrade pip==24.3.1
   "$RLTRAIN_CI_VENV/bin/python" -m pip install --quiet -r requirements-dev.txt
+fi
+
+# The export tests' torch environment: about 2.9 GiB from PyPI the first time (torch's CUDA wheel and
+# its nvidia-* libraries), then reused from ~/.cache/rltrain-torch (docs/testing.md).
+if [ "$reuse" = 1 ]; then
+  ci/torch-env.sh --reuse-only >/dev/null || true
+else
+  ci/torch-env.sh >/dev/null
 fi
 
 # The simulated cluster's binaries (docs/simulated-cluster.md): built from the Go module proxy into

@@ -33,7 +33,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import yaml
 
@@ -260,7 +260,7 @@ class Cluster:
 
     def start(self, hw: StackConfig, hw_values: dict[str, str], deploy: StackConfig, *, hw_stack: str,
               complete_after: float, timeout: float,
-              kueue_timing: Optional[tuple[int, int]] = None) -> None:
+              kueue_timing: Optional[tuple[int, int]] = None, extra_stages: Sequence[dict[str, Any]] = ()) -> None:
         t0 = time.monotonic()
         missing = self.tools.missing(("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                                       "kwok", "kueue", "ray-operator", "mpi-operator"))
@@ -274,7 +274,7 @@ class Cluster:
         self._apiserver(timeout)
         self._controller_manager(timeout)
         self._scheduler(timeout)
-        self._kwok(complete_after, timeout)
+        self._kwok(complete_after, timeout, extra_stages)
         self._nodes(hw, hw_values, hw_stack, timeout)
         self.apply(nodes_mod.storage(deploy))
         # The operators' CRDs before Kueue starts: Kueue defers an integration whose CRD is not served
@@ -379,7 +379,7 @@ class Cluster:
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=ctx, timeout=2) as r:
             return r.read() == b"ok"
 
-    def _kwok(self, complete_after: float, timeout: float) -> None:
+    def _kwok(self, complete_after: float, timeout: float, extra_stages: Sequence[dict[str, Any]] = ()) -> None:
         stages_root = self.tools.module("kwok") / "kustomize" / "stage"
         docs: list[dict[str, Any]] = [{
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
@@ -395,6 +395,7 @@ class Cluster:
                 # A Job pod runs this long before it succeeds: long enough to watch the queue work.
                 stage["spec"]["delay"] = {"durationMilliseconds": int(complete_after * 1000)}
             docs.append(stage)
+        docs.extend(extra_stages)
         cfg = self.root / "kwok.yaml"
         cfg.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         proc = self.spawn("kwok", [self.tools.require("kwok"), f"--kubeconfig={self.kubeconfig}",
@@ -575,11 +576,13 @@ def kueue_timed(args: "kueue_mod.KueueArgs", timing: Optional[tuple[int, int]]) 
 
 def start(stack: str, deploy_stack: str = DEFAULT_DEPLOY_STACK, *, root: Optional[Path] = None,
           complete_after: float = 10.0, timeout: float = 90.0, tools: Optional[Toolset] = None,
-          kueue_timing: Optional[tuple[int, int]] = None) -> Cluster:
+          kueue_timing: Optional[tuple[int, int]] = None, extra_stages: Sequence[dict[str, Any]] = ()) -> Cluster:
     """Start (after stopping whatever the state directory still runs) and return the cluster.
 
     kueue_timing: (PodsReady timeout, first requeue backoff) in seconds for the simulated Kueue
-    instead of the deploy stack's (kueue_timed)."""
+    instead of the deploy stack's (kueue_timed).
+    extra_stages: kwok Stage objects a scenario adds to kwok's own (e.g. one holding a pod in an
+    init container until the test releases it)."""
     root = root or state_dir(stack)
     if root.exists():
         Cluster(root, tools).stop()
@@ -590,7 +593,7 @@ def start(stack: str, deploy_stack: str = DEFAULT_DEPLOY_STACK, *, root: Optiona
     cluster = Cluster(root, tools)
     try:
         cluster.start(hw, hw_values, deploy, hw_stack=stack, complete_after=complete_after, timeout=timeout,
-                      kueue_timing=kueue_timing)
+                      kueue_timing=kueue_timing, extra_stages=extra_stages)
     except BaseException:
         cluster.stop()
         raise

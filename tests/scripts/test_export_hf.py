@@ -4,7 +4,8 @@ The default tier needs no torch: the bounded wait, the refusal of a half-written
 (the previous export kept) and the idempotent skip happen before torch is imported. The slow tests
 run a stand-in trainer that writes RLinf-layout checkpoints of a tiny Qwen2 model built here with
 transformers (random weights, CPU, nothing downloaded) and export it; they need a Python with
-torch and transformers: $RLTRAIN_TORCH_PYTHON, else this one (skipped when neither has them).
+torch and transformers: $RLTRAIN_TORCH_PYTHON (ci/torch-env.sh builds it), else this one (skipped
+when neither has them, failed under CI).
 """
 
 from __future__ import annotations
@@ -99,7 +100,11 @@ def torch_python() -> str:
     py = os.environ.get("RLTRAIN_TORCH_PYTHON", sys.executable)
     ok = subprocess.run([py, "-c", "import torch, transformers, tokenizers"], capture_output=True).returncode == 0
     if not ok:
-        pytest.skip(f"{py} has no torch/transformers/tokenizers (set RLTRAIN_TORCH_PYTHON)")
+        # Under CI, ci/install.sh built the torch environment (ci/torch-env.sh) and ci/env.sh named it.
+        if os.environ.get("CI"):
+            pytest.fail(f"{py} has no torch/transformers/tokenizers: ci/torch-env.sh builds the environment "
+                        "and ci/env.sh sets RLTRAIN_TORCH_PYTHON")
+        pytest.skip(f"{py} has no torch/transformers/tokenizers (set RLTRAIN_TORCH_PYTHON, ci/torch-env.sh)")
     return py
 
 
