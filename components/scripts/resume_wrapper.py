@@ -172,7 +172,7 @@ def stalled_starts(entries: Sequence[dict], step: Optional[str]) -> list[dict]:
     return list(entries[len(entries) - n:])
 
 
-def entry(step: Optional[str], env: Mapping[str, str], now: Optional[float] = None) -> dict:
+def new_entry(step: Optional[str], env: Mapping[str, str], now: Optional[float] = None) -> dict:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
     return {"time": stamp, "step": step, "hostname": socket.gethostname(), "node": env.get("NODE_NAME") or None}
 
@@ -235,7 +235,7 @@ def keep_ledger(path: str, limit: Optional[int], step: Optional[str], env: Mappi
     if limit is not None and len(starts) > limit:
         say(refusal(path, step, starts, limit))
         return False
-    item = entry(step, env)
+    item = new_entry(step, env)
     try:
         if len(entries) >= LEDGER_KEEP:
             compact(path, [*entries, item])
