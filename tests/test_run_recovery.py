@@ -14,7 +14,7 @@ from support import obj, rendered
 from test_kueue_support import load_variant, variant
 
 from components.k8s import kueue
-from components.scripts import ray_launcher
+from components.scripts import ray_launcher, resume_wrapper
 from components.stack import config
 
 P5_RAYJOB = {"rltrain:workloads": {"multiNode": {"enabled": True, "form": "rayjob", "rayVersion": "2.60.0"}}}
@@ -128,3 +128,57 @@ def test_rayjob_retries_are_whole_ray_clusters():
     pods = [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]
     assert {p["spec"]["restartPolicy"] for p in pods} == {"Never"}
     assert {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}["RESUME"] == "auto"
+
+
+NO_PROGRESS = {"conditions": set(), "exit": {"trainer": resume_wrapper.EXIT_NO_PROGRESS}}
+
+
+def _env(container: dict) -> dict:
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+@pytest.mark.parametrize("job", ["rltrain-multinode", "rltrain-training"])
+def test_restarts_from_the_same_checkpoint_are_bounded_whatever_caused_them(job):
+    """Kueue's count does not grow on its topology-aware NodeFailures evictions (kueue v0.19.2
+    pkg/scheduler/scheduler.go evictWorkloadAfterFailedTASReplacement, pkg/controller/tas/
+    node_controller.go evictWorkloadIfNeeded: only the PodsReady-timeout eviction calls
+    workload.UpdateRequeueState) and the Job ignores pods lost with their node: the resume wrapper
+    (on the single-node pod, on the Ray head) counts the starts from the same step in a ledger
+    under the run's own checkpoint directory and exits EXIT_NO_PROGRESS over the bound, which
+    fails the Job at once."""
+    r = rendered("p5")
+    spec = job_spec(r, job)
+    e = _env(spec["template"]["spec"]["containers"][0])
+    assert e["RESUME_LEDGER"] == f"{e['CKPT_PATH']}/.rltrain/starts.jsonl"
+    assert e["RESUME_MAX_STALLED_RESTARTS"] == str(r.cfg.workloads.infrastructure_restarts) == "3"
+    policy = spec["podFailurePolicy"]
+    assert action(policy, NO_PROGRESS) == "FailJob"
+    # After every Ignore rule, and in none of them (a node loss is still free, exit 10 never is).
+    actions = [rule["action"] for rule in policy["rules"]]
+    fail = next(rule for rule in policy["rules"] if rule["action"] == "FailJob")
+    assert actions.index("FailJob") > max(i for i, a in enumerate(actions) if a == "Ignore")
+    assert fail["onExitCodes"]["values"] == sorted(set(fail["onExitCodes"]["values"]))
+    assert resume_wrapper.EXIT_NO_PROGRESS == 10 in fail["onExitCodes"]["values"]
+    assert all(resume_wrapper.EXIT_NO_PROGRESS not in (rule.get("onExitCodes") or {}).get("values", [])
+               for rule in policy["rules"] if rule["action"] == "Ignore")
+    assert action(policy, NODE_LOST) == "Ignore"
+
+
+def test_the_restart_bound_follows_the_key_and_holds_without_fail_fast_codes():
+    r = variant("p5", {"rltrain:workloads": {"infrastructureRestarts": 5, "failFastExitCodes": []}})
+    for job in ("rltrain-multinode", "rltrain-training"):
+        spec = job_spec(r, job)
+        assert _env(spec["template"]["spec"]["containers"][0])["RESUME_MAX_STALLED_RESTARTS"] == "5"
+        fail = [rule for rule in spec["podFailurePolicy"]["rules"] if rule["action"] == "FailJob"]
+        assert [rule["onExitCodes"]["values"] for rule in fail] == [[resume_wrapper.EXIT_NO_PROGRESS]]
+    # Kueue's requeue limit is the same key.
+    assert wait_for_pods_ready(r)["requeuingStrategy"]["backoffLimitCount"] == 5
+
+
+def test_the_rayjob_head_runs_the_wrapper_with_the_bound():
+    r = variant("p5", P5_RAYJOB)
+    spec = next(m for m in r.manifests if m["kind"] == "RayJob")["spec"]
+    e = _env(spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0])
+    assert e["RESUME_LEDGER"] == f"{e['CKPT_PATH']}/.rltrain/starts.jsonl"
+    assert e["RESUME_MAX_STALLED_RESTARTS"] == "3"
+    assert spec["entrypoint"].startswith("python3 /scripts/resume_wrapper.py -- ")

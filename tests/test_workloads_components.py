@@ -12,6 +12,7 @@ from components.stack import config
 from components.offline import render
 from components.offline.resources import node_requirements
 from components.offline.mock_engine import run_program
+from components.scripts import resume_wrapper
 from components.workloads import nccl
 from components.workloads.build import build_workloads
 from components.workloads.script_files import SCRIPTS_DIR, read_scripts, scripts_digest
@@ -110,7 +111,8 @@ def test_p5_training_job(p5):
     rules = spec["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     assert rules[1]["action"] == "FailJob"
-    assert rules[1]["onExitCodes"] == {"containerName": "trainer", "operator": "In", "values": [2, 126, 127]}
+    assert rules[1]["onExitCodes"] == {"containerName": "trainer", "operator": "In",
+                                       "values": [2, resume_wrapper.EXIT_NO_PROGRESS, 126, 127]}
     assert job["metadata"]["annotations"]["pulumi.com/waitFor"] == "jsonpath={.metadata.uid}"
     assert "pulumi.com/skipAwait" not in job["metadata"]["annotations"]
     e = env(c)

@@ -10,6 +10,7 @@ from components.workloads import runs
 from components.k8s import security
 from components.workloads import sizing
 from components.workloads import volumes
+from components.scripts import resume_wrapper
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rlinf-on-eks/rlinf:20260401-085549"
 
 
@@ -265,4 +266,4 @@ def test_deadline_and_failure_policy():
     assert rules[0].action == "Ignore" and rules[0].on_pod_conditions[0].type == "DisruptionTarget"
     assert rules[1].action == "FailJob"
     assert rules[1].on_exit_codes.container_name == "trainer"
-    assert rules[1].on_exit_codes.operator == "In" and rules[1].on_exit_codes.values == [2, 126, 127]
+    assert rules[1].on_exit_codes.operator == "In" and rules[1].on_exit_codes.values == [2, resume_wrapper.EXIT_NO_PROGRESS, 126, 127]

@@ -597,10 +597,13 @@ class WorkloadsConfig(_Model):
     """checkpoint retention per run (the newest `keep` complete ones) and the volume budget's margin"""
     retries: int = Field(3, ge=0, le=20)
     """failures allowed (disruptions such as node drains, a node lost or repaired, never count)"""
-    # Kueue's waitForPodsReady requeue limit (components/k8s/kueue.py): the bound on whole-run
-    # restarts caused by the infrastructure, separate from the trainer's failure budget above.
+    # Two bounds on whole-run restarts caused by the infrastructure, separate from the trainer's
+    # failure budget above: Kueue's waitForPodsReady requeue limit (components/k8s/kueue.py), and
+    # the resume wrapper's restarts from the same checkpoint (components/workloads/trainer.py), which
+    # also counts the restarts Kueue's count misses (its topology-aware NodeFailures evictions, pods
+    # lost with their node; kueue v0.19.2 pkg/controller/core/workload_controller.go).
     infrastructure_restarts: int = Field(3, ge=0, le=20)
-    """whole-run restarts after an infrastructure failure, with queueing on: a run whose pods are not all Ready within `kueue.podsReadyTimeoutMinutes` (after admission, or after a pod was lost with its node) is evicted whole, requeued with backoff and admitted again; after this many it is deactivated with reason RequeuingLimitExceeded instead of retrying for ever"""
+    """bounds whole-run restarts after infrastructure failures, twice: with queueing on, a run whose pods are not all Ready within `kueue.podsReadyTimeoutMinutes` (after admission, or after a pod was lost with its node) is evicted whole, requeued with backoff and admitted again, and after this many such requeues it is deactivated (reason RequeuingLimitExceeded); and, whatever restarted it (a node lost, any eviction, a retried crash), a run with a resume mapping that would be started more than this many times again from the same checkpoint (or fresh again) without a newer complete one fails instead (its Job Failed, reason PodFailurePolicy, exit 10 of the resume wrapper)"""
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
     """exit codes (1-255) that fail the run at once (usage error, not executable, not found); a multi-node run ignores 6 and 9 instead (the Ray launcher's head or peer lost)"""
     priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)

@@ -220,6 +220,7 @@ PROTECTED_ENV = frozenset({
     "RAY_JOIN_DEADLINE_SECONDS", "RAY_PEER_CHECK_SECONDS", "NODE_RANK_ENV", "RAY_DASHBOARD", "STAGE_ITEMS",
     # components/scripts/resume_wrapper.py (components/workloads/trainer.py WRAPPER_ENV)
     "RESUME_STEPS_DIR", "RESUME_STEP_PREFIX", "RESUME_COMPLETE_MARKS", "RESUME_ENV", "RESUME_FORMAT",
+    "RESUME_LEDGER", "RESUME_MAX_STALLED_RESTARTS",
 })
 # Plain env the pod builder always sets besides PROTECTED_ENV and the NCCL settings of the catalog
 # (RAY_START_EXTRA_ARGS: the launcher forms' multi-node pods; workloads.env's value is kept in it).

@@ -10,7 +10,7 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.k8s.options import child_opts  # noqa: F401  (runs.child_opts, as before)
-from components.scripts import ray_launcher
+from components.scripts import ray_launcher, resume_wrapper
 from components.stack.config import StackConfig
 from components.stack.labels import MANAGED_BY, short_hash  # noqa: F401  (runs.short_hash, as before)
 from components.workloads.script_files import Script
@@ -72,7 +72,9 @@ def pod_failure_policy(cfg: StackConfig, *, ray: bool = False) -> k8s.batch.v1.P
     head went away exits with the launcher's EXIT_HEAD_LOST, and a head whose trainer failed while a
     worker's node or pod was gone exits EXIT_PEER_LOST: each is another pod's disruption, not a
     failure of the run, so they are ignored too (the Job recreates the pod, which rejoins the new
-    cluster) and the retry budget is kept for real failures.
+    cluster) and the retry budget is kept for real failures. The resume wrapper's EXIT_NO_PROGRESS
+    (too many restarts from the same checkpoint, `workloads.infrastructureRestarts`) always fails
+    the Job: a retry would be refused the same way.
     """
     rules = [k8s.batch.v1.PodFailurePolicyRuleArgs(
         action="Ignore",
@@ -85,7 +87,7 @@ def pod_failure_policy(cfg: StackConfig, *, ray: bool = False) -> k8s.batch.v1.P
             on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
                 container_name=CONTAINER, operator="In", values=sorted(RAY_DISRUPTION_EXIT_CODES)),
         ))
-    codes = sorted({c for c in cfg.workloads.fail_fast_exit_codes if c != 0}
+    codes = sorted(({c for c in cfg.workloads.fail_fast_exit_codes if c != 0} | {resume_wrapper.EXIT_NO_PROGRESS})
                    - (RAY_DISRUPTION_EXIT_CODES if ray else set()))
     if codes:
         rules.append(k8s.batch.v1.PodFailurePolicyRuleArgs(

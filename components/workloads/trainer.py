@@ -11,7 +11,9 @@
   placement over every GPU and the batch sizes scaled with it (D19).
 - The resume contract in the trainer's terms: the run's own checkpoint directory in the trainer's
   variable (CKPT_PATH), and the command wrapped by /scripts/resume_wrapper.py, which appends the
-  resume argument (runner.resume_dir=<newest complete global_step_N>) or starts fresh.
+  resume argument (runner.resume_dir=<newest complete global_step_N>) or starts fresh, and refuses
+  (exit EXIT_NO_PROGRESS) a start that would be restart `workloads.infrastructureRestarts` + 1 from
+  the same step, counted in its start ledger under the checkpoint directory.
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ from components.stack.config import StackConfig
 WRAPPER = "resume_wrapper.py"
 WRAPPER_PATH = f"/scripts/{WRAPPER}"
 # The wrapper's own variables (components/scripts/resume_wrapper.py).
-WRAPPER_ENV = ("RESUME_STEPS_DIR", "RESUME_STEP_PREFIX", "RESUME_COMPLETE_MARKS", "RESUME_ENV", "RESUME_FORMAT")
+WRAPPER_ENV = ("RESUME_STEPS_DIR", "RESUME_STEP_PREFIX", "RESUME_COMPLETE_MARKS", "RESUME_ENV", "RESUME_FORMAT",
+               "RESUME_LEDGER", "RESUME_MAX_STALLED_RESTARTS")
+# The wrapper's start ledger, inside the run's own checkpoint directory (so it lives exactly as long
+# as the checkpoints it counts progress in) and outside the trainer's step directories.
+LEDGER_UNDER = ".rltrain/starts.jsonl"
 
 
 def resume_mapped(cfg: StackConfig) -> bool:
@@ -49,6 +55,10 @@ def steps_dir(cfg: StackConfig, checkpoint_dir: str) -> str:
     under = terms.steps_under.format(experiment=cfg.workloads.experiment_name,
                                      config_experiment=tc.experiment_name if tc else "")
     return f"{checkpoint_dir}/{under}".rstrip("/")
+
+
+def ledger_path(checkpoint_dir: str) -> str:
+    return f"{checkpoint_dir}/{LEDGER_UNDER}"
 
 
 def overrides(cfg: StackConfig, num_nodes: int) -> list[str]:
@@ -92,6 +102,12 @@ def trainer_env(cfg: StackConfig, num_nodes: int, checkpoint_dir: str) -> dict[s
             "RESUME_COMPLETE_MARKS": ",".join(terms.complete_marks),
             "RESUME_ENV": terms.resume_env,
             "RESUME_FORMAT": terms.resume_format,
+            # The bound on restarts from the same checkpoint, whatever caused them (issue 31): Kueue's
+            # requeue count (the same key, components/k8s/kueue.py) grows only on PodsReady-timeout
+            # evictions, not on its topology-aware NodeFailures evictions nor on pods the Job's pod
+            # failure policy ignores, so the wrapper counts the starts itself.
+            "RESUME_LEDGER": ledger_path(checkpoint_dir),
+            "RESUME_MAX_STALLED_RESTARTS": str(w.infrastructure_restarts),
         })
     return out
 

@@ -25,7 +25,7 @@ import pytest
 from support import rendered
 from test_workloads_components import _render, container, find
 
-from components.scripts import ray_launcher
+from components.scripts import ray_launcher, resume_wrapper
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "components" / "scripts"
@@ -180,6 +180,27 @@ def test_killed_mid_save_the_next_attempt_resumes_from_the_newest_complete_step(
     assert "resume: fresh" in fresh_out
     final = [ln for ln in out.splitlines() if ln.startswith("finished at step 6")]
     assert final and final == [ln for ln in fresh_out.splitlines() if ln.startswith("finished at step 6")]
+
+
+def test_the_rendered_command_refuses_the_restart_over_the_bound_from_the_same_step(tmp_path):
+    """Issue 31: the rendered env bounds restarts from the same complete step (the ledger under the
+    run's checkpoint directory, the bound = workloads.infrastructureRestarts)."""
+    r = rendered("p5")
+    c = container(find(r.manifests, "Job", "rltrain-training"))
+    img = Image(tmp_path)
+    bound = r.cfg.workloads.infrastructure_restarts
+    env = img.env(c, STANDIN_LAST_STEP="2")
+    first = _run(img.command(c["command"]), env)
+    assert first.returncode == 0 and "resume: fresh" in first.stdout, first.stdout + first.stderr
+    for _ in range(bound + 1):  # the first start from step 2, then `bound` restarts from it
+        p = _run(img.command(c["command"]), env)
+        assert p.returncode == 0 and "resume: from step 2" in p.stdout, p.stdout + p.stderr
+    p = _run(img.command(c["command"]), env)
+    assert p.returncode == resume_wrapper.EXIT_NO_PROGRESS, p.stdout + p.stderr
+    assert "resume: from" not in p.stdout  # the trainer did not start
+    ledger = env["RESUME_LEDGER"]  # the rendered path, moved under tmp_path
+    assert ledger.startswith(str(tmp_path)) and f"delete {ledger}" in p.stderr
+    assert f"started {bound + 1} times in a row from step " in p.stderr
 
 
 def test_two_runs_never_share_a_checkpoint_directory():
