@@ -49,7 +49,7 @@ def test_head_and_peer_loss_are_disruptions_for_ray_runs_only():
     assert rules[1] == {"action": "Ignore", "onExitCodes": {
         "containerName": "trainer", "operator": "In", "values": [6, 9]}}
     assert rules[2] == {"action": "FailJob", "onExitCodes": {
-        "containerName": "trainer", "operator": "In", "values": [2, 126, 127]}}
+        "containerName": "trainer", "operator": "In", "values": [2, 10, 126, 127]}}
     single = find(docs, "Job", "rltrain-training")["spec"]["podFailurePolicy"]["rules"]
     assert all(not {6, 9} & set((r.get("onExitCodes") or {}).get("values", [])) for r in single)
 
@@ -61,10 +61,10 @@ def test_fail_fast_codes_never_take_head_or_peer_loss_from_a_ray_run():
     rules = find(docs, "Job", "rltrain-multinode")["spec"]["podFailurePolicy"]["rules"]
     assert [r["action"] for r in rules] == ["Ignore", "Ignore", "FailJob"]
     assert rules[1]["onExitCodes"]["values"] == [6, 9]
-    assert rules[2]["onExitCodes"]["values"] == [2, 127]
+    assert rules[2]["onExitCodes"]["values"] == [2, 10, 127]  # 10: the resume wrapper's no-progress bound
     single = find(docs, "Job", "rltrain-training")["spec"]["podFailurePolicy"]["rules"]
     assert single[-1] == {"action": "FailJob", "onExitCodes": {
-        "containerName": "trainer", "operator": "In", "values": [2, 6, 9, 127]}}
+        "containerName": "trainer", "operator": "In", "values": [2, 6, 9, 10, 127]}}
 
 
 def test_ray_token_comes_from_the_training_secret():

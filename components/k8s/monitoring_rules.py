@@ -181,9 +181,11 @@ def repair_alerts(a: RulesArgs) -> list[dict[str, Any]]:
                "Run {{ $labels.label_rltrain_run }}: {{ $value }} pod(s) replaced in the last "
                f"{RUN_RESTART_WINDOW_MINUTES} minutes",
                "Pods of the run were replaced by new ones: a node lost or repaired (the pod's DisruptionTarget "
-               "condition; not counted against workloads.retries), a whole-run restart by Kueue (the "
-               "Workload's status.requeueState.count, bounded by workloads.infrastructureRestarts), or a "
-               "retry after a trainer failure (counted). `kubectl get events -n {{ $labels.namespace }} "
+               "condition; not counted against workloads.retries), a whole-run restart by Kueue (after a "
+               "PodsReady timeout: the Workload's status.requeueState.count, bounded by "
+               "workloads.infrastructureRestarts; after NodeFailures: not counted there), or a retry after a "
+               "trainer failure (counted). Restarts from the same checkpoint are bounded by the resume "
+               "wrapper whatever caused them (workloads.infrastructureRestarts). `kubectl get events -n {{ $labels.namespace }} "
                "--field-selector reason=TaintManagerEviction` and `kubectl get workloads -n "
                "{{ $labels.namespace }}` tell which. Resolves once no pod was replaced for "
                f"{RUN_RESTART_WINDOW_MINUTES} minutes.",
@@ -282,8 +284,9 @@ def queue_alerts(a: RulesArgs) -> list[dict[str, Any]]:
                "A workload of {{ $labels.cluster_queue }} was evicted ({{ $labels.reason }})",
                "Kueue evicted an admitted workload and requeued it (PodsReadyTimeout: its pods were not "
                "all Ready within waitForPodsReady.timeout - slow image pull, a pod that cannot start; "
-               "NodeFailures: a node of the run went away). After backoffLimitCount requeues it is "
-               f"deactivated (RltrainWorkloadDeactivated). `kubectl get workloads -n {a.training_namespace}`.",
+               "NodeFailures: a node of the run went away). After backoffLimitCount PodsReady-timeout "
+               "requeues it is deactivated (RltrainWorkloadDeactivated); NodeFailures requeues are not "
+               f"counted there (the resume wrapper bounds those restarts). `kubectl get workloads -n {a.training_namespace}`.",
                severity="warning", runbook=QUEUE_RUNBOOK),
         _alert("RltrainWorkloadDeactivated",
                _counted(f'kueue_evicted_workloads_total{{{cq}, reason="Deactivated"}}',
