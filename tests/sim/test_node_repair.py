@@ -14,6 +14,9 @@ repair would do to a node, done by hand (tests/sim/faults.py), and the run comin
    (TASFailedNodeReplacementFailFast); the log line says which. Then the worker's trainer crashes
    (exit code 1): that failure counts.
 2. The RayJob form, the same failure and the same checks on the RayJob's status.
+3. A node that keeps failing: the head's node fails three times in a row before any new
+   checkpoint; the resume wrapper (run here with the new head pod's own settings at each start)
+   refuses the start after the third, and its exit fails the run with a clear reason.
 
 kwok's pods run no process: the trainer on the head does not notice the lost peer here (the
 launcher's behaviour then is tested as a program, tests/scripts/test_ray_launcher.py), and kwok's
@@ -23,7 +26,11 @@ pods do not complete on their own (the shared one completes them after 10 s), un
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ENABLE, log as _log, sim_cluster, sim_requested
@@ -32,9 +39,10 @@ if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
 
 from faults import GangTimer, env_of, exit_container, fail_and_replace, pods_of_run, running_on  # noqa: E402
-from simdeploy import NAMESPACE, Watcher, deploy_and_check, destroy, wait  # noqa: E402
+from simdeploy import NAMESPACE, ROOT, Watcher, deploy_and_check, destroy, finished, wait  # noqa: E402
 
 from components.k8s import kueue  # noqa: E402
+from components.scripts import resume_wrapper  # noqa: E402
 from cluster.stacks import stack_config  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.sim]
@@ -216,3 +224,89 @@ def test_rayjob_form_a_failed_worker_node_and_the_run_comes_back_whole(cluster, 
         watcher.finish()
         destroy(cluster, pulumi, r["expected"], request)
 
+
+RESTART_LIMIT = 2
+# The resume wrapper's bound: the start after `workloads.infrastructureRestarts` restarts from the
+# same checkpoint exits with this code, which the Job's pod failure policy turns into a failed run.
+EXIT_NO_PROGRESS = resume_wrapper.EXIT_NO_PROGRESS
+
+
+def start_trainer_here(pod: dict, fsx: Path) -> subprocess.CompletedProcess:
+    """What the pod's trainer container does first, run here: the resume wrapper with the pod's own
+    resume settings, /fsx moved under the test's directory, before a no-op training command."""
+    env = {k: v.replace("/fsx", str(fsx), 1) if v.startswith("/fsx") else v
+           for k, v in env_of(pod).items() if k.startswith(("RESUME", "CKPT"))}
+    return subprocess.run([sys.executable, str(ROOT / "components/scripts/resume_wrapper.py"), "--", "true"],
+                          env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=30)
+
+
+def test_a_node_that_keeps_failing_ends_the_run_with_a_clear_reason(cluster, request, tmp_path):
+    """The head's node fails, its replacement fails, and so on, before any new checkpoint: the
+    first two restarts go on (from the same checkpoint), the start after the third failure is
+    refused by the resume wrapper (workloads.infrastructureRestarts = 2) and the run fails with
+    the pod failure policy's reason, its GPUs freed, instead of being requeued without bound.
+
+    Kueue's own count (requeuingStrategy.backoffLimitCount) grows only on PodsReady-timeout
+    evictions (kueue v0.19.2 pkg/controller/core/workload_controller.go), not on the node-failure
+    evictions of topology-aware scheduling (pkg/scheduler/scheduler.go
+    evictWorkloadAfterFailedTASReplacement), and a pod lost with its node is ignored by the Job:
+    without the wrapper's bound this loop would go on until the run's deadline."""
+    r = deploy_and_check(cluster, request, tmp_path,
+                         {**ONLY_MULTINODE, "rltrain:workloads.infrastructureRestarts": RESTART_LIMIT})
+    watcher, pulumi = r["watcher"], r["pulumi"]
+    fsx = tmp_path / "fsx"
+    try:
+        job = cluster.get("batch/v1", "Job", RUN, NAMESPACE)
+        heads_seen: list[str] = []
+        starts: list[tuple[str, int, float]] = []
+        failures = 0
+        t0 = time.monotonic()
+        while True:
+            def whole_with_a_new_head() -> bool:
+                pods = run_pods(cluster)
+                heads = [p for p in pods if index_of(p) == "0" and p["metadata"]["uid"] not in heads_seen]
+                return len(running_on(pods)) == 2 and bool(heads)
+            wait(f"the run whole on two nodes with a new head (after {failures} node failures)",
+                 whole_with_a_new_head, REPAIR_TIMEOUT, watcher.describe)
+            head = next(p for p in run_pods(cluster) if index_of(p) == "0")
+            heads_seen.append(head["metadata"]["uid"])
+            started = start_trainer_here(head, fsx)
+            starts.append((head["spec"]["nodeName"], started.returncode, time.monotonic() - t0))
+            if started.returncode != 0:
+                break
+            assert failures < RESTART_LIMIT + 1, (starts, started.stderr)
+            fail_and_replace(cluster, lambda: run_pods(cluster), head["spec"]["nodeName"], watcher.describe)
+            failures += 1
+        assert started.returncode == EXIT_NO_PROGRESS, (started.returncode, started.stderr)
+        # The pod's trainer exits the way the wrapper just did here.
+        exit_container(cluster, head, started.returncode)
+
+        def failed_whole() -> bool:
+            j = cluster.get("batch/v1", "Job", RUN, NAMESPACE)
+            return (any(c["type"] == "Failed" and c["status"] == "True" for c in j["status"].get("conditions", []))
+                    and not [p for p in run_pods(cluster) if p["status"].get("phase") in ("Pending", "Running")])
+        wait("the run failed, no pod of it Pending or Running", failed_whole, 180, watcher.describe)
+        end = cluster.get("batch/v1", "Job", RUN, NAMESPACE)
+        failed_cond = next(c for c in end["status"]["conditions"] if c["type"] == "Failed")
+        message = started.stderr.strip().splitlines()[-1] if started.stderr.strip() else ""
+        _log(request, f"repair: node keeps failing: run uid={end['metadata']['uid']} {workload_line(workload_of(cluster))} "
+                      f"node failures={failures} starts {[(n, rc, round(t)) for n, rc, t in starts]}; failed "
+                      f"{failed_cond.get('reason')}: {failed_cond.get('message')}; wrapper: {message}")
+        assert end["metadata"]["uid"] == job["metadata"]["uid"]
+        assert failures == RESTART_LIMIT + 1
+        assert [rc for _, rc, _ in starts] == [0] * (RESTART_LIMIT + 1) + [EXIT_NO_PROGRESS]
+        assert failed_cond["reason"] == "PodFailurePolicy"
+        assert f"exit code {EXIT_NO_PROGRESS}" in failed_cond["message"]
+        # The failure budget was not what ended it: no pod failure counted before the refused start
+        # (the node losses were disruptions); once the Job failed, its controller also ended the
+        # worker, which it counts as failed too.
+        assert end["status"].get("failed", 0) <= 2
+        assert not any(c["type"] == "Failed" and c.get("reason") == "BackoffLimitExceeded"
+                       for c in end["status"]["conditions"])
+        assert "RESUME_MAX_STALLED_RESTARTS=2" in started.stderr and "refusing to start" in started.stderr
+        assert "workloads.infrastructureRestarts" in started.stderr
+        wait("Kueue's workload finished (its quota released)", lambda: finished(workload_of(cluster)), 60,
+             watcher.describe)
+    finally:
+        watcher.finish()
+        destroy(cluster, pulumi, r["expected"], request)
