@@ -479,6 +479,15 @@ def head_extra_args(client_port: int) -> str:
     )
 
 
+def two_node_env(launchers: "Launchers", port: int, rank: int, **extra: str) -> dict:
+    """The launcher's env for rank 0 (the head) or 1 (the worker) of a real two-node Ray on this
+    host: the head waits up to 90 s for the worker, the worker up to 90 s to join."""
+    own = ({"RAY_NODE_WAIT_SECONDS": "90", "RAY_START_EXTRA_ARGS": head_extra_args(free_port())} if rank == 0 else
+           {"RAY_JOIN_DEADLINE_SECONDS": "90", "RAY_START_EXTRA_ARGS": worker_extra_args()})
+    return launchers.env(NUM_NODES="2", JOB_COMPLETION_INDEX=str(rank), RAY_HEAD_HOST=HEAD_IP, RAY_PORT=str(port),
+                         RAY_TMPDIR=launchers.ray_tmpdir(), **own, **extra)
+
+
 def worker_extra_args() -> str:
     return " ".join(
         [
@@ -559,14 +568,8 @@ def test_two_node_cluster_ignores_another_ray_on_the_host_and_worker_exits_6_whe
     port = free_port()
     token = "run-token-0123456789abcdef"
     worker = launchers.start(
-        launchers.env(
-            NUM_NODES="2",
-            JOB_COMPLETION_INDEX="1",
-            RAY_HEAD_HOST=HEAD_IP,
-            RAY_PORT=str(port),
-            RAY_JOIN_DEADLINE_SECONDS="90",
-            RAY_TMPDIR=launchers.ray_tmpdir(),
-            RAY_START_EXTRA_ARGS=worker_extra_args(),
+        two_node_env(
+            launchers, port, 1,
             RAY_ADDRESS=unrelated,
             RAY_AUTH_TOKEN=token,
             # Ray's own setting (60 s by default): how long the raylet keeps
@@ -582,14 +585,8 @@ def test_two_node_cluster_ignores_another_ray_on_the_host_and_worker_exits_6_whe
     # until the head exists.
     worker.wait_for_output("not reachable yet", timeout=10)
     head = launchers.start(
-        launchers.env(
-            NUM_NODES="2",
-            JOB_COMPLETION_INDEX="0",
-            RAY_HEAD_HOST=HEAD_IP,
-            RAY_PORT=str(port),
-            RAY_NODE_WAIT_SECONDS="90",
-            RAY_TMPDIR=launchers.ray_tmpdir(),
-            RAY_START_EXTRA_ARGS=head_extra_args(free_port()),
+        two_node_env(
+            launchers, port, 0,
             RAY_ADDRESS=unrelated,
             RAY_AUTH_TOKEN=token,
         ),
@@ -643,15 +640,7 @@ def test_head_exits_9_when_its_trainer_fails_after_a_real_worker_node_was_lost(l
     port = free_port()
     go = tmp_path / "go"
     worker = launchers.start(
-        launchers.env(
-            NUM_NODES="2",
-            JOB_COMPLETION_INDEX="1",
-            RAY_HEAD_HOST=HEAD_IP,
-            RAY_PORT=str(port),
-            RAY_JOIN_DEADLINE_SECONDS="90",
-            RAY_TMPDIR=launchers.ray_tmpdir(),
-            RAY_START_EXTRA_ARGS=worker_extra_args(),
-        ),
+        two_node_env(launchers, port, 1),
         ["true"],
         name="worker",
         container=True,
@@ -664,15 +653,7 @@ def test_head_exits_9_when_its_trainer_fails_after_a_real_worker_node_was_lost(l
         "sys.exit(1)\n"
     )
     head = launchers.start(
-        launchers.env(
-            NUM_NODES="2",
-            JOB_COMPLETION_INDEX="0",
-            RAY_HEAD_HOST=HEAD_IP,
-            RAY_PORT=str(port),
-            RAY_NODE_WAIT_SECONDS="90",
-            RAY_TMPDIR=launchers.ray_tmpdir(),
-            RAY_START_EXTRA_ARGS=head_extra_args(free_port()),
-        ),
+        two_node_env(launchers, port, 0),
         trainer,
         name="head",
         container=True,

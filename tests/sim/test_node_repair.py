@@ -91,6 +91,27 @@ def whole_again(cluster, failed: str, replacement: str, gang: GangTimer):
     return check
 
 
+def lose_the_workers_node(cluster, watcher, before: dict[str, dict]):
+    """Fail the node of the run's worker (rank 1), replace it, wait until the run is whole again on
+    the new node set: (the worker pod, its node, the fault, the gang timer, seconds to whole)."""
+    worker = next(p for p in before.values() if index_of(p) == "1")
+    failed = worker["spec"]["nodeName"]
+    fault = fail_and_replace(cluster, lambda: run_pods(cluster), failed, watcher.describe)
+    gang = GangTimer()
+    wait("the run whole again on the replacement node", whole_again(cluster, failed, fault["replacement"], gang),
+         REPAIR_TIMEOUT, watcher.describe)
+    return worker, failed, fault, gang, time.monotonic() - fault["t0"]
+
+
+def assert_same_resume(before, after) -> None:
+    """Every pod of the restarted run has the checkpoint directory and resume setting its rank had."""
+    envs_before = {index_of(p): env_of(p) for p in before}
+    for p in after:
+        e, ix = env_of(p), index_of(p)
+        assert (e.get("CKPT_DIR"), e.get("RESUME")) == (envs_before[ix].get("CKPT_DIR"),
+                                                        envs_before[ix].get("RESUME")), ix
+
+
 def workload_line(wl: dict) -> str:
     requeues = ((wl.get("status") or {}).get("requeueState") or {}).get("count", 0)
     conds = {c["type"]: f"{c['status']}/{c.get('reason')}" for c in (wl.get("status") or {}).get("conditions", [])}
@@ -109,16 +130,8 @@ def test_a_failed_gpu_node_is_replaced_and_the_run_comes_back_whole(cluster, req
         before = {p["metadata"]["name"]: p for p in run_pods(cluster)}
         nodes_before = set(running_on(before.values()).values())
         assert len(nodes_before) == 2, nodes_before
-        worker = next(p for p in before.values() if index_of(p) == "1")
-        failed = worker["spec"]["nodeName"]
-        envs_before = {index_of(p): env_of(p) for p in before.values()}
-
-        fault = fail_and_replace(cluster, lambda: run_pods(cluster), failed, watcher.describe)
+        worker, failed, fault, gang, t_whole = lose_the_workers_node(cluster, watcher, before)
         name, disrupted = fault["replacement"], fault["disrupted"]
-        gang = GangTimer()
-        wait("the run whole again on the replacement node", whole_again(cluster, failed, name, gang),
-             REPAIR_TIMEOUT, watcher.describe)
-        t_whole = time.monotonic() - fault["t0"]
 
         after_job = cluster.get("batch/v1", "Job", RUN, NAMESPACE)
         wl = workload_of(cluster)
@@ -139,11 +152,8 @@ def test_a_failed_gpu_node_is_replaced_and_the_run_comes_back_whole(cluster, req
                        for c in after_job["status"].get("conditions", []))
         assert worker["metadata"]["name"] in disrupted
         # The same checkpoint directory and resume setting in every pod of the restarted run.
-        for p in after:
-            e, ix = env_of(p), index_of(p)
-            assert (e.get("CKPT_DIR"), e.get("RESUME")) == (envs_before[ix].get("CKPT_DIR"),
-                                                            envs_before[ix].get("RESUME")), ix
-            assert e.get("RESUME") == "auto"
+        assert_same_resume(before.values(), after)
+        assert all(env_of(p).get("RESUME") == "auto" for p in after)
         # No partial gang kept its GPUs past Kueue's timeout.
         assert gang.longest < timeout
         # Admitted whole: no pod of the run scheduled while its workload was not admitted. The pods
@@ -184,17 +194,9 @@ def test_rayjob_form_a_failed_worker_node_and_the_run_comes_back_whole(cluster, 
         rayjob = cluster.get("ray.io/v1", "RayJob", RUN, NAMESPACE)
         before = {p["metadata"]["name"]: p for p in run_pods(cluster)}
         nodes_before = set(running_on(before.values()).values())
-        worker = next(p for p in before.values() if index_of(p) == "1")
-        failed = worker["spec"]["nodeName"]
-        envs_before = {index_of(p): env_of(p) for p in before.values()}
-        cluster_before = worker["metadata"]["labels"].get("ray.io/cluster")
-
-        fault = fail_and_replace(cluster, lambda: run_pods(cluster), failed, watcher.describe)
+        worker, failed, fault, gang, t_whole = lose_the_workers_node(cluster, watcher, before)
         name = fault["replacement"]
-        gang = GangTimer()
-        wait("the RayJob whole again on the replacement node", whole_again(cluster, failed, name, gang),
-             REPAIR_TIMEOUT, watcher.describe)
-        t_whole = time.monotonic() - fault["t0"]
+        cluster_before = worker["metadata"]["labels"].get("ray.io/cluster")
 
         after_job = cluster.get("ray.io/v1", "RayJob", RUN, NAMESPACE)
         after = run_pods(cluster)
@@ -213,10 +215,7 @@ def test_rayjob_form_a_failed_worker_node_and_the_run_comes_back_whole(cluster, 
         assert status.get("failed", 0) == 0
         assert status.get("jobDeploymentStatus") != "Failed", status
         assert worker["metadata"]["name"] in fault["disrupted"]
-        for p in after:
-            e, ix = env_of(p), index_of(p)
-            assert (e.get("CKPT_DIR"), e.get("RESUME")) == (envs_before[ix].get("CKPT_DIR"),
-                                                            envs_before[ix].get("RESUME")), ix
+        assert_same_resume(before.values(), after)
         assert gang.longest < timeout
         new_pods = {p["metadata"]["name"] for p in after} - set(before)
         assert not [v for v in watcher.violations if v.split()[1] in new_pods], watcher.violations
