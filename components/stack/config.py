@@ -17,6 +17,7 @@ from typing import Any, Literal, Mapping, Optional
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from components.stack import catalog, refusals, trainers
+from components.stack.elastic import ElasticConfig
 from components.stack.embodied_evaluation import EmbodiedEvaluation
 from components.stack.lifecycle import CheckpointRetention, ExportConfig
 from components.stack.model_base import _Model, _field_docstrings, _module_field_docstrings  # noqa: F401
@@ -212,6 +213,9 @@ class GpuNodesConfig(_Model):
     # Kubelet CPU / Topology Manager policies (nodeadm); unset = derived from the pod shapes.
     topology: KubeletTopology = KubeletTopology()
     """kubelet CPU and Topology Manager policies of the GPU nodes (nodeadm); unset = derived from the pod shapes"""
+    # Elastic capacity (Karpenter): its own model, components/stack/elastic.py.
+    elastic: ElasticConfig = ElasticConfig()
+    """elastic GPU capacity: no node held, Karpenter launches up to a maximum for admitted runs (components/stack/elastic.py)"""
 
     @field_validator("instance_type")
     @classmethod

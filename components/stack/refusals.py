@@ -26,7 +26,7 @@ import re
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 from urllib.parse import urlsplit
 
-from components.stack import catalog, secrets_scan, versions, volume_budget
+from components.stack import catalog, elastic, secrets_scan, versions, volume_budget
 
 if TYPE_CHECKING:  # pragma: no cover
     from components.stack.config import StackConfig
@@ -540,4 +540,4 @@ def _ray(cfg: StackConfig) -> list[Problem]:
 
 def stack_problems(cfg: StackConfig) -> list[Problem]:
     return (_no_effect(cfg) + _system_nodes(cfg) + _namespace(cfg) + _pod_security(cfg) + _cidrs(cfg)
-            + _env(cfg) + _program(cfg) + _ray(cfg) + volume_budget.problems(cfg))
+            + _env(cfg) + _program(cfg) + _ray(cfg) + volume_budget.problems(cfg) + elastic.problems(cfg))
