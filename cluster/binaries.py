@@ -17,15 +17,17 @@ from pathlib import Path
 from typing import Optional
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok",
-            "kueue", "ray-operator", "mpi-operator", "pulumi", "pulumi-resource-kubernetes")
+            "kueue", "ray-operator", "mpi-operator", "pulumi", "pulumi-resource-kubernetes", "karpenter")
 # Alternative names a build may give the operators' main packages.
 ALIASES = {"ray-operator": ("ray-operator", "kuberay-operator", "manager"), "kueue": ("kueue", "kueue-manager")}
 # Module trees: the variable env.sh exports for each (cluster/build.sh), else the module path in a
 # directory name of the Go module cache.
 MODULES = {"kueue": "sigs.k8s.io/kueue@", "kuberay": "ray-operator@", "mpi-operator": "mpi-operator@",
-           "kwok": "sigs.k8s.io/kwok@"}
+           "kwok": "sigs.k8s.io/kwok@", "karpenter": "sigs.k8s.io/karpenter@",
+           "karpenter-aws": "github.com/aws/karpenter-provider-aws@"}
 MODULE_VARS = {"kueue": "RLTRAIN_SIM_KUEUE_DIR", "kuberay": "RLTRAIN_SIM_KUBERAY_DIR",
-               "mpi-operator": "RLTRAIN_SIM_MPI_OPERATOR_DIR", "kwok": "RLTRAIN_SIM_KWOK_DIR"}
+               "mpi-operator": "RLTRAIN_SIM_MPI_OPERATOR_DIR", "kwok": "RLTRAIN_SIM_KWOK_DIR",
+               "karpenter": "RLTRAIN_SIM_KARPENTER_DIR", "karpenter-aws": "RLTRAIN_SIM_KARPENTER_AWS_DIR"}
 ENABLE_HINT = "build them with cluster/build.sh (docs/simulated-cluster.md)"
 
 
@@ -134,7 +136,9 @@ def toolset() -> Toolset:
         pins = _versions_env()
         fallbacks = {"kueue": ("sigs.k8s.io/kueue", "KUEUE_VERSION"), "kwok": ("sigs.k8s.io/kwok", "KWOK_VERSION"),
                      "kuberay": ("github.com/ray-project/kuberay/ray-operator", "KUBERAY_VERSION"),
-                     "mpi-operator": ("github.com/kubeflow/mpi-operator", "MPI_OPERATOR_VERSION")}
+                     "mpi-operator": ("github.com/kubeflow/mpi-operator", "MPI_OPERATOR_VERSION"),
+                     "karpenter": ("sigs.k8s.io/karpenter", "KARPENTER_VERSION"),
+                     "karpenter-aws": ("github.com/aws/karpenter-provider-aws", "KARPENTER_VERSION")}
         for name, (module, var) in fallbacks.items():
             candidate = cache / f"{module}@v{pins.get(var, '')}"
             if name not in modules and pins.get(var) and candidate.is_dir():

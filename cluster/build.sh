@@ -72,6 +72,7 @@ pins=(
   "kueue sigs.k8s.io/kueue v$KUEUE_VERSION"
   "kuberay github.com/ray-project/kuberay/ray-operator v$KUBERAY_VERSION"
   "mpi-operator github.com/kubeflow/mpi-operator v$MPI_OPERATOR_VERSION"
+  "karpenter sigs.k8s.io/karpenter v$KARPENTER_VERSION"
   "pulumi github.com/pulumi/pulumi/pkg/v3 v$PULUMI_CLI_VERSION"
   "pulumi github.com/pulumi/pulumi/sdk/v3 v$PULUMI_CLI_VERSION"
   "pulumi-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4 $PULUMI_KUBERNETES_PROVIDER_MODULE"
@@ -97,7 +98,7 @@ print_versions() {
   echo "etcd: $("$bin/etcd" --version | head -1)"
   echo "Pulumi CLI: $("$bin/pulumi" version) (Python SDK pin $PULUMI_PY_PIN)"
   echo "Kubernetes provider: $PULUMI_KUBERNETES_PROVIDER_VERSION ($bin/pulumi-resource-kubernetes; Python SDK pin $PULUMI_KUBERNETES_PY_PIN)"
-  echo "kwok v$KWOK_VERSION, Kueue v$KUEUE_VERSION, KubeRay v$KUBERAY_VERSION, MPI operator v$MPI_OPERATOR_VERSION"
+  echo "kwok v$KWOK_VERSION, Kueue v$KUEUE_VERSION, KubeRay v$KUBERAY_VERSION, MPI operator v$MPI_OPERATOR_VERSION, Karpenter v$KARPENTER_VERSION (kwok provider)"
 }
 
 if [ -f "$cache/complete" ]; then
@@ -161,6 +162,10 @@ moddir() { (cd "$here/go/$1" && go mod download -json "$2" | sed -n 's/^[[:space
   echo "export RLTRAIN_SIM_KUBERAY_DIR='$(moddir kuberay github.com/ray-project/kuberay/ray-operator)'"
   echo "export RLTRAIN_SIM_MPI_OPERATOR_DIR='$(moddir mpi-operator github.com/kubeflow/mpi-operator)'"
   echo "export RLTRAIN_SIM_KWOK_DIR='$(moddir kwok sigs.k8s.io/kwok)'"
+  echo "export RLTRAIN_SIM_KARPENTER_DIR='$(moddir karpenter sigs.k8s.io/karpenter)'"
+  # Not a dependency of any wrapper: downloaded at the pinned version for its CRDs (EC2NodeClass) and chart.
+  echo "export RLTRAIN_SIM_KARPENTER_AWS_DIR='$(cd "$cache" && GOFLAGS= go mod download -json "github.com/aws/karpenter-provider-aws@v$KARPENTER_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')'"
+  echo "export RLTRAIN_SIM_KARPENTER_VERSION='$KARPENTER_VERSION'"
   echo "export RLTRAIN_SIM_K8S_VERSION='$K8S_VERSION'"
   echo "export RLTRAIN_SIM_ETCD_VERSION='$ETCD_VERSION'"
   echo "export RLTRAIN_SIM_PULUMI_CLI_VERSION='$PULUMI_CLI_VERSION'"
@@ -194,6 +199,10 @@ fetch kuberay github.com/ray-project/kuberay/ray-operator
 gobuild "$here/go/kuberay" github.com/ray-project/kuberay/ray-operator kuberay-operator
 fetch mpi-operator github.com/kubeflow/mpi-operator/cmd/mpi-operator
 gobuild "$here/go/mpi-operator" github.com/kubeflow/mpi-operator/cmd/mpi-operator mpi-operator
+# Karpenter's core with the kwok cloud provider: it "launches" a node by creating a Node object
+# that kwok then manages (sigs.k8s.io/karpenter v1.14.0 kwok/cloudprovider/cloudprovider.go).
+fetch karpenter sigs.k8s.io/karpenter/kwok
+gobuild "$here/go/karpenter" sigs.k8s.io/karpenter/kwok karpenter
 
 fetch pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 gobuild "$here/go/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi pulumi \
