@@ -1,0 +1,111 @@
+"""Pure builders of Karpenter's GPU NodePool and the NodeOverlay that gives it huge pages.
+
+Elastic mode (`rltrain:gpuNodes.elastic`, components/stack/elastic.py): no GPU node is held;
+Karpenter launches nodes of this NodePool for the pods Kueue admits and removes empty ones. The
+same builders feed the created cluster (components/aws/karpenter.py, with the EC2NodeClass) and the
+simulated cluster (cluster/sim.py, with a KWOKNodeClass): only `node_class_ref` differs, so the
+NodePool the real Karpenter schedules on the simulated cluster is the one the stack renders.
+
+Every field is read at sigs.k8s.io/karpenter v1.14.0 (pkg/apis/v1/nodepool.go, nodeclaim.go,
+labels.go; pkg/apis/v1alpha1/nodeoverlay.go; CRDs in pkg/apis/crds/). Plain values only: no
+Pulumi, nothing from components/stack (k8s/ never reaches up).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, Field
+
+API_VERSION = "karpenter.sh/v1"
+OVERLAY_API_VERSION = "karpenter.sh/v1alpha1"
+# The label Karpenter puts on every node of a NodePool (pkg/apis/v1/labels.go NodePoolLabelKey).
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+# labels.go CapacityTypeOnDemand / CapacityTypeReserved: a Capacity Block or an ODCR is "reserved"
+# (the ReservedCapacity feature gate, on by default in v1.14.0 pkg/operator/options/options.go).
+CAPACITY_TYPES = {"on-demand": "on-demand", "capacity-block": "reserved", "odcr": "reserved"}
+HUGEPAGES = "hugepages-2Mi"
+
+
+class NodePoolArgs(BaseModel):
+    name: str
+    node_class_ref: dict[str, str]
+    """{group, kind, name} of the node class: EC2NodeClass (karpenter.k8s.aws) on AWS, KWOKNodeClass (karpenter.kwok.sh) on the simulated cluster"""
+    instance_type: str
+    zone: str
+    capacity_type: Literal["on-demand", "capacity-block", "odcr"] = "on-demand"
+    max_nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=0)
+    idle_minutes: int = Field(ge=1)
+    labels: dict[str, str] = {}
+    taints: list[dict[str, str]] = []
+
+
+def node_pool(a: NodePoolArgs) -> dict[str, Any]:
+    """The GPU NodePool: one instance type in the GPU subnet's AZ, the taint and labels the runs
+    select, at most `max_nodes` nodes, and only empty nodes removed, after `idle_minutes`."""
+    requirements = [
+        {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [a.instance_type]},
+        {"key": ZONE_LABEL, "operator": "In", "values": [a.zone]},
+        {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": [CAPACITY_TYPES[a.capacity_type]]},
+    ]
+    limits: dict[str, Any] = {
+        # scheduler.go reads limits["nodes"] (pkg/utils/resources Node) when it adds a NodeClaim, so
+        # no launch takes the pool past the maximum however many pods are pending.
+        "nodes": str(a.max_nodes),
+    }
+    if a.gpus_per_node:
+        limits["nvidia.com/gpu"] = str(a.max_nodes * a.gpus_per_node)
+    return {
+        "apiVersion": API_VERSION, "kind": "NodePool",
+        "metadata": {"name": a.name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": dict(a.labels)},
+                "spec": {
+                    "nodeClassRef": dict(a.node_class_ref),
+                    "requirements": requirements,
+                    "taints": [dict(t) for t in a.taints],
+                    # A training node is not replaced on a timer (nodeclaim.go ExpireAfter, default
+                    # 720h): a month-long run would otherwise lose a node mid-run.
+                    "expireAfter": "Never",
+                },
+            },
+            "disruption": {
+                # Only empty nodes are removed (nodepool.go ConsolidationPolicyWhenEmpty): an
+                # underutilised node still holds a run's pod. Consolidation waits consolidateAfter
+                # after the last pod left, the stack's idle time.
+                "consolidationPolicy": "WhenEmpty",
+                "consolidateAfter": f"{a.idle_minutes}m",
+                # Drift (a changed NodePool / node class) replaces at most one node at a time; pods
+                # annotated karpenter.sh/do-not-disrupt (every GPU pod of an elastic stack) block
+                # voluntary disruption of their node altogether (disruption/helpers.go).
+                "budgets": [{"nodes": "1"}],
+            },
+            "limits": limits,
+        },
+    }
+
+
+def node_overlay(name: str, instance_type: str, hugepages_mib: int,
+                 node_pool_name: Optional[str] = None) -> dict[str, Any]:
+    """Adds `hugepages-2Mi` to the instance type in Karpenter's scheduling simulation.
+
+    Karpenter's AWS provider computes an instance type's capacity from EC2's description (CPU,
+    memory, pods, GPUs, EFA: karpenter-provider-aws v1.14.0 pkg/providers/instancetype/types.go
+    computeCapacity) with no huge pages; the runs request the huge pages the nodeadm user data
+    reserves, so without the overlay Karpenter finds no instance type for them and launches nothing.
+    A NodeOverlay's `capacity` adds extended resources to matching instance types (v1alpha1
+    nodeoverlay.go; feature gate NodeOverlay, off by default, turned on by the stack's Karpenter).
+    """
+    requirements = [{"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [instance_type]}]
+    if node_pool_name:
+        requirements.append({"key": NODEPOOL_LABEL, "operator": "In", "values": [node_pool_name]})
+    return {
+        "apiVersion": OVERLAY_API_VERSION, "kind": "NodeOverlay",
+        "metadata": {"name": name},
+        "spec": {"requirements": requirements, "capacity": {HUGEPAGES: f"{hugepages_mib}Mi"}},
+    }
