@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from components.aws import account_checks
 from components.aws import gpu_nodes
-from components.stack import catalog, versions
+from components.stack import catalog, elastic, versions
 from components.stack.config import StackConfig
 
 Client = Any
@@ -51,7 +51,7 @@ CHECKS = (
     ("GPU instance type in the GPU AZ", "the instance type is offered in the GPU AZ's ID (not every zone has p5)",
      "EC2 DescribeInstanceTypeOfferings"),
     ("On-Demand vCPU quota", "the instance family's vCPU quota covers the GPU nodes, and a node roll's surge "
-     "(on-demand)", "Service Quotas GetServiceQuota"),
+     "(on-demand); in elastic mode the maximum, gpuNodes.elastic.maxNodes", "Service Quotas GetServiceQuota"),
     ("On-Demand capacity", "whether EC2 has the instances for a cluster placement group cannot be known "
      "before the launch; the Capacity Blocks on offer instead (on-demand)",
      "EC2 DescribeCapacityBlockOfferings"),
@@ -238,7 +238,9 @@ def check_quota(quotas: Client, instance_type: str, count: int, surge: int = 0,
                 f"--desired-value {roll}")
     if value < need:
         return Result(name, False, text, f"request an increase to at least {roll}: {increase}"
-                      + ("" if what else "; or use a reservation (rltrain:gpuNodes.capacity)"), api=api)
+                      + ("; or lower rltrain:gpuNodes.elastic.maxNodes" if what.startswith("elastic") else "")
+                      + ("; or use a reservation (rltrain:gpuNodes.capacity)"
+                         if not what or what.startswith("elastic") else ""), api=api)
     if value < roll:
         return Result(name, False, text + ": the first `up` fits, a roll's new nodes cannot launch (the update fails "
                       "and the next control-plane upgrade waits for the nodes)",
@@ -267,6 +269,17 @@ def check_system_quota(ec2: Client, quotas: Client, instance_type: str, count: i
     # launches up to 2 nodes per AZ of the group first (managed-node-update-behavior).
     return check_quota(quotas, instance_type, count, surge=SURGE_PER_AZ * azs, name=name, what="system nodes",
                        vcpus=vcpus)
+
+
+def quota_nodes(cfg: StackConfig) -> tuple[int, int, str]:
+    """(nodes, surge, what) the GPU quota must cover. Fixed mode: `gpuNodes.count` and the managed
+    group's roll surge. Elastic mode: `gpuNodes.elastic.maxNodes`, the most Karpenter may launch
+    (the NodePool's limits.nodes), whatever runs now; no surge, since a drifted node is replaced
+    within the same limit (components/k8s/karpenter_nodes.py budgets one node at a time)."""
+    g = cfg.gpu_nodes
+    if elastic.enabled(cfg):
+        return elastic.max_nodes(cfg), 0, "elastic: gpuNodes.elastic.maxNodes, the most Karpenter may launch"
+    return g.count, gpu_nodes.roll_surge(g.capacity.type), ""
 
 
 def check_on_demand_capacity(ec2: Client, instance_type: str, count: int, az: str) -> Result:
@@ -420,12 +433,13 @@ def run_checks(cfg: StackConfig, region: str, clients: ClientFactory,
             zone_id = ids.get(az)
         results.append(check_offering(ec2, g.instance_type, az, zone_id))
         quotas = clients("service-quotas", region)
+        count, surge, what = quota_nodes(cfg)
         if g.capacity.type == "on-demand":
-            results.append(check_quota(quotas, g.instance_type, g.count, surge=gpu_nodes.roll_surge(g.capacity.type)))
-            results.append(check_on_demand_capacity(ec2, g.instance_type, g.count, az))
+            results.append(check_quota(quotas, g.instance_type, count, surge=surge, what=what))
+            results.append(check_on_demand_capacity(ec2, g.instance_type, count, az))
         else:
             results.append(check_reservation(ec2, g.capacity.reservation_id or "", g.capacity.type,
-                                             g.instance_type, az, g.count))
+                                             g.instance_type, az, count))
         azs = len(n.existing.private_subnet_ids) if n.existing else len(n.availability_zones)
         results.append(check_system_quota(ec2, quotas, c.system_nodes.instance_type, c.system_nodes.count, azs))
         results += check_addons(clients("eks", region), c.kubernetes_version, versions.eks_addons(c.kubernetes_version))

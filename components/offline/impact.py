@@ -476,12 +476,55 @@ def _priority_class(before, after, changes):
     return IN_PLACE, _paths(changes), "", True
 
 
+# Karpenter's GPU nodes (elastic mode, components/k8s/karpenter_nodes.py). A changed NodePool or
+# EC2NodeClass drifts the nodes launched from it and Karpenter replaces them (sigs.k8s.io/karpenter
+# v1.14.0 pkg/controllers/nodeclaim/disruption/drift.go: NodePoolDrifted when the NodePool's hash
+# annotation differs from the NodeClaim's, RequirementsDrifted when the node's labels no longer meet
+# spec.template.spec.requirements). The hash is of spec.template only (pkg/apis/v1/nodepool.go
+# NodePool.Hash), so spec.disruption (budgets also `hash:"ignore"`), spec.limits and spec.weight
+# change no node. On AWS every EC2NodeClass spec field drifts: the hashed ones by the node class hash,
+# the selector terms (`hash:"ignore"`) by their resolved AMI, subnets, security groups, capacity
+# reservations (karpenter-provider-aws v1.14.0 pkg/apis/v1/ec2nodeclass.go Hash, pkg/cloudprovider/drift.go).
+KARPENTER_KINDS = {("karpenter.sh/v1", "NodePool"), ("karpenter.k8s.aws/v1", "EC2NodeClass")}
+NODEPOOL_IN_PLACE = ("spec.disruption", "spec.limits", "spec.weight")
+
+
+def _karpenter_roll(how: str) -> str:
+    return (f"{how}: Karpenter marks every node launched from it Drifted and replaces them, one at a time (the "
+            "NodePool's disruption budget), each once no pod annotated karpenter.sh/do-not-disrupt (every GPU pod "
+            "of an elastic stack) runs on it; an idle node at once. A queued run then waits for the new nodes")
+
+
+def _karpenter_object(before, after, changes, cfg):
+    kind = after["inputs"].get("kind")
+    if any(_under(p, ("metadata.name",)) for p in changes):
+        return (NODE_ROLL, f"a new {kind} under a new name: the old one is deleted with every node launched from "
+                "it (its NodeClaims are owned by it), the runs on them killed", "rltrain:gpuNodes.allowReplacement",
+                cfg.gpu_nodes.allow_replacement)
+    rolling = [p for p in changes if not (kind == "NodePool" and _under(p, NODEPOOL_IN_PLACE))
+               and _under(p, ("spec",))]
+    if rolling:
+        return (NODE_ROLL, _karpenter_roll(_paths(rolling)), "rltrain:gpuNodes.allowNodeRoll",
+                cfg.gpu_nodes.allow_node_roll)
+    if kind == "NodePool" and changes:
+        return (IN_PLACE, f"{_paths(changes)}: read by Karpenter's provisioner and disruption controller, outside "
+                "the NodePool hash: no node is drifted", "", True)
+    return IN_PLACE, _paths(changes), "", True
+
+
+def _is_karpenter(r: Resource) -> bool:
+    i = r.get("inputs") or {}
+    return (i.get("apiVersion"), i.get("kind")) in KARPENTER_KINDS
+
+
 def _kubernetes(before, after, changes, cfg):
     return _run_or_check(before, after, _kubernetes_object(before, after, changes, cfg))
 
 
 def _kubernetes_object(before, after, changes, cfg):
     kind = after["inputs"].get("kind")
+    if _is_karpenter(after):
+        return _karpenter_object(before, after, changes, cfg)
     if kind in _KUEUE_IN_USE and after["type"].startswith("kubernetes:kueue.x-k8s.io/"):
         return _kueue_object(before, after, changes)
     if kind == "PriorityClass":
@@ -659,6 +702,10 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
                                   cfg.storage.allow_replacement)
         elif key[0] == "aws:eks/nodeGroup:NodeGroup":
             verdict[key] = Impact(key[0], key[1], NODE_ROLL, "removed from the stack: every GPU node is deleted",
+                                  "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
+        elif _is_karpenter(r):
+            verdict[key] = Impact(key[0], key[1], NODE_ROLL, f"removed from the stack: every GPU node launched "
+                                  f"from the {r['inputs'].get('kind')} is deleted with the runs on it",
                                   "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
         elif r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob"):
             verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack: the run is stopped and deleted")

@@ -35,6 +35,7 @@ from components.offline import checkpoints, impact, unset_secrets, yaml_emit
 from components.workloads import embodied_eval, export, serving
 from components.offline.unset_secrets import load_stack  # noqa: F401  (render.load_stack, as before)
 from components.stack import secrets_scan, stackfile
+from components.stack.outputs import usd_text
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 
 _K8S_OBJECT = re.compile(r"^kubernetes:(?!helm\.sh|yaml|kustomize)[^:]+:[A-Za-z]+$")
@@ -173,7 +174,7 @@ def summary_markdown(rendered: Rendered) -> str:
 
 
 def _usd(cost: dict[str, Any]) -> str:
-    return "unknown" if cost.get("usd") is None else f"${cost['usd']:,.2f}/h"
+    return usd_text(cost)  # an elastic stack's range: at zero GPU nodes and at the maximum
 
 
 def _cost_markdown(rendered: Rendered) -> list[str]:
@@ -187,7 +188,9 @@ def _cost_markdown(rendered: Rendered) -> list[str]:
              f"| after | {_usd(after)} | {after.get('breakdown') or after.get('note', '')} |"]
     if before.get("usd") is not None and after.get("usd") is not None:
         delta = round(after["usd"] - before["usd"], 2)
-        lines.append(f"| change | {'+' if delta > 0 else '−'}${abs(delta):,.2f}/h | |" if delta else "| change | none | |")
+        # An elastic side's `usd` is its maximum: the change compares ceilings, and says so.
+        what = "change (at the maximum)" if "usdAtZero" in before or "usdAtZero" in after else "change"
+        lines.append(f"| {what} | {'+' if delta > 0 else '−'}${abs(delta):,.2f}/h | |" if delta else f"| {what} | none | |")
     return lines
 
 
@@ -202,7 +205,7 @@ def summary(rendered: Rendered) -> str:
         f"{len(rendered.manifests)} Kubernetes objects",
         f"  GPU nodes: {g.count} x {g.instance_type} = {g.total_gpus} GPUs "
         f"({g.instance.gpu_model}), EFA {'on, ' + str(g.efa_devices_per_node) + ' devices/node' if g.efa_enabled else 'off'}",
-        "  estimated cost: " + (f"${usd:,.2f}/h = {cost.get('breakdown')} (prices of {cost.get('priceDate')})"
+        "  estimated cost: " + (f"{usd_text(cost)} = {cost.get('breakdown')} (prices of {cost.get('priceDate')})"
                                 if cost.get("priceDate") else
                                 (f"${usd:,.0f}/h" if usd is not None else "unknown") + f" ({cost.get('note', '')})"),
     ]
