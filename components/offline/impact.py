@@ -4,7 +4,8 @@ The render compares the new record with the base one (the committed `rendered/<s
 or the base branch's in a pull request) and classifies every changed resource:
 
 - *replace* (the engine deletes and recreates it; *with data loss* for FSx and the cluster),
-- *node roll* (every node of a group is replaced: a new launch template version, fewer nodes),
+- *node roll* (every node of a group is replaced: a new launch template version, fewer nodes; a
+  Karpenter NodePool template or EC2NodeClass change, which drifts the nodes launched from it),
 - *run restart* (the running run gets SIGTERM and its grace period, then starts over),
 - *check re-runs* (a validation or NCCL check Job is replaced and runs again: it loses no work,
   so it needs no opt-in),
