@@ -105,9 +105,12 @@ class Karpenter(pulumi.ComponentResource):
                             opts=child)
         self.rules = []
         for rule in karpenter_policy.EVENT_RULES:
-            r = aws.cloudwatch.EventRule(f"{name}-{rule}", event_pattern=karpenter_policy.event_pattern(rule),
+            # Named after the cluster (one stack per cluster), so the rules of a cluster are found by
+            # its name; fixed names: deleted before a replacement is created.
+            r = aws.cloudwatch.EventRule(f"{name}-{rule}", name=f"{args.cluster_name}-{rule}"[:64],
+                                         event_pattern=karpenter_policy.event_pattern(rule),
                                          description=f"{args.cluster_name}: Karpenter interruption events",
-                                         opts=child)
+                                         opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
             aws.cloudwatch.EventTarget(f"{name}-{rule}-target", rule=r.name, arn=self.queue.arn,
                                        target_id="KarpenterInterruptionQueueTarget", opts=child)
             self.rules.append(r)
