@@ -138,10 +138,11 @@ def _node(name: str, labels: dict[str, str], taints: list[dict[str, str]], capac
     }
 
 
-def nodes(cfg: StackConfig, *, stack: str = "sim", region: str = "us-east-1") -> list[dict[str, Any]]:
-    """System nodes, then the GPU nodes of `gpuNodes`."""
+def nodes(cfg: StackConfig, *, stack: str = "sim", region: str = "us-east-1", gpu: bool = True) -> list[dict[str, Any]]:
+    """System nodes, then the GPU nodes of `gpuNodes` (none with `gpu` False: elastic mode, where
+    Karpenter launches them, cluster/karpenter.py)."""
     return ([system_node(cfg, i, region=region) for i in range(cfg.cluster.system_nodes.count)]
-            + [gpu_node(cfg, i, stack=stack, region=region) for i in range(cfg.gpu_nodes.count)])
+            + [gpu_node(cfg, i, stack=stack, region=region) for i in range(cfg.gpu_nodes.count if gpu else 0)])
 
 
 def storage(deploy: StackConfig) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import yaml
 
+from cluster import karpenter as karpenter_mod
 from cluster import nodes as nodes_mod
 from cluster.binaries import Toolset, toolset
 from cluster.pki import API_SANS, SERVICE_CIDR, Pki, kubeconfig
@@ -260,10 +261,12 @@ class Cluster:
 
     def start(self, hw: StackConfig, hw_values: dict[str, str], deploy: StackConfig, *, hw_stack: str,
               complete_after: float, timeout: float,
-              kueue_timing: Optional[tuple[int, int]] = None, extra_stages: Sequence[dict[str, Any]] = ()) -> None:
+              kueue_timing: Optional[tuple[int, int]] = None, extra_stages: Sequence[dict[str, Any]] = (),
+              elastic: Optional[StackConfig] = None, boot_seconds: int = 20) -> None:
         t0 = time.monotonic()
         missing = self.tools.missing(("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                                      "kwok", "kueue", "ray-operator", "mpi-operator"))
+                                      "kwok", "kueue", "ray-operator", "mpi-operator")
+                                     + (("karpenter",) if elastic is not None else ()))
         if missing:
             raise SimError(f"missing binaries: {', '.join(missing)} (looked in "
                            f"{self.tools.bin_dir or 'the build cache'}): build them with cluster/build.sh")
@@ -275,7 +278,7 @@ class Cluster:
         self._controller_manager(timeout)
         self._scheduler(timeout)
         self._kwok(complete_after, timeout, extra_stages)
-        self._nodes(hw, hw_values, hw_stack, timeout)
+        self._nodes(hw, hw_values, hw_stack, timeout, gpu=elastic is None)
         self.apply(nodes_mod.storage(deploy))
         # The operators' CRDs before Kueue starts: Kueue defers an integration whose CRD is not served
         # yet until it appears (kueue v0.19.2 pkg/controller/jobframework/setup.go); with the CRDs
@@ -284,6 +287,8 @@ class Cluster:
         self._kueue(deploy, timeout, kueue_timing)
         self._kuberay(timeout)
         self._mpi_operator(timeout)
+        if elastic is not None:
+            karpenter_mod.start(self, elastic, timeout=timeout, boot_seconds=boot_seconds)
         self.info["startSeconds"] = round(time.monotonic() - t0, 1)
         self._save()
 
@@ -403,8 +408,9 @@ class Cluster:
         self.wait_for("kwok", proc, lambda: "Watch nodes" in log_tail(proc.log, 200)
                       or self._process_up_for(proc, 3.0), timeout)
 
-    def _nodes(self, hw: StackConfig, hw_values: dict[str, str], hw_stack: str, timeout: float) -> None:
-        objs = nodes_mod.nodes(hw, stack=hw_stack, region=region(hw_values))
+    def _nodes(self, hw: StackConfig, hw_values: dict[str, str], hw_stack: str, timeout: float,
+               gpu: bool = True) -> None:
+        objs = nodes_mod.nodes(hw, stack=hw_stack, region=region(hw_values), gpu=gpu)
         for node in objs:
             self.api("/api/v1/nodes", "POST", node)
         names = [n["metadata"]["name"] for n in objs]
@@ -560,6 +566,14 @@ def _stacks(args: argparse.Namespace) -> tuple[StackConfig, dict[str, str], Stac
     return hw, hw_values, deploy
 
 
+def elastic_config(deploy_stack: str) -> StackConfig:
+    """The deploy stack's config with `gpuNodes.elastic.enabled` on (its other elastic keys as set)."""
+    deploy, _ = stack_config(deploy_stack)
+    g = deploy.gpu_nodes
+    return deploy.model_copy(update={"gpu_nodes": g.model_copy(update={
+        "elastic": g.elastic.model_copy(update={"enabled": True})})})
+
+
 def kueue_timed(args: "kueue_mod.KueueArgs", timing: Optional[tuple[int, int]]) -> "kueue_mod.KueueArgs":
     """The Kueue arguments with a test's short PodsReady timeout and requeue backoff, validated.
 
@@ -576,13 +590,17 @@ def kueue_timed(args: "kueue_mod.KueueArgs", timing: Optional[tuple[int, int]]) 
 
 def start(stack: str, deploy_stack: str = DEFAULT_DEPLOY_STACK, *, root: Optional[Path] = None,
           complete_after: float = 10.0, timeout: float = 90.0, tools: Optional[Toolset] = None,
-          kueue_timing: Optional[tuple[int, int]] = None, extra_stages: Sequence[dict[str, Any]] = ()) -> Cluster:
+          kueue_timing: Optional[tuple[int, int]] = None, extra_stages: Sequence[dict[str, Any]] = (),
+          elastic: Optional[StackConfig] = None, boot_seconds: int = 20) -> Cluster:
     """Start (after stopping whatever the state directory still runs) and return the cluster.
 
     kueue_timing: (PodsReady timeout, first requeue backoff) in seconds for the simulated Kueue
     instead of the deploy stack's (kueue_timed).
     extra_stages: kwok Stage objects a scenario adds to kwok's own (e.g. one holding a pod in an
-    init container until the test releases it)."""
+    init container until the test releases it).
+    elastic: a deploy stack's config with `gpuNodes.elastic` on: no GPU node is made; Karpenter
+    (cluster/karpenter.py) launches them for that stack's NodePool, each `boot_seconds` after its
+    NodeClaim (the KWOKNodeClass registration delay)."""
     root = root or state_dir(stack)
     if root.exists():
         Cluster(root, tools).stop()
@@ -593,7 +611,8 @@ def start(stack: str, deploy_stack: str = DEFAULT_DEPLOY_STACK, *, root: Optiona
     cluster = Cluster(root, tools)
     try:
         cluster.start(hw, hw_values, deploy, hw_stack=stack, complete_after=complete_after, timeout=timeout,
-                      kueue_timing=kueue_timing, extra_stages=extra_stages)
+                      kueue_timing=kueue_timing, extra_stages=extra_stages, elastic=elastic,
+                      boot_seconds=boot_seconds)
     except BaseException:
         cluster.stop()
         raise
@@ -608,13 +627,16 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="the bring-your-own stack deployed onto it: its storage class and Kueue settings (default sim)")
     ap.add_argument("--complete-after", type=float, default=10.0, help="seconds a Job pod runs before it succeeds")
     ap.add_argument("--timeout", type=float, default=90.0, help="seconds each piece may take to come up")
+    ap.add_argument("--elastic", action="store_true",
+                    help="no GPU node: Karpenter (kwok provider) launches them for the deploy stack's NodePool, "
+                         "gpuNodes.elastic on (maxNodes its own, else gpuNodes.count)")
     args = ap.parse_args(argv)
     root = state_dir(args.stack)
     try:
         if args.command == "start":
             t0 = time.monotonic()
             cluster = start(args.stack, args.deploy_stack, root=root, complete_after=args.complete_after,
-                            timeout=args.timeout)
+                            timeout=args.timeout, elastic=elastic_config(args.deploy_stack) if args.elastic else None)
             print(f"simulated cluster of stack {args.stack} up in {time.monotonic() - t0:.0f}s: "
                   f"{', '.join(cluster.info['nodes'])}")
             print(cluster.env_text(args.deploy_stack))

@@ -7,15 +7,21 @@ simulated cluster (cluster/sim.py, with a KWOKNodeClass): only `node_class_ref` 
 NodePool the real Karpenter schedules on the simulated cluster is the one the stack renders.
 
 Every field is read at sigs.k8s.io/karpenter v1.14.0 (pkg/apis/v1/nodepool.go, nodeclaim.go,
-labels.go; pkg/apis/v1alpha1/nodeoverlay.go; CRDs in pkg/apis/crds/). Plain values only: no
-Pulumi, nothing from components/stack (k8s/ never reaches up).
+labels.go; pkg/apis/v1alpha1/nodeoverlay.go; CRDs in pkg/apis/crds/). Dicts, no Pulumi: the
+caller creates them (a CustomResource, or the simulated cluster's API).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import BaseModel, Field
+
+from components.stack import elastic
+from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
+
+if TYPE_CHECKING:  # pragma: no cover
+    from components.stack.config import StackConfig
 
 API_VERSION = "karpenter.sh/v1"
 OVERLAY_API_VERSION = "karpenter.sh/v1alpha1"
@@ -109,3 +115,30 @@ def node_overlay(name: str, instance_type: str, hugepages_mib: int,
         "metadata": {"name": name},
         "spec": {"requirements": requirements, "capacity": {HUGEPAGES: f"{hugepages_mib}Mi"}},
     }
+
+
+# --- from a stack's config ---------------------------------------------------------------------
+
+NODE_POOL = "rltrain-gpu"
+
+
+def gpu_node_pool(cfg: "StackConfig", node_class_ref: dict[str, str], name: str = NODE_POOL) -> dict[str, Any]:
+    """The stack's GPU NodePool: labelled and tainted as the managed GPU node group is
+    (components/aws/gpu_nodes.py: the role label the runs' node affinity requires, the GPU taint
+    they tolerate), sized by `gpuNodes.elastic`."""
+    g = cfg.gpu_nodes
+    return node_pool(NodePoolArgs(
+        name=name, node_class_ref=node_class_ref, instance_type=g.instance_type, zone=cfg.network.gpu_az,
+        capacity_type=g.capacity.type, max_nodes=elastic.max_nodes(cfg), gpus_per_node=g.instance.gpu_count,
+        idle_minutes=g.elastic.idle_minutes, labels=dict(ROLE_LABEL),
+        taints=[{"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]))
+
+
+def gpu_node_overlay(cfg: "StackConfig", name: str = NODE_POOL) -> Optional[dict[str, Any]]:
+    """The huge pages of one GPU node (what nodeadm reserves for the EFA driver: the catalog's
+    allocatable), for the NodePool's instance type; none without EFA (no huge pages requested)."""
+    g = cfg.gpu_nodes
+    if not g.efa_devices_per_node:
+        return None
+    mib = g.instance.allocatable(efa=g.efa_enabled).hugepages_2mi_mib
+    return node_overlay(f"{name}-hugepages", g.instance_type, mib, node_pool_name=name)

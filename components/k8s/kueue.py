@@ -66,7 +66,7 @@ import pulumi_kubernetes as k8s
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.stack import catalog, versions
+from components.stack import catalog, elastic, versions
 from components.stack.config import StackConfig
 from components.stack.labels import GPU_TAINT_KEY, KUEUE_MANAGED_LABEL, MANAGED_BY, ROLE_LABEL, short_hash
 from components.k8s.options import child_opts
@@ -148,7 +148,15 @@ def flavor_node_labels(cfg: StackConfig) -> dict[str, str]:
 
 
 def topology_name(cfg: StackConfig) -> Optional[str]:
-    """The stack's Topology, where it creates its own queue on a type with the topology labels."""
+    """The stack's Topology, where it creates its own queue on a type with the topology labels.
+
+    None in elastic mode: topology-aware scheduling places a workload on nodes Kueue already knows
+    (kueue v0.19.2 pkg/cache/scheduler/tas_nodes_cache.go, tas_flavor_snapshot.go: its domains are
+    the nodes present), so with zero nodes a TAS flavor admits nothing and Karpenter is never asked.
+    There the cluster placement group of the EC2NodeClass keeps a run's nodes close instead
+    (docs/elastic-capacity.md)."""
+    if elastic.enabled(cfg):
+        return None
     if cfg.kueue.cluster_queue is None and has_network_topology(cfg.gpu_nodes.instance):
         return content_name(f"{cfg.training.namespace}-network", {"levels": topology_levels()})
     return None
@@ -198,8 +206,12 @@ def nominal_quota(cfg: StackConfig, held: Optional[Mapping[str, int]] = None) ->
     """The node group's offer x node count, as Kubernetes quantities, less `held`: what the serving
     Deployment holds (its replicas and a surge: workloads/serving.py reserved, handed in by the
     caller, since k8s/ does not read workloads/). Serving is not queued (Kueue manages no
-    Deployments here), so the queue must not admit training onto its GPUs."""
-    n = cfg.gpu_nodes.count
+    Deployments here), so the queue must not admit training onto its GPUs.
+
+    In elastic mode the count is the maximum (`gpuNodes.elastic.maxNodes`), not the nodes present
+    (none between runs): Kueue admits a run when the maximum has room for all of it, and its pods
+    are what makes Karpenter launch the nodes."""
+    n = elastic.max_nodes(cfg)
     units = {"cpu": "m", "memory": "Mi", HUGEPAGES: "Mi"}
     held = held or {}
     return {r: f"{max(0, v * n - held.get(r, 0))}{units.get(r, '')}" for r, v in node_offer(cfg).items()}

@@ -35,7 +35,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import kueue
-from components.stack import catalog
+from components.stack import catalog, elastic
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.k8s import security
@@ -238,7 +238,7 @@ def worker_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(COMPONENT, run),
                                             # Kueue: the workers preferably under one nearest switch.
                                             # checkov skips: on the MPIJob (skip_annotations).
-                                            annotations=kueue.podset_topology(cfg)),
+                                            annotations={**kueue.podset_topology(cfg), **elastic.pod_annotations(cfg)}),
         spec=k8s.core.v1.PodSpecArgs(
             **_pod_spec_common(cfg),
             tolerations=placement.gpu_tolerations(),

@@ -15,6 +15,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.stack import elastic
 from components.stack.config import StackConfig
 from components.workloads.env import env_vars
 from components.workloads.placement import gpu_affinity, gpu_tolerations
@@ -74,6 +75,7 @@ def training_pod_template(
     )
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(pod_labels), annotations={**scripts_annotation(scripts),
+                                                                                **elastic.pod_annotations(cfg),
                                                                                 **(annotations or {})}),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy=restart_policy,

@@ -1,0 +1,341 @@
+"""Elastic GPU capacity on the simulated cluster (issue 30): the real Karpenter (v1.14.0, kwok cloud
+provider) and the real Kueue, with no GPU node until a run is admitted.
+
+The cluster starts with system nodes only; the stack's own NodePool and NodeOverlay
+(components/k8s/karpenter_nodes.py) point at a KWOKNodeClass whose registration delay stands for a
+p5's boot (cluster/karpenter.py). The deploy stack is `sim` with `gpuNodes.elastic` on, as a
+bring-your-own cluster with Karpenter already running (`existingKarpenter`).
+
+1. Zero GPU nodes; a 2-node run is queued -> admitted whole (quota = the maximum) -> Karpenter
+   launches 2 nodes -> the run completes -> both nodes removed after the idle time -> zero.
+2. Maximum 1 node and a 2-node run submitted to the queue: never admitted, no pod, no node
+   launched for it past the PodsReady timeout, still queued whole.
+3. Two 2-node runs, maximum 2 nodes: one runs, the other waits whole and runs after.
+4. A node taken away while the run is Pending on it, with no capacity to replace it (the NodePool
+   held at one node: what an insufficient-capacity launch looks like): the run is released whole
+   after Kueue's PodsReady timeout and requeued; once capacity returns it runs whole.
+
+Each prints `[sim] elastic:` lines: the Karpenter version, the GPU node and NodeClaim counts over
+time, and the measured times (queued -> admitted, admitted -> all Running, idle -> zero nodes).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+
+import pytest
+from conftest import ENABLE, log as _log, sim_cluster, sim_requested
+
+if not sim_requested():
+    pytest.skip(ENABLE, allow_module_level=True)
+
+from faults import pods_of_run, running_on  # noqa: E402
+from simdeploy import NAMESPACE, Watcher, deploy_and_check, destroy, wait  # noqa: E402
+
+from cluster import karpenter as karpenter_mod  # noqa: E402
+from cluster.stacks import stack_config  # noqa: E402
+from components.k8s import karpenter_nodes  # noqa: E402
+from components.stack.config import StackConfig  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.sim]
+
+RUN = "rltrain-multinode"
+SINGLE = "rltrain-training"
+BOOT_SECONDS = 15
+# Kueue's PodsReady timeout and first requeue backoff here (a stack's are at least 10 min / 60 s).
+PODS_READY_TIMEOUT, BACKOFF = 60, 5
+IDLE_MINUTES = 1
+RUN_SECONDS = 20.0
+ELASTIC = {"rltrain:gpuNodes.elastic.enabled": True, "rltrain:gpuNodes.elastic.maxNodes": 2,
+           "rltrain:gpuNodes.elastic.idleMinutes": IDLE_MINUTES,
+           "rltrain:gpuNodes.elastic.existingKarpenter": True}
+ONLY_MULTINODE = {**ELASTIC, "rltrain:workloads.singleNode.enabled": False,
+                  "rltrain:workloads.ncclTest.enabled": False, "rltrain:workloads.staging.enabled": False,
+                  "rltrain:workloads.validation.enabled": False, "rltrain:workloads.trainingAfterChecks": False}
+ZERO_TIMEOUT = IDLE_MINUTES * 60 + 120
+
+
+def elastic_cfg(max_nodes: int) -> StackConfig:
+    base, _ = stack_config("sim")
+    g = base.gpu_nodes
+    e = g.elastic.model_copy(update={"enabled": True, "max_nodes": max_nodes, "idle_minutes": IDLE_MINUTES,
+                                     "existing_karpenter": True})
+    return base.model_copy(update={"gpu_nodes": g.model_copy(update={"elastic": e})})
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, request):
+    with sim_cluster(tmp_path_factory, request, complete_after=RUN_SECONDS, elastic=elastic_cfg(2),
+                     boot_seconds=BOOT_SECONDS, kueue_timing=(PODS_READY_TIMEOUT, BACKOFF)) as c:
+        _log(request, f"elastic: Karpenter {karpenter_mod.version()} (kwok provider), NodePool "
+                      f"{karpenter_nodes.NODE_POOL}, boot {BOOT_SECONDS}s, PodsReady timeout {PODS_READY_TIMEOUT}s, "
+                      f"idle {IDLE_MINUTES}m")
+        yield c
+
+
+class Capacity(threading.Thread):
+    """Samples the GPU nodes (of the NodePool) and NodeClaims every second; keeps the changes."""
+
+    def __init__(self, cluster):
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.t0 = time.monotonic()
+        self.stop_event = threading.Event()
+        self.changes: list[tuple[float, int, int]] = []
+        self.most_nodes = 0
+
+    def counts(self) -> tuple[int, int]:
+        nodes = self.cluster.api(f"/api/v1/nodes?labelSelector={karpenter_nodes.NODEPOOL_LABEL}")["items"]
+        claims = self.cluster.api("/apis/karpenter.sh/v1/nodeclaims")["items"]
+        return len(nodes), len(claims)
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                n, c = self.counts()
+                if not self.changes or self.changes[-1][1:] != (n, c):
+                    self.changes.append((time.monotonic() - self.t0, n, c))
+                self.most_nodes = max(self.most_nodes, n, c)
+            except Exception:  # noqa: BLE001 - a poll during a restart of the API server: next one
+                pass
+            self.stop_event.wait(1.0)
+
+    def at(self, t: float) -> float:
+        return t - self.t0
+
+    def line(self) -> str:
+        return " ".join(f"{t:.0f}s:{n}n/{c}c" for t, n, c in self.changes)
+
+    def finish(self) -> None:
+        if not self.stop_event.is_set():
+            self.stop_event.set()
+            self.join(5)
+            n, c = self.counts()  # the last state, which the sampler may not have seen yet
+            if not self.changes or self.changes[-1][1:] != (n, c):
+                self.changes.append((time.monotonic() - self.t0, n, c))
+
+
+def conditions(wl: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in (wl.get("status") or {}).get("conditions", [])}
+
+
+def workload_of(cluster, owner: str) -> dict | None:
+    wls = cluster.api(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/workloads")["items"]
+    return next((w for w in wls if Watcher.owner(w) == owner), None)
+
+
+def true(wl: dict | None, kind: str) -> bool:
+    return bool(wl) and conditions(wl).get(kind, {}).get("status") == "True"
+
+
+def job_complete(cluster, name: str) -> bool:
+    job = cluster.get("batch/v1", "Job", name, NAMESPACE)
+    return bool(job) and any(c["type"] == "Complete" and c["status"] == "True"
+                             for c in (job.get("status") or {}).get("conditions", []))
+
+
+def second_run(cluster, name: str, *, nodes: int | None = None, source: str = RUN) -> dict:
+    """A copy of the stack's Job `source` under another name, queued on the same LocalQueue (a user
+    submitting another run with kubectl): suspended, its controller's labels and selector dropped;
+    `nodes` changes its width (parallelism and completions)."""
+    job = copy.deepcopy(cluster.get("batch/v1", "Job", source, NAMESPACE))
+    meta = job["metadata"]
+    new_meta = {"name": name, "namespace": NAMESPACE,
+                "labels": {k: v for k, v in (meta.get("labels") or {}).items()},
+                "annotations": {}}
+    spec = job["spec"]
+    spec.pop("selector", None)
+    spec["suspend"] = True
+    tmpl_labels = spec["template"]["metadata"].setdefault("labels", {})
+    for k in ("controller-uid", "batch.kubernetes.io/controller-uid", "job-name", "batch.kubernetes.io/job-name"):
+        tmpl_labels.pop(k, None)
+    tmpl_labels["rltrain/run"] = name
+    if nodes:
+        spec["parallelism"] = spec["completions"] = nodes
+        spec["completionMode"] = "Indexed"
+    doc = {"apiVersion": "batch/v1", "kind": "Job", "metadata": new_meta, "spec": spec}
+    cluster.create([doc])
+    return doc
+
+
+def delete_job(cluster, name: str) -> None:
+    cluster.api(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{name}?propagationPolicy=Background", "DELETE")
+
+
+def set_node_limit(cluster, nodes: int) -> None:
+    cluster.api(f"/apis/karpenter.sh/v1/nodepools/{karpenter_nodes.NODE_POOL}", "PATCH",
+                {"spec": {"limits": {"nodes": str(nodes)}}}, content_type="application/merge-patch+json")
+
+
+def zero_nodes(cap: Capacity) -> bool:
+    return cap.counts() == (0, 0)
+
+
+def test_a_queued_run_gets_its_nodes_whole_and_they_go_away_when_idle(cluster, request, tmp_path):
+    wait("zero GPU nodes before the run", lambda: zero_nodes(Capacity(cluster)), 30)
+    cap = Capacity(cluster)
+    cap.start()
+    r = deploy_and_check(cluster, request, tmp_path, ONLY_MULTINODE)
+    watcher, pulumi = r["watcher"], r["pulumi"]
+    try:
+        wait("the run's workload", lambda: workload_of(cluster, RUN) is not None, 60, watcher.describe)
+        t_queued = time.monotonic()
+        wait("the run admitted", lambda: true(workload_of(cluster, RUN), "Admitted"), 120, watcher.describe)
+        t_admitted = time.monotonic()
+        wait("the run Running on 2 launched nodes", lambda: len(running_on(pods_of_run(cluster, RUN))) == 2,
+             180, lambda: f"{watcher.describe()} capacity {cap.line()}")
+        t_running = time.monotonic()
+        nodes_used = set(running_on(pods_of_run(cluster, RUN)).values())
+        wait("the run complete", lambda: job_complete(cluster, RUN), 180, watcher.describe)
+        t_idle = time.monotonic()
+        wait("zero GPU nodes after the idle time", lambda: zero_nodes(cap), ZERO_TIMEOUT,
+             lambda: f"capacity {cap.line()}")
+        t_zero = time.monotonic()
+        cap.finish()
+        _log(request, f"elastic: scenario 1: queued -> admitted {t_admitted - t_queued:.0f}s, admitted -> "
+                      f"all Running {t_running - t_admitted:.0f}s (boot {BOOT_SECONDS}s), idle -> zero nodes "
+                      f"{t_zero - t_idle:.0f}s (consolidateAfter {IDLE_MINUTES}m); nodes/claims over time "
+                      f"{cap.line()}")
+        assert cap.changes[0][1:] == (0, 0)
+        assert cap.most_nodes == 2, cap.line()
+        assert len(nodes_used) == 2
+        node_labels = [n for n in nodes_used]
+        assert node_labels
+        watcher.checked_order(request)
+        # Removed only once empty: not before the idle time.
+        assert t_zero - t_idle >= IDLE_MINUTES * 60 - 5, cap.line()
+    finally:
+        cap.finish()
+        watcher.finish()
+        destroy(cluster, pulumi, r["expected"], request)
+
+
+def test_a_run_wider_than_the_maximum_never_starts_and_stays_queued_whole(cluster, request, tmp_path):
+    """maxNodes 1: the stack's own runs are 1 node (the config refuses a wider one); a 2-node run
+    submitted to its queue by hand is never admitted and nothing is launched for it."""
+    karpenter_mod.apply_node_pool(cluster, elastic_cfg(1))
+    overrides = {**ELASTIC, "rltrain:gpuNodes.elastic.maxNodes": 1, "rltrain:gpuNodes.count": 1,
+                 "rltrain:workloads.singleNode.enabled": True, "rltrain:workloads.multiNode.enabled": False,
+                 "rltrain:workloads.ncclTest.enabled": False, "rltrain:workloads.staging.enabled": False,
+                 "rltrain:workloads.validation.enabled": False, "rltrain:workloads.trainingAfterChecks": False}
+    wait("zero GPU nodes before the run", lambda: zero_nodes(Capacity(cluster)), ZERO_TIMEOUT)
+    cap = Capacity(cluster)
+    cap.start()
+    r = deploy_and_check(cluster, request, tmp_path, overrides)
+    watcher, pulumi = r["watcher"], r["pulumi"]
+    wide = "rltrain-too-wide"
+    try:
+        second_run(cluster, wide, nodes=2, source=SINGLE)
+        t0 = time.monotonic()
+        wait("the 1-node run complete", lambda: job_complete(cluster, SINGLE), 240, watcher.describe)
+        # Past the PodsReady timeout and the idle time: nothing launched for the wide run.
+        wait("zero GPU nodes after the 1-node run", lambda: zero_nodes(cap), ZERO_TIMEOUT,
+             lambda: f"capacity {cap.line()}")
+        while time.monotonic() - t0 < PODS_READY_TIMEOUT + 10:
+            time.sleep(2)
+        wl = workload_of(cluster, wide)
+        job = cluster.get("batch/v1", "Job", wide, NAMESPACE)
+        pods = pods_of_run(cluster, wide)
+        pending = conditions(wl).get("QuotaReserved", {})
+        cap.finish()
+        _log(request, f"elastic: scenario 2: maximum 1 node, a 2-node run: admitted={true(wl, 'Admitted')} "
+                      f"after {time.monotonic() - t0:.0f}s, suspended={job['spec'].get('suspend')}, pods={len(pods)}, "
+                      f"Kueue: {pending.get('reason')}: {pending.get('message', '')[:160]}; nodes/claims over "
+                      f"time {cap.line()}")
+        assert not true(wl, "Admitted") and not true(wl, "QuotaReserved")
+        assert job["spec"].get("suspend") is True and not pods
+        assert cap.most_nodes <= 1, cap.line()
+        assert cap.counts() == (0, 0)
+    finally:
+        cap.finish()
+        delete_job(cluster, wide)
+        watcher.finish()
+        destroy(cluster, pulumi, r["expected"], request)
+        karpenter_mod.apply_node_pool(cluster, elastic_cfg(2))
+
+
+def test_two_runs_over_a_maximum_of_two_nodes_run_one_after_the_other_whole(cluster, request, tmp_path):
+    wait("zero GPU nodes before the runs", lambda: zero_nodes(Capacity(cluster)), ZERO_TIMEOUT)
+    cap = Capacity(cluster)
+    cap.start()
+    r = deploy_and_check(cluster, request, tmp_path, ONLY_MULTINODE)
+    watcher, pulumi = r["watcher"], r["pulumi"]
+    other = "rltrain-multinode-b"
+    try:
+        second_run(cluster, other)
+        wait("one run admitted", lambda: true(workload_of(cluster, RUN), "Admitted")
+             or true(workload_of(cluster, other), "Admitted"), 120, watcher.describe)
+        first, second = (RUN, other) if true(workload_of(cluster, RUN), "Admitted") else (other, RUN)
+        assert not true(workload_of(cluster, second), "Admitted")
+        wait("the first run complete", lambda: job_complete(cluster, first), 240,
+             lambda: f"{watcher.describe()} capacity {cap.line()}")
+        t_first = time.monotonic()
+        wait("the second run admitted", lambda: true(workload_of(cluster, second), "Admitted"), 120, watcher.describe)
+        t_second = time.monotonic()
+        wait("the second run complete", lambda: job_complete(cluster, second), 240,
+             lambda: f"{watcher.describe()} capacity {cap.line()}")
+        order = watcher.checked_order(request)
+        cap.finish()
+        _log(request, f"elastic: scenario 3: two 2-node runs, maximum 2: admitted {order}; the second waited "
+                      f"whole behind {sorted(watcher.waited.get(second, ()))}, admitted {t_second - t_first:.0f}s "
+                      f"after the first completed; nodes/claims over time {cap.line()}")
+        assert order.index(first) < order.index(second)
+        assert first in watcher.waited.get(second, set())
+        assert cap.most_nodes <= 2, cap.line()
+    finally:
+        cap.finish()
+        delete_job(cluster, other)
+        watcher.finish()
+        destroy(cluster, pulumi, r["expected"], request)
+
+
+def test_a_node_taken_away_while_the_run_is_pending_requeues_it_whole(cluster, request, tmp_path):
+    wait("zero GPU nodes before the run", lambda: zero_nodes(Capacity(cluster)), ZERO_TIMEOUT)
+    cap = Capacity(cluster)
+    cap.start()
+    r = deploy_and_check(cluster, request, tmp_path, ONLY_MULTINODE)
+    watcher, pulumi = r["watcher"], r["pulumi"]
+    try:
+        wait("the run admitted", lambda: true(workload_of(cluster, RUN), "Admitted"), 120, watcher.describe)
+        t_admitted = time.monotonic()
+        wait("2 NodeClaims launched for the run", lambda: cap.counts()[1] == 2, 60, lambda: cap.line())
+        # The cloud takes one instance away before it joined, and has no capacity for another.
+        set_node_limit(cluster, 1)
+        claims = cluster.api("/apis/karpenter.sh/v1/nodeclaims")["items"]
+        taken = claims[0]["metadata"]["name"]
+        cluster.api(f"/apis/karpenter.sh/v1/nodeclaims/{taken}", "DELETE")
+        t_taken = time.monotonic()
+        wait("the run evicted whole (PodsReady timeout)",
+             lambda: true(workload_of(cluster, RUN), "Evicted") or true(workload_of(cluster, RUN), "Requeued")
+             and not true(workload_of(cluster, RUN), "Admitted"), PODS_READY_TIMEOUT + 90,
+             lambda: f"{watcher.describe()} capacity {cap.line()}")
+        t_evicted = time.monotonic()
+        wl = workload_of(cluster, RUN)
+        evicted = conditions(wl).get("Evicted", {})
+        wait("no pod of the run left", lambda: not [p for p in pods_of_run(cluster, RUN)
+                                                    if p["status"].get("phase") not in ("Succeeded", "Failed")],
+             120, watcher.describe)
+        # Capacity back: the same run admitted again and whole.
+        set_node_limit(cluster, 2)
+        wait("the run Running whole again", lambda: len(running_on(pods_of_run(cluster, RUN))) == 2, 240,
+             lambda: f"{watcher.describe()} capacity {cap.line()}")
+        t_whole = time.monotonic()
+        wait("the run complete", lambda: job_complete(cluster, RUN), 180, watcher.describe)
+        wl = workload_of(cluster, RUN)
+        requeues = ((wl.get("status") or {}).get("requeueState") or {}).get("count", 0)
+        cap.finish()
+        _log(request, f"elastic: scenario 4: NodeClaim {taken} taken {t_taken - t_admitted:.0f}s after admission; "
+                      f"evicted whole {t_evicted - t_admitted:.0f}s after admission ({evicted.get('reason')}: "
+                      f"{evicted.get('message', '')[:120]}); requeues={requeues}; whole again "
+                      f"{t_whole - t_evicted:.0f}s after the eviction; nodes/claims over time {cap.line()}")
+        assert evicted.get("reason") == "PodsReadyTimeout", evicted
+        assert requeues >= 1
+        assert job_complete(cluster, RUN)
+        assert not watcher.violations, watcher.violations
+    finally:
+        cap.finish()
+        set_node_limit(cluster, 2)
+        watcher.finish()
+        destroy(cluster, pulumi, r["expected"], request)
