@@ -37,7 +37,7 @@ from components.offline.unset_secrets import load_stack  # noqa: F401  (render.l
 from components.stack import secrets_scan, stackfile
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 
-_K8S_OBJECT = re.compile(r"^kubernetes:(?!helm\.sh|yaml|kustomize)[^:]+:[A-Za-z]+$")
+_K8S_OBJECT = re.compile(r"^kubernetes:(?!helm\.sh|yaml|kustomize)[^:]+:[A-Za-z][A-Za-z0-9]*$")
 _HEAD_KEYS = ("apiVersion", "kind", "metadata")
 
 
