@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from components.stack import catalog
 
 from components.aws import iam
-from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
+from components.stack.labels import GPU_TAINT_KEY, gpu_node_labels
 # Labels workloads select on; `nvidia.com/gpu.present` also satisfies the NVIDIA device plugin's
 # default node affinity, which EKS does not set (FACTS.md: without it the plugin runs zero pods).
 AMI_TYPE = "AL2023_x86_64_NVIDIA"
@@ -150,7 +150,7 @@ class GpuNodeGroupArgs(BaseModel):
         return out
 
     def labels(self) -> dict[str, str]:
-        return {**ROLE_LABEL, "rltrain/instance-type": self.instance_type, "nvidia.com/gpu.present": "true"}
+        return gpu_node_labels(self.instance_type)
 
 
 def network_interfaces(a: GpuNodeGroupArgs, security_group_ids: list[pulumi.Input[str]]

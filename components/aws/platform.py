@@ -18,7 +18,6 @@ from components.aws.karpenter import Karpenter, KarpenterArgs
 from components.aws import karpenter_node_class
 from components.k8s import karpenter_nodes
 from components.stack import catalog, elastic
-from components.stack.labels import GPU_TAINT_KEY
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
 from components.aws.network import ExistingNetwork, Network, NetworkArgs
 from components.aws.storage import FsxArgs, FsxLustreVolume
@@ -107,8 +106,7 @@ def offline() -> bool:
 
 
 # The names of the elastic stack's Karpenter objects (cluster-scoped; one stack per cluster).
-GPU_NODE_POOL = "rltrain-gpu"
-GPU_NODE_OVERLAY = "rltrain-gpu-hugepages"
+GPU_NODE_POOL = karpenter_nodes.NODE_POOL
 
 
 def build_karpenter(cfg: StackConfig, cluster_name: str, network, cluster: EksCluster, gpu: GpuNodeGroup,
@@ -132,17 +130,9 @@ def build_karpenter(cfg: StackConfig, cluster_name: str, network, cluster: EksCl
             capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id, placement_group=v[4],
             root_volume_gib=gpu_args.root_volume_gib, root_volume_throughput=gpu_args.root_volume_throughput,
             root_volume_iops=gpu_args.root_volume_iops, user_data=user_data_mime(gpu_args))))
-    pool = karpenter_nodes.node_pool(karpenter_nodes.NodePoolArgs(
-        name=GPU_NODE_POOL, node_class_ref=karpenter_node_class.node_class_ref(GPU_NODE_POOL),
-        instance_type=g.instance_type, zone=cfg.network.gpu_az, capacity_type=g.capacity.type,
-        max_nodes=elastic.max_nodes(cfg), gpus_per_node=it.gpu_count, idle_minutes=g.elastic.idle_minutes,
-        # The managed group's labels and taint (gpu_nodes.GpuNodeGroupArgs.labels, its NO_SCHEDULE taint).
-        labels=gpu_args.labels(), taints=[{"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]))
-    # The huge pages the node's allocatable holds (catalog.node_allocatable, as the simulated
-    # cluster's nodes do): none without EFA, and then no overlay.
-    hugepages = it.allocatable(efa=g.efa_enabled).hugepages_2mi_mib
-    overlay = (karpenter_nodes.node_overlay(GPU_NODE_OVERLAY, g.instance_type, hugepages, node_pool_name=GPU_NODE_POOL)
-               if hugepages else None)
+    # The same NodePool and NodeOverlay the simulated cluster's Karpenter schedules (cluster/karpenter.py).
+    pool = karpenter_nodes.gpu_node_pool(cfg, karpenter_node_class.node_class_ref(GPU_NODE_POOL), GPU_NODE_POOL)
+    overlay = karpenter_nodes.gpu_node_overlay(cfg, GPU_NODE_POOL)
     karp.apply_nodes(node_class, pool, overlay, cluster.provider)
     return karp
 
