@@ -164,7 +164,7 @@ moddir() { (cd "$here/go/$1" && go mod download -json "$2" | sed -n 's/^[[:space
   echo "export RLTRAIN_SIM_KWOK_DIR='$(moddir kwok sigs.k8s.io/kwok)'"
   echo "export RLTRAIN_SIM_KARPENTER_DIR='$(moddir karpenter sigs.k8s.io/karpenter)'"
   # Not a dependency of any wrapper: downloaded at the pinned version for its CRDs (EC2NodeClass) and chart.
-  echo "export RLTRAIN_SIM_KARPENTER_AWS_DIR='$(cd "$cache" && GOFLAGS= go mod download -json "github.com/aws/karpenter-provider-aws@v$KARPENTER_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')'"
+  echo "export RLTRAIN_SIM_KARPENTER_AWS_DIR='$(cd "$cache" && GOFLAGS='' go mod download -json "github.com/aws/karpenter-provider-aws@v$KARPENTER_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')'"
   echo "export RLTRAIN_SIM_KARPENTER_VERSION='$KARPENTER_VERSION'"
   echo "export RLTRAIN_SIM_K8S_VERSION='$K8S_VERSION'"
   echo "export RLTRAIN_SIM_ETCD_VERSION='$ETCD_VERSION'"

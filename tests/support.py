@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from components.offline import render
 
 ROOT = Path(__file__).resolve().parents[1]
-STACKS = ("byo", "dev", "dev-reasoning", "p4de", "p5", "sim")
+STACKS = ("byo", "dev", "dev-reasoning", "p4de", "p5", "p5-elastic", "sim")
 
 
 @functools.lru_cache(maxsize=None)

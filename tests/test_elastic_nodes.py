@@ -33,7 +33,7 @@ def test_node_pool_is_the_gpu_group_sized_by_the_maximum():
     spec = np["spec"]
     tmpl = spec["template"]
     assert np["apiVersion"] == "karpenter.sh/v1" and np["metadata"]["name"] == "rltrain-gpu"
-    assert tmpl["metadata"]["labels"] == ROLE_LABEL
+    assert tmpl["metadata"]["labels"] == {**ROLE_LABEL, "rltrain/instance-type": "p5.48xlarge", "nvidia.com/gpu.present": "true"}
     assert tmpl["spec"]["taints"] == [{"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
     assert tmpl["spec"]["nodeClassRef"] == KWOK
     assert tmpl["spec"]["expireAfter"] == "Never"

@@ -31,8 +31,11 @@ MAY_READ = {
 # aws/storage.py and aws/platform.py build the FSx PersistentVolume and claim with k8s/volumes.py's
 # builders (the volume of a created cluster is an AWS resource): the one known edge between the two
 # middle floors, below workloads/ and above stack/, that makes no circle.
+# aws/platform.py builds an elastic stack's Karpenter NodePool and NodeOverlay with
+# k8s/karpenter_nodes.py's pure builders (shared with the simulated cluster): the same kind of edge.
 ALLOWED = {("components.aws.storage", "components.k8s.volumes"),
-           ("components.aws.platform", "components.k8s.volumes")}
+           ("components.aws.platform", "components.k8s.volumes"),
+           ("components.aws.platform", "components.k8s.karpenter_nodes")}
 
 
 def modules() -> dict[str, Path]:

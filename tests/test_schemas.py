@@ -17,6 +17,9 @@ CRD_KINDS |= {("monitoring.coreos.com/v1", "ServiceMonitor")}
 CRD_KINDS |= {("kueue.x-k8s.io/v1beta2", kind) for kind in ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Topology")}
 # KubeRay's objects (multiNode.form rayjob): checked against the CRD's fields in tests/test_rayjob_schema.py.
 CRD_KINDS |= {("ray.io/v1", "RayJob")}
+# Karpenter's objects (elastic mode): checked against the v1.14.0 CRDs in tests/test_karpenter_crds.py.
+CRD_KINDS |= {("karpenter.k8s.aws/v1", "EC2NodeClass"), ("karpenter.sh/v1", "NodePool"),
+              ("karpenter.sh/v1alpha1", "NodeOverlay")}
 
 
 def _validate_all(docs, version):

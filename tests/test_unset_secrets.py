@@ -53,6 +53,7 @@ NEEDED = {
     "dev-reasoning": {"rltrain:grafanaAdminPassword"},
     "p4de": {"rltrain:hfToken", "rltrain:grafanaAdminPassword"},
     "p5": {"rltrain:hfToken", "rltrain:grafanaAdminPassword"},
+    "p5-elastic": {"rltrain:hfToken", "rltrain:grafanaAdminPassword"},
     "sim": {"rltrain:kubeconfig", "rltrain:hfToken"},
 }
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from components.stack import catalog
 
 from components.aws import iam
-from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
+from components.stack.labels import GPU_TAINT_KEY, gpu_node_labels
 # Labels workloads select on; `nvidia.com/gpu.present` also satisfies the NVIDIA device plugin's
 # default node affinity, which EKS does not set (FACTS.md: without it the plugin runs zero pods).
 AMI_TYPE = "AL2023_x86_64_NVIDIA"
@@ -116,6 +116,10 @@ class GpuNodeGroupArgs(BaseModel):
         return 0 if self.capacity_type == "capacity-block" else self.count
 
     allow_node_roll: bool = False
+    # False in elastic mode (rltrain:gpuNodes.elastic): only the security group and the placement
+    # group are created (FSx and Karpenter's EC2NodeClass use them); no launch template, node role
+    # or managed node group: Karpenter launches the GPU nodes (components/aws/karpenter.py).
+    managed_group: bool = True
 
     @property
     def placement_group(self) -> bool:
@@ -146,7 +150,7 @@ class GpuNodeGroupArgs(BaseModel):
         return out
 
     def labels(self) -> dict[str, str]:
-        return {**ROLE_LABEL, "rltrain/instance-type": self.instance_type, "nvidia.com/gpu.present": "true"}
+        return gpu_node_labels(self.instance_type)
 
 
 def network_interfaces(a: GpuNodeGroupArgs, security_group_ids: list[pulumi.Input[str]]
@@ -192,18 +196,23 @@ def node_config_yaml(a: GpuNodeGroupArgs) -> Optional[str]:
     return "\n".join(["---", "apiVersion: node.eks.aws/v1alpha1", "kind: NodeConfig", "spec:", *spec]) + "\n"
 
 
-def user_data(a: GpuNodeGroupArgs) -> Optional[str]:
+def user_data_mime(a: GpuNodeGroupArgs) -> Optional[str]:
+    """The nodeadm NodeConfig as a MIME multi-part document (what EKS and Karpenter merge their
+    cluster part into); None when there is nothing to set."""
     node_config = node_config_yaml(a)
     if node_config is None:
         return None
-    mime = (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{_BOUNDARY}"\n\n'
+    return (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{_BOUNDARY}"\n\n'
             f"--{_BOUNDARY}\nContent-Type: application/node.eks.aws\n\n{node_config}\n--{_BOUNDARY}--\n")
-    return base64.b64encode(mime.encode()).decode()
+
+
+def user_data(a: GpuNodeGroupArgs) -> Optional[str]:
+    mime = user_data_mime(a)
+    return None if mime is None else base64.b64encode(mime.encode()).decode()
 
 
 class GpuNodeGroup(pulumi.ComponentResource):
     security_group_id: pulumi.Output[str]
-    node_group: aws.eks.NodeGroup
 
     def __init__(self, name: str, args: GpuNodeGroupArgs, *, vpc_id: pulumi.Input[str],
                  subnet_id: pulumi.Input[str], cluster: pulumi.Input[str],
@@ -244,10 +253,18 @@ class GpuNodeGroup(pulumi.ComponentResource):
         # capacity allows: a reservation or a capacity block rarely holds two groups at once.
         fixed_name = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
         placement = None
+        # The placement group's name as its output (None without one): Karpenter's EC2NodeClass
+        # selects it by name in elastic mode.
+        self.placement_group_name: Optional[pulumi.Output[str]] = None
         if args.placement_group:
             pg = aws.ec2.PlacementGroup(f"{name}-placement", name=f"{args.cluster_name}-gpu", strategy="cluster",
                                         opts=fixed_name)
             placement = aws.ec2.LaunchTemplatePlacementArgs(group_name=pg.name)
+            self.placement_group_name = pg.name
+        self.node_group: Optional[aws.eks.NodeGroup] = None
+        if not args.managed_group:
+            self.register_outputs({"securityGroupId": self.security_group_id})
+            return
         market, reservation = None, None
         if args.capacity_type != "on-demand":
             reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(

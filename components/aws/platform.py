@@ -13,7 +13,11 @@ from components.aws import account_checks
 from components.aws.cluster import EksCluster, EksClusterArgs
 from components.stack.config import ConfigError, StackConfig
 from components.stack import topology
-from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs
+from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs, user_data_mime
+from components.aws.karpenter import Karpenter, KarpenterArgs
+from components.aws import karpenter_node_class
+from components.k8s import karpenter_nodes
+from components.stack import catalog, elastic
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
 from components.aws.network import ExistingNetwork, Network, NetworkArgs
 from components.aws.storage import FsxArgs, FsxLustreVolume
@@ -28,6 +32,7 @@ class AwsPlatform:
     cluster: EksCluster
     gpu_nodes: GpuNodeGroup
     training_role_arn: Optional[pulumi.Output[str]] = None
+    karpenter: Optional[Karpenter] = None
     node_groups: list[pulumi.Resource] = field(default_factory=list)
 
     def attach_fsx(self, claim: ClaimArgs, k8s_opts: pulumi.ResourceOptions) -> FsxLustreVolume:
@@ -100,6 +105,38 @@ def offline() -> bool:
     return isinstance(pulumi.runtime.settings.get_monitor(), MockMonitor)
 
 
+# The names of the elastic stack's Karpenter objects (cluster-scoped; one stack per cluster).
+GPU_NODE_POOL = karpenter_nodes.NODE_POOL
+
+
+def build_karpenter(cfg: StackConfig, cluster_name: str, network, cluster: EksCluster, gpu: GpuNodeGroup,
+                    gpu_args: GpuNodeGroupArgs) -> Karpenter:
+    """Karpenter and the GPU EC2NodeClass, NodePool and NodeOverlay of an elastic stack: the nodes
+    the managed group would have made (gpu_args: user data, root volume, EFA, placement,
+    reservation), their taint and labels, at most elastic.max_nodes(cfg), empty ones removed after
+    idleMinutes."""
+    g = cfg.gpu_nodes
+    it = catalog.get(g.instance_type)
+    karp = Karpenter("karpenter", KarpenterArgs(cluster_name=cluster_name,
+                                                region=pulumi.Config("aws").require("region")),
+                     cluster=(cluster.cluster_name, cluster.cluster_arn),
+                     pod_identity_agent=cluster.pod_identity_agent, system_nodes=cluster.system_nodes,
+                     k8s_provider=cluster.provider)
+    node_class = pulumi.Output.all(network.gpu_subnet_id, gpu.security_group_id, cluster.cluster_security_group_id,
+                                   karp.node_role_name, gpu.placement_group_name).apply(
+        lambda v: karpenter_node_class.node_class(karpenter_node_class.NodeClassArgs(
+            name=GPU_NODE_POOL, role=v[3], subnet_id=v[0], security_group_ids=(v[1], v[2]),
+            network_cards=it.network_cards, efa_devices=g.efa_devices_per_node,
+            capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id, placement_group=v[4],
+            root_volume_gib=gpu_args.root_volume_gib, root_volume_throughput=gpu_args.root_volume_throughput,
+            root_volume_iops=gpu_args.root_volume_iops, user_data=user_data_mime(gpu_args))))
+    # The same NodePool and NodeOverlay the simulated cluster's Karpenter schedules (cluster/karpenter.py).
+    pool = karpenter_nodes.gpu_node_pool(cfg, karpenter_node_class.node_class_ref(GPU_NODE_POOL), GPU_NODE_POOL)
+    overlay = karpenter_nodes.gpu_node_overlay(cfg, GPU_NODE_POOL)
+    karp.apply_nodes(node_class, pool, overlay, cluster.provider)
+    return karp
+
+
 def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
     if not offline():
         # Read-only invokes (sts:GetCallerIdentity, ec2:DescribeAvailabilityZones) before the first resource.
@@ -128,20 +165,29 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
         public_subnet_ids=network.public_subnet_ids)
     g = cfg.gpu_nodes
     kubelet = topology.derive(cfg)  # CPU / Topology Manager policies from the pod shapes
-    gpu = GpuNodeGroup("gpu", GpuNodeGroupArgs(
+    gpu_args = GpuNodeGroupArgs(
         cluster_name=cluster_name, instance_type=g.instance_type, count=g.count, efa=g.efa_enabled,
         capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id,
         **gpu_root_volume(g), local_storage_raid0=g.local_storage == "raid0",
         fast_image_pull=g.fast_image_pull, allow_node_roll=g.allow_node_roll,
         cpu_manager_policy=kubelet.cpu_manager, topology_manager_policy=kubelet.topology_manager,
-    ), vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id, cluster=cluster.cluster_name,
+        # Elastic mode: Karpenter launches the GPU nodes; only the security and placement groups stay.
+        managed_group=not elastic.enabled(cfg),
+    )
+    gpu = GpuNodeGroup("gpu", gpu_args, vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id,
+        cluster=cluster.cluster_name,
         kubernetes_version=cluster.kubernetes_version,
         cluster_security_group_id=cluster.cluster_security_group_id,
         # Nothing but the cluster: the add-ons (Pod Identity agent included) come after the node
         # groups, so that on a Kubernetes upgrade they follow the node roll (EKS update-cluster).
         depends_on=[])
     platform = AwsPlatform(cfg=cfg, cluster_name=cluster_name, network=network, cluster=cluster, gpu_nodes=gpu,
-                           node_groups=[gpu.node_group, cluster.system_nodes])
+                           node_groups=[gpu.node_group, cluster.system_nodes] if gpu.node_group else
+                           [cluster.system_nodes])
+    if elastic.enabled(cfg):
+        # What comes after the GPU node group comes after Karpenter and its NodePool instead.
+        platform.karpenter = build_karpenter(cfg, cluster_name, network, cluster, gpu, gpu_args)
+        platform.node_groups.append(platform.karpenter)
     t = cfg.training
     if t.s3:
         identity = TrainingIdentity("training-identity", TrainingIdentityArgs(

@@ -26,11 +26,23 @@ from components.offline.resources import (GPU, INSTANCE_TYPE, LAUNCH_TEMPLATE, P
 from components.stack import topology
 
 _SETTING = re.compile(r"^\s*(cpuManagerPolicy|topologyManagerPolicy):\s*(\S+)\s*$", re.M)
+# Elastic mode (components/aws/karpenter.py): no GPU launch template; Karpenter's EC2NodeClass
+# carries the same nodeadm NodeConfig in spec.userData, as plain text (karpenter_node_class.py).
+EC2_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
 
 
+def _node_class_user_data(r: dict[str, Any]) -> Any:
+    """The node class's userData as text; the record holds a multi-line string as its lines."""
+    data = ((r["inputs"].get("spec") or {}).get("userData")) if r["type"] == EC2_NODE_CLASS else None
+    if isinstance(data, list) and all(isinstance(x, str) for x in data):
+        return "\n".join(data)
+    return data
 
 
 def _settings(lt: dict[str, Any]) -> dict[str, str]:
+    if lt["type"] == EC2_NODE_CLASS:
+        text = _node_class_user_data(lt)
+        return dict(_SETTING.findall(text)) if isinstance(text, str) else {}
     data = lt["inputs"].get("userData")
     if not isinstance(data, str):
         return {}
@@ -46,7 +58,10 @@ def gpu_templates(resources: list[dict[str, Any]]) -> Optional[list[dict[str, An
     names its template (the render's `[known after deploy: <template>.id]`, a preview's real id).
     A group whose template cannot be matched leaves every template in play (never one picked by
     its place in the list). None when the record has no launch template (a bring-your-own cluster)."""
+    classes = [r for r in resources if r["type"] == EC2_NODE_CLASS]
     templates = [r for r in resources if r["type"] == LAUNCH_TEMPLATE]
+    if classes and not gpu_node_groups(resources):
+        return sorted(classes, key=lambda r: r["name"])
     if not templates:
         return None
     by_id: dict[str, dict[str, Any]] = {}
@@ -100,8 +115,10 @@ def _guaranteed_cpus(spec: dict[str, Any]) -> float:
 
 # The kubelet settings: in the userData of a launch template (the GPU group's sets them; a template
 # without userData, e.g. the system group's, is fine). Unknown until deploy: not an error.
-USER_DATA = Reads("the kubelet settings (a launch template's userData, nodeadm NodeConfig)", of_types(LAUNCH_TEMPLATE),
-                  lambda r: isinstance(r["inputs"].get("userData"), str), every=False)
+USER_DATA = Reads("the kubelet settings (a launch template's userData, nodeadm NodeConfig)",
+                  of_types(LAUNCH_TEMPLATE, EC2_NODE_CLASS),
+                  lambda r: isinstance(r["inputs"].get("userData"), str) or isinstance(_node_class_user_data(r), str),
+                  every=False)
 
 
 @rule("numa-policy-admits", "the GPU nodes' Topology Manager policy admits every pod that runs there "

@@ -22,6 +22,11 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-
 GPU_TAINT_KEY = "nvidia.com/gpu"
 ROLE_LABEL = {"role": "gpu-training"}
 
+
+def gpu_node_labels(instance_type: str) -> dict[str, str]:
+    """The labels of every GPU node, from the managed group or Karpenter's NodePool alike."""
+    return {**ROLE_LABEL, "rltrain/instance-type": instance_type, "nvidia.com/gpu.present": "true"}
+
 # Recorded on the training Namespace: the GPU node shape its workloads are sized for, so the
 # policy rules can check them, also on a bring-your-own cluster.
 GPU_INSTANCE_ANNOTATION = "rltrain/gpu-instance-type"

@@ -39,6 +39,22 @@ KUEUE_NAMESPACE = "kueue-system"
 # Installed in its own namespace; Helm installs the CRDs on the first install and never upgrades them.
 KUBERAY_OPERATOR = Chart("kuberay-operator", "1.6.2", "https://ray-project.github.io/kuberay-helm/")
 KUBERAY_NAMESPACE = "kuberay-system"
+# Karpenter (elastic GPU capacity, components/aws/karpenter.py): the controller and its CRDs as the
+# two charts of aws/karpenter-provider-aws v1.14.0 (charts/karpenter, charts/karpenter-crd), from
+# the project's public ECR OCI registry (website/content/en/v1.14/getting-started/
+# getting-started-with-karpenter/scripts/step08-apply-helm-chart.sh installs
+# oci://public.ecr.aws/karpenter/karpenter --version "${KARPENTER_VERSION}"). The tag's own
+# Chart.yaml still reads 1.13.0: the release job sets the published chart's version to the tag.
+# The same version as the controller the simulated cluster builds (cluster/build.sh KARPENTER_VERSION).
+# The CRDs come from karpenter-crd, not the controller chart's crds/ directory: Helm installs a
+# chart's crds/ on the first install only and never upgrades them (Helm docs, chart best practices:
+# custom resource definitions); karpenter-crd templates them, so an upgrade updates them.
+KARPENTER = Chart("karpenter", "1.14.0", "oci://public.ecr.aws/karpenter")
+KARPENTER_CRD = Chart("karpenter-crd", "1.14.0", "oci://public.ecr.aws/karpenter")
+# kube-system, beside the other node-level controllers; the chart gives its pods the
+# system-cluster-critical priority class (charts/karpenter/values.yaml priorityClassName).
+KARPENTER_NAMESPACE = "kube-system"
+KARPENTER_SERVICE_ACCOUNT = "karpenter"
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 POD_IDENTITY_ADDON = "eks-pod-identity-agent"

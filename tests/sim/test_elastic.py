@@ -11,9 +11,15 @@ bring-your-own cluster with Karpenter already running (`existingKarpenter`).
 2. Maximum 1 node and a 2-node run submitted to the queue: never admitted, no pod, no node
    launched for it past the PodsReady timeout, still queued whole.
 3. Two 2-node runs, maximum 2 nodes: one runs, the other waits whole and runs after.
-4. A node taken away while the run is Pending on it, with no capacity to replace it (the NodePool
-   held at one node: what an insufficient-capacity launch looks like): the run is released whole
-   after Kueue's PodsReady timeout and requeued; once capacity returns it runs whole.
+4. A launch that fails half-way: the cloud gives one of the run's two nodes and not the other (the
+   NodePool held at one node, what an insufficient-capacity error leaves). The run holds one node
+   while its other pod is Pending, is released whole at Kueue's PodsReady timeout (both pods gone,
+   requeued), and runs whole once capacity returns.
+
+Taking a node away by deleting its NodeClaim before the node joins does not work with the kwok
+provider: its Create starts a goroutine that creates the Node after the registration delay whatever
+happens to the NodeClaim (sigs.k8s.io/karpenter v1.14.0 kwok/cloudprovider/cloudprovider.go), so the
+"lost" node still joins and the run goes on; scenario 4 shows the same release without it.
 
 Each prints `[sim] elastic:` lines: the Karpenter version, the GPU node and NodeClaim counts over
 time, and the measured times (queued -> admitted, admitted -> all Running, idle -> zero nodes).
@@ -45,9 +51,11 @@ RUN = "rltrain-multinode"
 SINGLE = "rltrain-training"
 BOOT_SECONDS = 15
 # Kueue's PodsReady timeout and first requeue backoff here (a stack's are at least 10 min / 60 s).
-PODS_READY_TIMEOUT, BACKOFF = 60, 5
+PODS_READY_TIMEOUT, BACKOFF = 60, 5  # 60: the least KueueArgs accepts
 IDLE_MINUTES = 1
-RUN_SECONDS = 20.0
+# Longer than the PodsReady timeout: in scenario 4 the pod on the one node is still Running when
+# Kueue releases the run (a kwok Job pod succeeds on this timer, not when its peer joins).
+RUN_SECONDS = 90.0
 ELASTIC = {"rltrain:gpuNodes.elastic.enabled": True, "rltrain:gpuNodes.elastic.maxNodes": 2,
            "rltrain:gpuNodes.elastic.idleMinutes": IDLE_MINUTES,
            "rltrain:gpuNodes.elastic.existingKarpenter": True}
@@ -148,9 +156,16 @@ def second_run(cluster, name: str, *, nodes: int | None = None, source: str = RU
     spec = job["spec"]
     spec.pop("selector", None)
     spec["suspend"] = True
-    tmpl_labels = spec["template"]["metadata"].setdefault("labels", {})
+    tmpl_meta = spec["template"]["metadata"]
+    tmpl_labels = tmpl_meta.setdefault("labels", {})
     for k in ("controller-uid", "batch.kubernetes.io/controller-uid", "job-name", "batch.kubernetes.io/job-name"):
         tmpl_labels.pop(k, None)
+    # What Kueue wrote into the source's template at its admission (kueue.x-k8s.io/workload names
+    # the source's Workload: kept, the copy's admission fails "conflict for annotations").
+    for m in (tmpl_labels, tmpl_meta.setdefault("annotations", {})):
+        for k in [k for k in m if k.startswith("kueue.x-k8s.io/")]:
+            m.pop(k)
+    spec["template"]["spec"].pop("nodeSelector", None)  # Kueue's, from the flavor, at admission
     tmpl_labels["rltrain/run"] = name
     if nodes:
         spec["parallelism"] = spec["completions"] = nodes
@@ -291,8 +306,10 @@ def test_two_runs_over_a_maximum_of_two_nodes_run_one_after_the_other_whole(clus
         destroy(cluster, pulumi, r["expected"], request)
 
 
-def test_a_node_taken_away_while_the_run_is_pending_requeues_it_whole(cluster, request, tmp_path):
+def test_a_launch_that_fails_half_way_releases_the_run_whole_and_it_runs_when_capacity_returns(
+        cluster, request, tmp_path):
     wait("zero GPU nodes before the run", lambda: zero_nodes(Capacity(cluster)), ZERO_TIMEOUT)
+    set_node_limit(cluster, 1)  # EC2 has one instance for this run, not two
     cap = Capacity(cluster)
     cap.start()
     r = deploy_and_check(cluster, request, tmp_path, ONLY_MULTINODE)
@@ -300,39 +317,34 @@ def test_a_node_taken_away_while_the_run_is_pending_requeues_it_whole(cluster, r
     try:
         wait("the run admitted", lambda: true(workload_of(cluster, RUN), "Admitted"), 120, watcher.describe)
         t_admitted = time.monotonic()
-        wait("2 NodeClaims launched for the run", lambda: cap.counts()[1] == 2, 60, lambda: cap.line())
-        # The cloud takes one instance away before it joined, and has no capacity for another.
-        set_node_limit(cluster, 1)
-        claims = cluster.api("/apis/karpenter.sh/v1/nodeclaims")["items"]
-        taken = claims[0]["metadata"]["name"]
-        cluster.api(f"/apis/karpenter.sh/v1/nodeclaims/{taken}", "DELETE")
-        t_taken = time.monotonic()
-        wait("the run evicted whole (PodsReady timeout)",
-             lambda: true(workload_of(cluster, RUN), "Evicted") or true(workload_of(cluster, RUN), "Requeued")
-             and not true(workload_of(cluster, RUN), "Admitted"), PODS_READY_TIMEOUT + 90,
+        wait("one pod Running, its peer Pending", lambda: len(running_on(pods_of_run(cluster, RUN))) == 1, 120,
+             lambda: f"{watcher.describe()} capacity {cap.line()}")
+        wait("the run evicted whole at the PodsReady timeout", lambda: true(workload_of(cluster, RUN), "Evicted")
+             or not true(workload_of(cluster, RUN), "Admitted"), PODS_READY_TIMEOUT + 90,
              lambda: f"{watcher.describe()} capacity {cap.line()}")
         t_evicted = time.monotonic()
-        wl = workload_of(cluster, RUN)
-        evicted = conditions(wl).get("Evicted", {})
+        evicted = conditions(workload_of(cluster, RUN)).get("Evicted", {})
         wait("no pod of the run left", lambda: not [p for p in pods_of_run(cluster, RUN)
                                                     if p["status"].get("phase") not in ("Succeeded", "Failed")],
              120, watcher.describe)
-        # Capacity back: the same run admitted again and whole.
-        set_node_limit(cluster, 2)
+        t_released = time.monotonic()
+        assert not [p for p in pods_of_run(cluster, RUN) if p["status"].get("phase") == "Succeeded"]
+        set_node_limit(cluster, 2)  # capacity back
         wait("the run Running whole again", lambda: len(running_on(pods_of_run(cluster, RUN))) == 2, 240,
              lambda: f"{watcher.describe()} capacity {cap.line()}")
         t_whole = time.monotonic()
-        wait("the run complete", lambda: job_complete(cluster, RUN), 180, watcher.describe)
+        wait("the run complete", lambda: job_complete(cluster, RUN), 240, watcher.describe)
         wl = workload_of(cluster, RUN)
         requeues = ((wl.get("status") or {}).get("requeueState") or {}).get("count", 0)
         cap.finish()
-        _log(request, f"elastic: scenario 4: NodeClaim {taken} taken {t_taken - t_admitted:.0f}s after admission; "
-                      f"evicted whole {t_evicted - t_admitted:.0f}s after admission ({evicted.get('reason')}: "
-                      f"{evicted.get('message', '')[:120]}); requeues={requeues}; whole again "
-                      f"{t_whole - t_evicted:.0f}s after the eviction; nodes/claims over time {cap.line()}")
+        _log(request, f"elastic: scenario 4: one node of two launched; evicted whole "
+                      f"{t_evicted - t_admitted:.0f}s after admission ({evicted.get('reason')}: "
+                      f"{evicted.get('message', '')[:120]}), no pod left {t_released - t_evicted:.0f}s later; "
+                      f"requeues={requeues}; whole again {t_whole - t_released:.0f}s after capacity returned; "
+                      f"nodes/claims over time {cap.line()}")
         assert evicted.get("reason") == "PodsReadyTimeout", evicted
         assert requeues >= 1
-        assert job_complete(cluster, RUN)
+        assert PODS_READY_TIMEOUT - 5 <= t_evicted - t_admitted <= PODS_READY_TIMEOUT + 60
         assert not watcher.violations, watcher.violations
     finally:
         cap.finish()
