@@ -192,3 +192,24 @@ def test_the_pinned_karpenter_hashes_only_the_template():
     assert 'Budgets []Budget `json:"budgets,omitempty" hash:"ignore"`' in text
 
 
+
+
+def test_the_rendered_p5_elastic_node_pool_and_node_class():
+    r = rendered("p5-elastic")
+    base = r.resources
+
+    def changed(kind: str, path: tuple, value) -> list[impact.Impact]:
+        after = copy.deepcopy(base)
+        d = next(x for x in after if x["inputs"].get("kind") == kind)["inputs"]
+        for p in path[:-1]:
+            d = d[p]
+        d[path[-1]] = value
+        return impact.classify(base, after, r.cfg)
+
+    [idle] = changed("NodePool", ("spec", "disruption", "consolidateAfter"), "30m")
+    assert (idle.name, idle.kind) == ("karpenter-node-pool", impact.IN_PLACE)
+    assert changed("NodePool", ("spec", "limits", "nodes"), "4")[0].kind == impact.IN_PLACE
+    [expiry] = changed("NodePool", ("spec", "template", "spec", "expireAfter"), "720h")
+    assert expiry.kind == impact.NODE_ROLL and not expiry.allowed
+    [nc] = changed("EC2NodeClass", ("spec", "userData"), "changed")
+    assert (nc.name, nc.kind, nc.opt_in) == ("karpenter-node-class", impact.NODE_ROLL, "rltrain:gpuNodes.allowNodeRoll")
