@@ -58,12 +58,14 @@ def node_pool(a: NodePoolArgs) -> dict[str, Any]:
         {"key": ZONE_LABEL, "operator": "In", "values": [a.zone]},
         {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": [CAPACITY_TYPES[a.capacity_type]]},
     ]
-    limits: dict[str, Any] = {
-        # scheduler.go reads limits["nodes"] (pkg/utils/resources Node) when it adds a NodeClaim, so
-        # no launch takes the pool past the maximum however many pods are pending.
-        "nodes": str(a.max_nodes),
-    }
+    limits: dict[str, Any] = {"nodes": str(a.max_nodes)}
     if a.gpus_per_node:
+        # The limit that holds within one provisioning pass. `nodes` alone does not: scheduler.go
+        # (v1.14.0) subtracts each new NodeClaim's instance capacity from the remaining limits
+        # (subtractMax), and an instance type's capacity has no "nodes" entry, so one pass over
+        # two pending pods with `nodes: 1` launched two nodes on the simulated cluster
+        # (tests/sim/test_elastic.py scenario 4). The GPUs are in that capacity: max x GPUs per
+        # node stops the pass at the maximum.
         limits["nvidia.com/gpu"] = str(a.max_nodes * a.gpus_per_node)
     return {
         "apiVersion": API_VERSION, "kind": "NodePool",

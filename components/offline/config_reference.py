@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import types
+import datetime as dt
 import typing
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -79,7 +80,8 @@ def type_name(annotation: Any) -> str:
         return f"map of {type_name(args[0])} to {type_name(args[1])}"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "section"
-    return {str: "string", int: "integer", float: "number", bool: "true/false"}.get(annotation, str(annotation))
+    return {str: "string", int: "integer", float: "number", bool: "true/false",
+            dt.datetime: "date and time (ISO 8601, with a time zone)"}.get(annotation, str(annotation))
 
 
 def _default(field: Any) -> str:

@@ -180,8 +180,12 @@ def delete_job(cluster, name: str) -> None:
 
 
 def set_node_limit(cluster, nodes: int) -> None:
+    """The NodePool's limits for `nodes` nodes, both of them as the stack sets them: `nodes` alone
+    does not stop one provisioning pass from launching more (karpenter_nodes.node_pool)."""
+    gpus = elastic_cfg(nodes).gpu_nodes.instance.gpu_count * nodes
     cluster.api(f"/apis/karpenter.sh/v1/nodepools/{karpenter_nodes.NODE_POOL}", "PATCH",
-                {"spec": {"limits": {"nodes": str(nodes)}}}, content_type="application/merge-patch+json")
+                {"spec": {"limits": {"nodes": str(nodes), "nvidia.com/gpu": str(gpus)}}},
+                content_type="application/merge-patch+json")
 
 
 def zero_nodes(cap: Capacity) -> bool:
