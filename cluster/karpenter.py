@@ -83,11 +83,10 @@ def objects(cfg: StackConfig, boot_seconds: int) -> list[dict[str, Any]]:
     return docs + ([overlay] if overlay else [])
 
 
-def start(cluster: "Cluster", cfg: StackConfig, *, timeout: float, boot_seconds: int = 20) -> None:
+def start(cluster: "Cluster", cfg: StackConfig, *, timeout: float, ports: tuple[int, int],
+          boot_seconds: int = 20) -> None:
     """Karpenter's CRDs, then the controller, then the NodePool it serves (`cfg`: the deploy stack
-    with `gpuNodes.elastic` on)."""
-    from cluster.sim import free_port  # sim imports this module
-
+    with `gpuNodes.elastic` on); `ports`: free ports for its health probe and metrics."""
     src = cluster.tools.module("karpenter")
     cluster._crds(src / "pkg" / "apis" / "crds")
     cluster._crds(src / "kwok" / "apis" / "crds")
@@ -98,10 +97,10 @@ def start(cluster: "Cluster", cfg: StackConfig, *, timeout: float, boot_seconds:
     cluster.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
     types_file = cluster.root / "karpenter-instance-types.json"
     types_file.write_text(json.dumps(instance_types(cfg), indent=1))
-    probe = free_port()
+    probe, metrics = ports
     proc = cluster.spawn("karpenter", [cluster.tools.require("karpenter")], env={
         "KUBECONFIG": str(cluster.kubeconfig), "SYSTEM_NAMESPACE": NAMESPACE,
-        "DISABLE_LEADER_ELECTION": "true", "METRICS_PORT": str(free_port()), "HEALTH_PROBE_PORT": str(probe),
+        "DISABLE_LEADER_ELECTION": "true", "METRICS_PORT": str(metrics), "HEALTH_PROBE_PORT": str(probe),
         "INSTANCE_TYPES_FILE_PATH": str(types_file), "FEATURE_GATES": FEATURE_GATES, "LOG_LEVEL": "debug",
         # The batching window (defaults 10 s / 1 s, options.go): pods of one run arrive together.
         "BATCH_MAX_DURATION": "10s", "BATCH_IDLE_DURATION": "1s"})

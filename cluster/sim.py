@@ -288,7 +288,8 @@ class Cluster:
         self._kuberay(timeout)
         self._mpi_operator(timeout)
         if elastic is not None:
-            karpenter_mod.start(self, elastic, timeout=timeout, boot_seconds=boot_seconds)
+            karpenter_mod.start(self, elastic, timeout=timeout, ports=(free_port(), free_port()),
+                                boot_seconds=boot_seconds)
         self.info["startSeconds"] = round(time.monotonic() - t0, 1)
         self._save()
 
