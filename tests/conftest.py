@@ -8,8 +8,11 @@ runs every tier. A `sim` test (the simulated cluster, tests/sim/) is always `slo
 from __future__ import annotations
 
 import functools
+import json
 import os
+import resource
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +31,12 @@ SIM_LOG = "RLTRAIN_SIM_LOG"
 
 
 def pytest_configure(config):
+    # Renders cached by content for every process that runs tests (tests/render_cache.py): an xdist
+    # worker, or a run without workers; not the xdist controller, which runs none (and imports no SDK).
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        import render_cache
+
+        render_cache.install(_may_have_patched_the_program)
     if not hasattr(config, "workerinput") and SIM_LOG not in os.environ:
         fd, path = tempfile.mkstemp(prefix="rltrain-sim-", suffix=".log")
         os.close(fd)
@@ -48,6 +57,53 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.section("simulated cluster: the [sim] lines of every module")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+# Per-test wall and CPU, for bench/test_time.py (its --modules table): with RLTRAIN_TEST_TIMES naming a
+# file, every test process (the xdist workers included) appends one JSON line per test: its module,
+# the wall time of its setup, call and teardown together (module and session fixtures count in the
+# test that first needs them), and the CPU of this process plus the children it reaped meanwhile
+# (getrusage RUSAGE_SELF + RUSAGE_CHILDREN: a subprocess counts once it has been waited for; the
+# simulated cluster's daemons count when they are stopped). A measurement, not a test.
+TIMES = "RLTRAIN_TEST_TIMES"
+
+
+def _cpu() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_current: list = [None]  # the test running now (render_cache's bypass reads it)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current[0] = item
+    path = os.environ.get(TIMES)
+    if not path:
+        yield
+        _current[0] = None
+        return
+    wall, cpu = time.monotonic(), _cpu()
+    yield
+    tier = "sim" if item.get_closest_marker("sim") else "slow" if item.get_closest_marker("slow") else "default"
+    line = {"module": item.nodeid.split("::")[0], "test": item.nodeid, "tier": tier, "wall": round(time.monotonic() - wall, 3),
+            "cpu": round(_cpu() - cpu, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+    _current[0] = None
+
+
+def _may_have_patched_the_program() -> bool:
+    """Whether the running test has monkeypatched an attribute or a mapping other than the
+    environment (which the program does not read): then its renders may differ from the cached ones
+    in a way no key sees, and render_cache runs them afresh."""
+    item = _current[0]
+    for value in (getattr(item, "funcargs", None) or {}).values():
+        if isinstance(value, pytest.MonkeyPatch) and (
+                value._setattr or any(mapping is not os.environ for mapping, _, _ in value._setitem)):
+            return True
+    return False
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import shutil
 import tempfile
@@ -43,10 +44,17 @@ def write_variant(base: str, name: str, edits: dict) -> Path:
     return proj
 
 
+def _digits(text: str) -> str:
+    """Eight digits of a hash of `text`, the same in every process (str's hash() is salted per
+    process): a variant keeps its name from run to run, so its render is found in the cache
+    (tests/render_cache.py)."""
+    return str(int(hashlib.sha256(text.encode()).hexdigest()[:12], 16) % 10**8)
+
+
 @functools.lru_cache(maxsize=None)
 def _variant(base: str, edits_json: str) -> render.Rendered:
     edits = json.loads(edits_json)
-    name = f"{base}-v{abs(hash(edits_json)) % 10**8}"
+    name = f"{base}-v{_digits(edits_json)}"
     proj = write_variant(base, name, edits)
     return render.render_stack(name, proj)
 
@@ -57,6 +65,6 @@ def variant(base: str, edits: dict) -> render.Rendered:
 
 def load_variant(base: str, edits: dict):
     """Only the validated config of a variant (raises ConfigError)."""
-    name = f"{base}-c{abs(hash(json.dumps(edits, sort_keys=True))) % 10**8}"
+    name = f"{base}-c{_digits(json.dumps(edits, sort_keys=True))}"
     proj = write_variant(base, name, edits)
     return render.load_stack(name, proj)[2]
