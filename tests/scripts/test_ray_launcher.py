@@ -57,6 +57,7 @@ import pytest
 from support import rendered
 
 from components.scripts import ray_launcher as launcher
+from components.scripts._ray_launcher import common as launcher_common, node_wait, worker as launcher_worker
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHER_PATH = REPO / "components" / "scripts" / "ray_launcher.py"
@@ -70,6 +71,23 @@ UNRELATED_IP = "127.0.0.4"
 # A "head" that accepts TCP connections and never answers.
 SILENT_IP = "127.0.0.5"
 RESUME_TRAINER = Path(__file__).resolve().parent / "resume_trainer.py"
+
+# The launcher's fixed waits (common.tuned), shortened for every launcher these tests start: what
+# each bounds is the same at any length, and the assertions read these values. Its defaults:
+# DEFAULT_WAITS; test_head_keeps_the_trainers_code_when_ray_cannot_tell[hang-at-the-defaults] runs at
+# them (slow tier).
+FAST_WAITS = {"PEER_REPLY_SECONDS": 1.0, "HEAD_PROBE_SECONDS": 0.5, "NODE_POLL_SECONDS": 0.2,
+              "JOIN_RETRY_SECONDS": 0.2}
+DEFAULT_WAITS = {"PEER_REPLY_SECONDS": node_wait.PEER_REPLY_SECONDS,
+                 "HEAD_PROBE_SECONDS": launcher_worker.HEAD_PROBE_SECONDS,
+                 "NODE_POLL_SECONDS": node_wait.NODE_POLL_SECONDS,
+                 "JOIN_RETRY_SECONDS": launcher_worker.JOIN_RETRY_SECONDS}
+
+
+def at_defaults(env: dict) -> dict:
+    """A launcher environment without the shortened waits: the launcher's own defaults."""
+    return {k: v for k, v in env.items() if not k.startswith(launcher_common.TUNED_PREFIX)}
+
 
 _ray_installed = pytest.mark.skipif(
     RAY_CLI is None, reason="the ray CLI is not installed (pip install ray==2.60.0)"
@@ -242,6 +260,7 @@ class Launchers:
         env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
         env["RAY_USAGE_STATS_ENABLED"] = "0"
         env["PYTHONUNBUFFERED"] = "1"
+        env.update({launcher_common.TUNED_PREFIX + name: f"{value:g}" for name, value in FAST_WAITS.items()})
         env.update(values)
         return env
 
@@ -626,7 +645,7 @@ def test_two_node_cluster_ignores_another_ray_on_the_host_and_worker_exits_6_whe
     assert re.search(
         rf"\[ray-launcher rank=1\] ERROR: lost the Ray head {re.escape(HEAD_IP)}:{port}: "
         r"`ray start --block` exited with code 1 and "
-        r"(Ray reported it lost the GCS|its port no longer answers \(tried for 3 s\)); "
+        rf"(Ray reported it lost the GCS|its port no longer answers \(tried for {FAST_WAITS['HEAD_PROBE_SECONDS']:g} s\)); "
         r"exiting 6 \(head lost, a disruption\)",
         worker.stderr,
     ), worker.describe()
@@ -890,7 +909,7 @@ def test_head_gives_up_when_its_ray_never_answers(launchers, fake_ray, silent_he
         # The raylet said so (production: `ray start --block` prints its log's tail).
         ("join-gcs-lost", False, 6, "exited with code 1 and Ray reported it lost the GCS; exiting 6"),
         # Nothing said, but the head's port is gone.
-        ("join", True, 6, "exited with code 1 and its port no longer answers (tried for 3 s); exiting 6"),
+        ("join", True, 6, "exited with code 1 and its port no longer answers (tried for {probe:g} s); exiting 6"),
         # The head is fine: this node failed, and that is not a disruption.
         ("join", False, 1, "exited with code 1 while the head 127.0.0.5:{port} is still reachable"),
         ("fail", False, 5, "`ray start` exited with code 1 before joining the Ray cluster at 127.0.0.5:{port}"),
@@ -919,7 +938,7 @@ def test_worker_exit_code_tells_a_lost_head_from_a_failure(
         fake_ray.release.touch()
 
     assert worker.wait(timeout=20) == code, worker.describe()
-    assert message.format(port=silent_head.port) in worker.stdout + worker.stderr
+    assert message.format(port=silent_head.port, probe=FAST_WAITS["HEAD_PROBE_SECONDS"]) in worker.stdout + worker.stderr
     # Ray's own output is passed through.
     assert ("Ray runtime started." in worker.stdout) == mode.startswith("join")
 
@@ -1212,24 +1231,31 @@ def test_head_keeps_the_trainers_code_when_every_node_is_alive(launchers, fake_r
 
 
 @pytest.mark.parametrize(
-    ("state", "code", "expected", "problem"),
+    ("state", "code", "expected", "problem", "waits"),
     [
-        ("hang", 1, 1, "no node count within 6 s of connecting"),
+        ("hang", 1, 1, "no node count within {within:g} s of connecting", FAST_WAITS),
         # Not knowing is no lost peer either: a trainer's 9 is still 1.
-        ("hang-init", 9, 1, "no connection within 2 s (RAY_CONNECT_TIMEOUT_SECONDS)"),
+        ("hang-init", 9, 1, "no connection within 2 s (RAY_CONNECT_TIMEOUT_SECONDS)", FAST_WAITS),
+        # The same bound at the launcher's own waits (1 s of watching + its 5 s for a count).
+        pytest.param("hang", 1, 1, "no node count within {within:g} s of connecting", DEFAULT_WAITS,
+                     marks=pytest.mark.slow, id="hang-at-the-defaults"),
     ],
 )
-def test_head_keeps_the_trainers_code_when_ray_cannot_tell(launchers, fake_ray, state, code, expected, problem):
+def test_head_keeps_the_trainers_code_when_ray_cannot_tell(launchers, fake_ray, state, code, expected, problem, waits):
     head_env = peer_env(launchers, fake_ray, RAY_PEER_CHECK_SECONDS="1", RAY_CONNECT_TIMEOUT_SECONDS="2")
+    if waits is DEFAULT_WAITS:
+        head_env = at_defaults(head_env)
     started = time.monotonic()
     head = launchers.run(head_env, failing_trainer(fake_ray, code, state), container=True)
     elapsed = time.monotonic() - started
 
+    problem = problem.format(within=1 + waits["PEER_REPLY_SECONDS"])
     assert head.proc.returncode == expected, head.describe()
     assert f"[ray-launcher rank=0] ERROR: cannot count the Ray nodes at 127.0.0.1:6379: {problem}" in head.stderr
     assert ("Ray could not tell whether a peer was lost; exiting 1" in head.stdout) == (code == 9)
-    # Bounded: 2 s to connect, or 1 s of watching + 5 s for a count, and the abandoned child killed.
-    assert elapsed < 15, f"a bounded check took {elapsed:.1f} s"
+    # Bounded: 2 s to connect, or 1 s of watching + PEER_REPLY_SECONDS for a count, and the
+    # abandoned child killed.
+    assert elapsed < 10 + waits["PEER_REPLY_SECONDS"], f"a bounded check took {elapsed:.1f} s"
 
 
 @pytest.mark.parametrize(("handler", "expected"), [(True, 42), (False, 128 + signal.SIGTERM)])

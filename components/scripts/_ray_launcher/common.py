@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 # The exit codes of the contract (ray_launcher.py's docstring); the entry script re-exports them
@@ -17,6 +18,27 @@ EXIT_PEER_LOST = 9
 EXIT_NOT_FOUND = 127
 
 USAGE = "usage: ray_launcher.py -- <training command> [args...]"
+# The prefix of the variables that shorten the launcher's fixed waits (tuned()).
+TUNED_PREFIX = "RAY_LAUNCHER_"
+
+
+def tuned(name: str, default: float) -> float:
+    """One of the launcher's fixed waits, in seconds: `default`, unless RAY_LAUNCHER_<name> sets
+    another. Only the launcher's own tests set them (tests/scripts/test_ray_launcher.py runs it as a
+    program and need not sleep through the production waits; one test keeps these defaults); no
+    manifest of the program does. A value that is not a number >= 0 stops the launcher (exit 2)."""
+    raw = os.environ.get(TUNED_PREFIX + name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        print(f"{USAGE}\nERROR: {TUNED_PREFIX}{name} must be a number of seconds >= 0, got {raw!r}",
+              file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_USAGE)
+    return value
 
 # Progress lines while waiting are rate-limited so logs stay readable over a
 # wait of several minutes.

@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Optional
 
-from .common import EXIT_NODES_TIMEOUT, EXIT_RAY_CONNECT_FAILED, PROGRESS_EVERY_SECONDS, Launcher
+from .common import EXIT_NODES_TIMEOUT, EXIT_RAY_CONNECT_FAILED, PROGRESS_EVERY_SECONDS, Launcher, tuned
 from .config import Config
 from .processes import CHILD_STOP_GRACE_SECONDS
 
@@ -31,10 +31,10 @@ PROGRAM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # How often the head asks Ray how many nodes are alive. Each poll is one cheap
 # GCS request, so a short interval only shortens the time to start training.
-NODE_POLL_SECONDS = 2.0
+NODE_POLL_SECONDS = tuned("NODE_POLL_SECONDS", 2.0)
 # After the head's trainer failed, how long past RAY_PEER_CHECK_SECONDS the head waits for the
 # counting child's last report: one ray.nodes() call, a single GCS request.
-PEER_REPLY_SECONDS = 5.0
+PEER_REPLY_SECONDS = tuned("PEER_REPLY_SECONDS", 5.0)
 
 
 def report_nodes(address: str, num_nodes: int, watch_seconds: Optional[float] = None) -> int:

@@ -13,7 +13,7 @@ import threading
 import time
 
 from .common import (EXIT_HEAD_LOST, EXIT_HEAD_UNREACHABLE, EXIT_NOT_FOUND, EXIT_RAY_START_FAILED,
-                     EXIT_RAY_START_TIMEOUT, PROGRESS_EVERY_SECONDS, Launcher, flush_std_streams)
+                     EXIT_RAY_START_TIMEOUT, PROGRESS_EVERY_SECONDS, Launcher, flush_std_streams, tuned)
 from .config import Config, host_port
 from .processes import ForwardSignals, relay, stop_child, wait_reaping
 from .start import GCS_LOST_MARKER, RAY_STARTED_MARKER, ray_on_path, worker_start_command
@@ -22,12 +22,12 @@ from .start import GCS_LOST_MARKER, RAY_STARTED_MARKER, ray_on_path, worker_star
 # appears only once its pod exists and the headless Service publishes it, and
 # its GCS port opens only once `ray start --head` is up, so early failures are
 # the normal case.
-JOIN_RETRY_SECONDS = 1.0
+JOIN_RETRY_SECONDS = tuned("JOIN_RETRY_SECONDS", 1.0)
 # After a joined worker's `ray start --block` fails, how long the launcher
 # keeps trying the head's port before calling the head lost. Ray itself has
 # already waited (gcs_rpc_server_reconnect_timeout_s, 60 s by default) before
 # its raylet gave up on the GCS, so this only needs to outlast a blip.
-HEAD_PROBE_SECONDS = 3.0
+HEAD_PROBE_SECONDS = tuned("HEAD_PROBE_SECONDS", 3.0)
 
 
 def wait_for_head(log: Launcher, cfg: Config) -> bool:
