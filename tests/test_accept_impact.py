@@ -6,9 +6,9 @@ help and the render's summary say which impacts it accepted.
 Each case runs the CLI's main() with its arguments (its exit code, stdout and stderr) against a base
 record made from the committed one so that the current program is the change: a larger FSx before (a
 shrink now), another cluster name before (a new cluster now), one more GPU node before (a node removed
-now). The node-roll refusal runs the CLI as a program (a fresh interpreter, exit code 1 through the
-CLI's own exit); the other cases run main() in this process, which has the SDKs loaded already (a
-fresh interpreter spends some 3 s of CPU per render importing them)."""
+now). Every case runs main() in this process, which has the SDKs loaded already (a fresh interpreter
+spends some 3 s of CPU per render importing them); the node-roll refusal also runs the CLI as a
+program (exit code 1 through the CLI's own exit), in the slow tier."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_the_stacks_own_opt_in_accepts_data_loss(tmp_path, capsys):
 
 def test_a_node_roll_is_accepted_and_the_summary_says_so(tmp_path, capsys):
     base = base_with(tmp_path, "p5", more_gpu_nodes)
-    proc, _ = render_cli(tmp_path, "p5", base)  # the program
+    proc, _ = render_cli(tmp_path, "p5", base, capsys=capsys)
     assert proc.returncode == 1 and "REFUSED: node roll: NodeGroup gpu-nodes" in proc.stderr
     assert not (tmp_path / "out").exists()
     proc, md = render_cli(tmp_path, "p5", base, "--accept-impact", capsys=capsys)
@@ -99,6 +99,13 @@ def test_a_node_roll_is_accepted_and_the_summary_says_so(tmp_path, capsys):
     said = "--accept-impact accepted 1 node roll; it never accepts replace (data loss) or refused"
     assert f"Pulumi.p5.yaml: {said}" in proc.stderr and said in proc.stdout  # stderr and the summary
     assert "Accepted by `--accept-impact`" in md and "- node roll: NodeGroup gpu-nodes" in md
+
+
+@pytest.mark.slow  # a fresh interpreter (some 3 s of CPU): the render CLI's default-tier case is its --help
+def test_the_cli_as_a_program_refuses_a_node_roll_with_exit_1(tmp_path):
+    proc, _ = render_cli(tmp_path, "p5", base_with(tmp_path, "p5", more_gpu_nodes))  # the program
+    assert proc.returncode == 1 and "REFUSED: node roll: NodeGroup gpu-nodes" in proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_flags_help_names_what_it_accepts_and_what_it_never_does(capsys):

@@ -47,6 +47,14 @@ def run(script: str, *args: str, env: dict[str, str], bin_dir: Path | None = Non
                           capture_output=True, text=True, timeout=120)
 
 
+def first_in_every_tier(cases: list) -> list:
+    """A table of cases, each a fresh run of a script (bash and a Python interpreter, some 0.3 s of
+    CPU): the first in every tier, the others in the slow tier (what CI runs). A case of several
+    arguments is a tuple; anything else is the one argument."""
+    return [cases[0], *(pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
+                        for case in cases[1:])]
+
+
 def outputs(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines())
 
@@ -81,13 +89,13 @@ def gate(tmp_path: Path, environment: dict | None, **extra: str) -> tuple[subpro
     return res, outputs(out), ci_out / "preview.unavailable"
 
 
-@pytest.mark.parametrize("environment,why", [
+@pytest.mark.parametrize("environment,why", first_in_every_tier([
     (None, "could not be read"),                                    # no `preview` environment at all
     ({"name": "preview", "protection_rules": []}, "has no required reviewers"),   # private repo on Team
     ({"name": "preview", "protection_rules": [{"type": "wait_timer", "wait_timer": 5}]}, "has no required reviewers"),
     ({"name": "preview", "protection_rules": [{"type": "required_reviewers", "reviewers": []}]},
      "has no required reviewers"),
-])
+]))
 def test_gate_fails_closed_without_required_reviewers(tmp_path, environment, why):
     """Before: every credential set was enough; an environment without reviewers (required reviewers
     exist only in public repositories on Free, Pro and Team) handed its secrets to any run."""
@@ -121,7 +129,7 @@ def test_gate_on_dependabot_says_why_without_reading_anything(tmp_path):
     assert "Dependabot's" in unavailable.read_text() and not (tmp_path / "bin" / "gh.log").exists()
 
 
-@pytest.mark.parametrize("env,ready,backend,named", [
+@pytest.mark.parametrize("env,ready,backend,named", first_in_every_tier([
     ({"AWS_ROLE_ARN": "arn", "PULUMI_ACCESS_TOKEN": "pul-x"}, "true", "cloud", None),
     ({"AWS_ROLE_ARN": "arn"}, "false", "cloud", "PULUMI_ACCESS_TOKEN"),
     ({"PULUMI_ACCESS_TOKEN": "pul-x"}, "false", "cloud", "AWS_ROLE_ARN"),
@@ -137,7 +145,7 @@ def test_gate_on_dependabot_says_why_without_reading_anything(tmp_path):
     # A self-hosted Pulumi Cloud is Pulumi Cloud: a token.
     ({"AWS_ROLE_ARN": "arn", "PULUMI_BACKEND_URL": "https://api.pulumi.example.com",
       "PULUMI_CONFIG_PASSPHRASE": "pw"}, "false", "cloud", "PULUMI_ACCESS_TOKEN"),
-])
+]))
 def test_gate(tmp_path, env, ready, backend, named):
     out, summary = tmp_path / "out", tmp_path / "summary"
     bin_dir = tmp_path / "bin"
@@ -199,7 +207,7 @@ Duration: 41s
 """
 
 
-@pytest.mark.parametrize("env,login,select", [
+@pytest.mark.parametrize("env,login,select", first_in_every_tier([
     # Pulumi Cloud, stacks in an organization.
     ({"PULUMI_ACCESS_TOKEN": "pul-x", "PULUMI_ORG": "acme", "PULUMI_CONFIG_PASSPHRASE": ""},
      "login --non-interactive", "stack select --non-interactive --create --secrets-provider default acme/p5"),
@@ -212,7 +220,7 @@ Duration: 41s
       "PULUMI_CONFIG_PASSPHRASE": ""},
      "login --non-interactive s3://state",
      "stack select --non-interactive --create --secrets-provider awskms://alias/rltrain p5"),
-])
+]))
 def test_preview_logs_in_creates_the_stack_and_captures_its_output(tmp_path, env, login, select):
     bin_dir = tmp_path / "bin"
     fake(bin_dir, "pulumi", f"""if [ "$1" = preview ]; then cat <<'OUT'
@@ -426,12 +434,12 @@ def ours(run_id: int, attempt: int = 1, kind: str = "preview:p5", author: str = 
             "body": f"{upsert_comment.marker(kind)}\n{upsert_comment.meta(OLD_HEAD, run_id, attempt)}\nold text"}
 
 
-@pytest.mark.parametrize("existing,method", [
+@pytest.mark.parametrize("existing,method", first_in_every_tier([
     ([], "POST"),
     ([ours(400)], "PATCH"),                        # an older run's comment: replaced
     ([ours(500, attempt=1)], "PATCH"),             # this run, re-run (attempt 2 below) or same attempt
     ([ours(400, id_=1), ours(450, id_=9)], "PATCH"),  # the latest of ours is edited
-])
+]))
 def test_comment_posted_or_edited(tmp_path, existing, method):
     bin_dir = tmp_path / "bin"
     fake_github(bin_dir, existing)
@@ -546,12 +554,12 @@ def test_a_forks_rerun_never_lands_on_the_mirror_pull_request(tmp_path):
     assert "left alone: #9 (o/r:pr-7)" in res.stderr
 
 
-@pytest.mark.parametrize("pulls", [
+@pytest.mark.parametrize("pulls", first_in_every_tier([
     [],                                                                            # no pull request of that commit
     [{"number": 7, "state": "closed", "sha": HEAD, "repo": "fork/r", "ref": "feature"}],
     [{"number": 7, "state": "open", "sha": HEAD, "repo": "fork/r", "ref": "other-branch"}],
     [{"number": 7, "state": "open", "sha": HEAD, "repo": "someone/r", "ref": "feature"}],
-])
+]))
 def test_a_fork_run_without_its_own_open_pull_request_writes_nothing(tmp_path, pulls):
     bin_dir = tmp_path / "bin"
     fake_github(bin_dir, [], pulls=pulls)

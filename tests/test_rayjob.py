@@ -6,15 +6,13 @@ CRD fields: tests/test_rayjob_schema.py."""
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 
 import pytest
 from support import rendered
 from test_kueue_support import load_variant, variant, write_variant
 
 from components.k8s import kuberay, kueue, monitoring
-from components.offline import deploy_model, policy, schedule
+from components.offline import deploy_model, policy, render, schedule
 from components.stack import config, refusals, versions
 from components.workloads import env as env_mod
 from components.workloads import multinode, rayjob, runs
@@ -262,14 +260,15 @@ def test_ray_version_disagreeing_with_the_image_tag_is_refused_with_its_key_path
     assert cfg.workloads.multi_node.ray_version == "2.60.0"
 
 
-def test_the_render_refuses_a_disagreeing_ray_version_with_exit_2(tmp_path):
+def test_the_render_refuses_a_disagreeing_ray_version_with_exit_2(tmp_path, capsys):
+    # The CLI's main() in this process (its exit code and output; the CLI as a program: test_render_cli.py).
     proj = write_variant("p5", "p5-rayver", {"rltrain:workloads": {
         "image": TAGGED, "multiNode": {**RAYJOB, "rayVersion": "2.61.0"}}})
-    proc = subprocess.run([sys.executable, "-m", "components.offline.render", "--stack", "p5-rayver",
-                           "--project-dir", str(proj), "--out", str(tmp_path / "out"), "--accept-impact"],
-                          cwd=proj, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "rltrain:workloads.multiNode.rayVersion" in proc.stdout + proc.stderr
+    code = render.main(["--stack", "p5-rayver", "--project-dir", str(proj), "--out", str(tmp_path / "out"),
+                        "--accept-impact"])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert "rltrain:workloads.multiNode.rayVersion" in out + err
     assert not (tmp_path / "out").exists()
 
 

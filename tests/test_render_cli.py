@@ -1,6 +1,7 @@
 """The render CLI as a newcomer meets it: `--help` names the stacks and the exit codes, files are
 written 0644, the byo summary prints `$0/h`, and the fast exit (gc off, `os._exit` after flushing)
-changes no byte of the output, printed or written."""
+changes no byte of the output, printed or written. The cases that start the CLI in a fresh interpreter
+(some 3 s of CPU each) are in the slow tier but `--help`, the one every tier runs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import rendered
 
 from components.offline import render
@@ -52,6 +54,7 @@ def test_byo_summary_prints_zero_dollars():
     assert line.strip().startswith("estimated cost: $0/h (bring-your-own cluster"), line
 
 
+@pytest.mark.slow  # fresh interpreters: the CLI's default-tier case is test_help_lists_stacks_and_exit_codes
 def test_fast_exit_changes_no_byte(tmp_path):
     """The CLI (gc off, os._exit) against the same render done in-process with a normal interpreter."""
     # A project without committed renders: the change-impact guard has nothing to compare with.
@@ -73,6 +76,7 @@ def test_fast_exit_changes_no_byte(tmp_path):
     assert sorted(proc.stdout.splitlines()) == sorted(render.summary(r).splitlines() + [wrote])
 
 
+@pytest.mark.slow  # a fresh interpreter, as above
 def test_cli_exit_code_of_a_refusal():
     proc = cli("--stack", "no-such-stack", "--out", os.devnull)
     assert proc.returncode == 2

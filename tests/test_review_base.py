@@ -3,7 +3,8 @@ whose pull request changes p5's training image (and re-renders it), merged the w
 checks out a `pull_request` (GitHub's merge commit into the base). ci/render-review.sh without
 --base takes the merge commit's first parent, HEAD^1, and shows the change; judged against HEAD^2 (the
 pull request compared with itself) the same script prints "no change", so a review that picked the
-wrong parent would be caught here. The slow, whole-flow version is tests/test_review_flow.py."""
+wrong parent would be caught here (that second review is in the slow tier: what CI runs). The slow,
+whole-flow version is tests/test_review_flow.py."""
 
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ def test_the_merge_commits_first_parent_is_the_base_and_the_change_shows(merged)
     assert "No change to `rendered/`" not in summary
 
 
+@pytest.mark.slow  # a second review in fresh interpreters (some 6 s of CPU); the first one runs in every tier
 def test_the_pull_request_against_itself_would_say_no_change(merged):
     """What a review based on HEAD^2 (the PR's own head) would print: the test above tells them apart."""
     proc, summary = review(merged, "--base", "HEAD^2")
