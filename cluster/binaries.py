@@ -9,6 +9,7 @@ never copied into this repository.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -55,6 +56,7 @@ def _newest_bin_dir() -> Optional[Path]:
     return found[0] if found else None
 
 
+@functools.lru_cache(maxsize=8)  # a bash process; the file does not change while this process runs
 def _sourced(env_sh: Path) -> dict[str, str]:
     r = subprocess.run(["bash", "-c", f'set -a; . "{env_sh}" >/dev/null; env -0'], capture_output=True)
     if r.returncode:
@@ -96,6 +98,7 @@ class Toolset:
                                 f"{self.env_sh or 'an env.sh'} nor in the Go module cache: {ENABLE_HINT}")
 
 
+@functools.lru_cache(maxsize=1)  # `go env` is a process of its own; asked by every toolset()
 def _gomodcache() -> Optional[Path]:
     if os.environ.get("GOMODCACHE"):
         return Path(os.environ["GOMODCACHE"])
@@ -107,7 +110,8 @@ def _gomodcache() -> Optional[Path]:
     return Path.home() / "go" / "pkg" / "mod"
 
 
-def _versions_env() -> dict[str, str]:
+def versions_env() -> dict[str, str]:
+    """The pins of cluster/versions.env (NAME=value lines), e.g. KARPENTER_VERSION."""
     path = Path(__file__).with_name("versions.env")
     out = {}
     if path.exists():
@@ -122,7 +126,7 @@ def toolset() -> Toolset:
     env_sh = find_env_sh()
     env: dict[str, str] = {}
     if env_sh and env_sh.exists():
-        env = _sourced(env_sh)
+        env = dict(_sourced(env_sh))  # a copy: the cached one stays as sourced
     env.update({k: v for k, v in os.environ.items() if k.startswith("RLTRAIN_SIM_")})
     bin_dir: Optional[Path] = Path(env["RLTRAIN_SIM_BIN"]) if env.get("RLTRAIN_SIM_BIN") else None
     if bin_dir is None:
@@ -133,7 +137,7 @@ def toolset() -> Toolset:
             modules[name] = Path(env[var])
     cache = _gomodcache()
     if cache and cache.is_dir():
-        pins = _versions_env()
+        pins = versions_env()
         fallbacks = {"kueue": ("sigs.k8s.io/kueue", "KUEUE_VERSION"), "kwok": ("sigs.k8s.io/kwok", "KWOK_VERSION"),
                      "kuberay": ("github.com/ray-project/kuberay/ray-operator", "KUBERAY_VERSION"),
                      "mpi-operator": ("github.com/kubeflow/mpi-operator", "MPI_OPERATOR_VERSION"),

@@ -25,6 +25,7 @@ replace, delete ...), the engine's warnings and errors, and the summary.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import runpy
@@ -136,6 +137,9 @@ class Recorder:
         self.diagnostics: list[dict[str, str]] = []
         self.failed: list[str] = []
         self.policy: list[dict[str, Any]] = []
+        self.t0 = time.monotonic()
+        self.started: dict[str, float] = {}
+        self.took: dict[str, float] = {}
 
     def __call__(self, event: Any) -> None:
         pre = getattr(event, "resource_pre_event", None)
@@ -146,6 +150,11 @@ class Recorder:
             entry["ops"].append(op)
             if m.diffs:
                 entry["diffs"] = sorted(set(entry.get("diffs", [])) | set(m.diffs))
+            self.started.setdefault(m.urn, time.monotonic())
+        out = getattr(event, "res_outputs_event", None)
+        if out is not None and out.metadata.urn in self.started:
+            # How long the step took (the provider's await included): where an operation's time goes.
+            self.took[out.metadata.urn] = round(time.monotonic() - self.started[out.metadata.urn], 1)
         d = getattr(event, "diagnostic_event", None)
         if d is not None and d.severity in ("warning", "error"):
             # ephemeral: a status line of the progress display (a provider's await reporting what it
@@ -161,7 +170,9 @@ class Recorder:
                                 "urn": p.resource_urn or "", "message": p.message.strip()})
 
     def result(self) -> dict[str, Any]:
-        return {"ops": self.ops, "diagnostics": self.diagnostics, "failed": self.failed, "policy": self.policy}
+        slowest = sorted(self.took.items(), key=lambda kv: -kv[1])[:5]
+        return {"ops": self.ops, "diagnostics": self.diagnostics, "failed": self.failed, "policy": self.policy,
+                "slowest": [{"resource": urn.split("::")[-1], "seconds": t} for urn, t in slowest]}
 
 
 def run(operation: str, workdir: Path, stack: str, kubeconfig: Path, *, refresh: bool = False,
@@ -199,11 +210,7 @@ def run(operation: str, workdir: Path, stack: str, kubeconfig: Path, *, refresh:
     if cli.parent.name != "bin":  # PulumiCommand wants <root>/bin/pulumi
         raise DeployError(f"the Pulumi CLI must sit in a bin/ directory: {cli}")
     stack_obj = auto.create_or_select_stack(stack_name=stack, project_name="rltrain", program=program, opts=opts)
-    config = stack_obj.get_all_config()
-    stack_obj.set_config("rltrain:kubeconfig", auto.ConfigValue(kubeconfig.read_text(), secret=True))
-    for key, value in (secrets or {}).items():
-        if key not in config:
-            stack_obj.set_config(key, auto.ConfigValue(value, secret=True))
+    _set_config_once(stack_obj, workdir, project / f"Pulumi.{stack}.yaml", kubeconfig, secrets or {})
 
     rec = Recorder()
     out = (lambda line: print(line, flush=True)) if echo else (lambda line: None)
@@ -232,8 +239,34 @@ def run(operation: str, workdir: Path, stack: str, kubeconfig: Path, *, refresh:
     res = rec.result()
     res.update({"operation": operation, "ok": ok, "error": error, "summary": summary,
                 "seconds": round(time.monotonic() - t0, 1),
-                "versions": {"pulumi": stack_obj.workspace.pulumi_version, "provider": _provider_version(provider)}})
+                "versions": {"pulumi": stack_obj.workspace.pulumi_version, "provider": provider_version(provider)}})
     return res
+
+
+def _secure_keys(stack_file: Path) -> set[str]:
+    doc = yaml.safe_load(stack_file.read_text()) if stack_file.exists() else {}
+    return {k for k, v in ((doc or {}).get("config") or {}).items() if isinstance(v, dict) and "secure" in v}
+
+
+def _set_config_once(stack_obj: Any, workdir: Path, stack_file: Path, kubeconfig: Path,
+                     secrets: dict[str, str]) -> None:
+    """`pulumi config set --secret` for the kubeconfig and the placeholder secrets, once per work
+    directory: each is a CLI process of its own, and every operation of a test's deployment would
+    set the same values again. Set again when the kubeconfig changed (another cluster: the hash in
+    workdir/config-set.json) or the stack file lost one of them (a test wrote the file anew)."""
+    from pulumi import automation as auto
+
+    marker = workdir / "config-set.json"
+    want = {"kubeconfig": hashlib.sha256(kubeconfig.read_bytes()).hexdigest(), "secrets": sorted(secrets)}
+    needed = {"rltrain:kubeconfig", *secrets}
+    if marker.exists() and json.loads(marker.read_text()) == want and needed <= _secure_keys(stack_file):
+        return
+    have = _secure_keys(stack_file)
+    stack_obj.set_config("rltrain:kubeconfig", auto.ConfigValue(kubeconfig.read_text(), secret=True))
+    for key, value in secrets.items():
+        if key not in have:
+            stack_obj.set_config(key, auto.ConfigValue(value, secret=True))
+    marker.write_text(json.dumps(want))
 
 
 def analyzer(workdir: Path, pack: Path) -> Path:
@@ -252,10 +285,28 @@ def analyzer(workdir: Path, pack: Path) -> Path:
     return shim
 
 
-def _provider_version(provider: Path) -> str:
+def provider_version(provider: Path) -> str:
+    """`provider -version`, asked once per provider build (the answer is kept in the build cache's
+    `provider-versions/`, keyed by the binary's inode, size and time): a process of its own, and the
+    tests ask at every operation."""
     import subprocess
+
+    from cluster.binaries import cache_root
+
+    st = provider.stat()
+    kept = cache_root() / "provider-versions" / f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
+    try:
+        return kept.read_text()
+    except OSError:
+        pass
     r = subprocess.run([str(provider), "-version"], capture_output=True, text=True, timeout=30)
-    return (r.stdout or r.stderr).strip()
+    version = (r.stdout or r.stderr).strip()
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(version)
+    except OSError:
+        pass  # not writable: ask again next time
+    return version
 
 
 def default_secrets(project: Path, stack: str) -> dict[str, str]:

@@ -15,21 +15,19 @@ What is derived here, nothing typed twice:
   kube-reserved (100m CPU, 10Mi: helpers.go newInstanceType Overhead) added back to the capacity.
 - the NodePool and NodeOverlay: the program's own builders (components/k8s/karpenter_nodes.py), only
   the node class a KWOKNodeClass instead of the EC2NodeClass.
+
+Only what to start and apply is here (pure: no cluster); cluster/sim.py starts the controller as part
+of the cluster's own start (`Cluster.start(elastic=...)`), as it starts KubeRay and the MPI operator.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.request
-from typing import TYPE_CHECKING, Any
+from typing import Any, Optional
 
-from cluster.binaries import _versions_env
+from cluster.binaries import versions_env
 from components.k8s import karpenter_nodes
 from components.stack.config import StackConfig
 from components.workloads.sizing import EFA, GPU
-
-if TYPE_CHECKING:  # pragma: no cover
-    from cluster.sim import Cluster
 
 NODE_CLASS = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "rltrain-gpu"}
 # kwok/cloudprovider/helpers.go newInstanceType: every kwok instance type's KubeReserved.
@@ -39,11 +37,15 @@ KWOK_RESERVED_MEMORY_MIB = 10
 # stack's Karpenter turns it on, and so does this one.
 FEATURE_GATES = "NodeOverlay=true"
 NAMESPACE = "karpenter"
+# Its CRDs, from its module tree (pkg/apis/crds, kwok/apis/crds).
+CRD_DIRS = ("pkg/apis/crds", "kwok/apis/crds")
+CRDS = ("nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh",
+        "kwoknodeclasses.karpenter.kwok.sh")
 
 
 def version() -> str:
     """The Karpenter release built (cluster/versions.env KARPENTER_VERSION)."""
-    return "v" + _versions_env().get("KARPENTER_VERSION", "?")
+    return "v" + versions_env().get("KARPENTER_VERSION", "?")
 
 
 def instance_types(cfg: StackConfig) -> list[dict[str, Any]]:
@@ -73,49 +75,34 @@ def instance_types(cfg: StackConfig) -> list[dict[str, Any]]:
     }]
 
 
-def objects(cfg: StackConfig, boot_seconds: int) -> list[dict[str, Any]]:
+def objects(cfg: StackConfig, boot_seconds: int, idle_seconds: Optional[int] = None) -> list[dict[str, Any]]:
     """The KWOKNodeClass (its registration delay standing for the instance's boot), the stack's
-    NodePool pointing at it, and the stack's NodeOverlay."""
+    NodePool pointing at it, and the stack's NodeOverlay.
+
+    idle_seconds: a scenario's idle time instead of the stack's (`consolidateAfter`, sim-only): the
+    stack's `gpuNodes.elastic.idleMinutes` is a minute at least, sized for nodes billed by the hour."""
+    pool = karpenter_nodes.gpu_node_pool(cfg, NODE_CLASS)
+    if idle_seconds is not None:
+        pool["spec"]["disruption"]["consolidateAfter"] = f"{idle_seconds}s"
     docs = [{"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
              "metadata": {"name": NODE_CLASS["name"]}, "spec": {"nodeRegistrationDelay": f"{boot_seconds}s"}},
-            karpenter_nodes.gpu_node_pool(cfg, NODE_CLASS)]
+            pool]
     overlay = karpenter_nodes.gpu_node_overlay(cfg)
     return docs + ([overlay] if overlay else [])
 
 
-def start(cluster: "Cluster", cfg: StackConfig, *, timeout: float, ports: tuple[int, int],
-          boot_seconds: int = 20) -> None:
-    """Karpenter's CRDs, then the controller, then the NodePool it serves (`cfg`: the deploy stack
-    with `gpuNodes.elastic` on); `ports`: free ports for its health probe and metrics."""
-    src = cluster.tools.module("karpenter")
-    cluster._crds(src / "pkg" / "apis" / "crds")
-    cluster._crds(src / "kwok" / "apis" / "crds")
-    cluster.wait_for("Karpenter CRDs established", None,
-                     lambda: all(cluster._established(n) for n in (
-                         "nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "nodeoverlays.karpenter.sh",
-                         "kwoknodeclasses.karpenter.kwok.sh")), timeout)
-    cluster.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
-    types_file = cluster.root / "karpenter-instance-types.json"
-    types_file.write_text(json.dumps(instance_types(cfg), indent=1))
-    probe, metrics = ports
-    proc = cluster.spawn("karpenter", [cluster.tools.require("karpenter")], env={
-        "KUBECONFIG": str(cluster.kubeconfig), "SYSTEM_NAMESPACE": NAMESPACE,
-        "DISABLE_LEADER_ELECTION": "true", "METRICS_PORT": str(metrics), "HEALTH_PROBE_PORT": str(probe),
-        "INSTANCE_TYPES_FILE_PATH": str(types_file), "FEATURE_GATES": FEATURE_GATES, "LOG_LEVEL": "debug",
+def node_pool(cfg: StackConfig, boot_seconds: int, idle_seconds: Optional[int] = None) -> list[dict[str, Any]]:
+    """The NodePool (and NodeOverlay) of an elastic config, e.g. a scenario's smaller maximum: what
+    objects() holds but the KWOKNodeClass."""
+    return [d for d in objects(cfg, boot_seconds, idle_seconds) if d["kind"] != "KWOKNodeClass"]
+
+
+def controller_env(*, kubeconfig: str, types_file: str, probe_port: int, metrics_port: int) -> dict[str, str]:
+    """The controller's environment (sigs.k8s.io/karpenter v1.14.0 pkg/operator/options/options.go):
+    the admin kubeconfig, leader election off, its ports, the instance types, NodeOverlay on."""
+    return {
+        "KUBECONFIG": kubeconfig, "SYSTEM_NAMESPACE": NAMESPACE,
+        "DISABLE_LEADER_ELECTION": "true", "METRICS_PORT": str(metrics_port), "HEALTH_PROBE_PORT": str(probe_port),
+        "INSTANCE_TYPES_FILE_PATH": types_file, "FEATURE_GATES": FEATURE_GATES, "LOG_LEVEL": "debug",
         # The batching window (defaults 10 s / 1 s, options.go): pods of one run arrive together.
-        "BATCH_MAX_DURATION": "10s", "BATCH_IDLE_DURATION": "1s"})
-
-    def ready() -> bool:
-        with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz", timeout=2) as r:
-            return r.status == 200
-    cluster.wait_for("Karpenter /readyz", proc, ready, timeout)
-    cluster.apply(objects(cfg, boot_seconds))
-    cluster.info["karpenter"] = {"version": version(), "nodePool": karpenter_nodes.NODE_POOL,
-                                 "bootSeconds": boot_seconds}
-    cluster._save()
-
-
-def apply_node_pool(cluster: "Cluster", cfg: StackConfig) -> None:
-    """The NodePool (and NodeOverlay) of another elastic config, e.g. a scenario's smaller maximum."""
-    cluster.apply([d for d in objects(cfg, cluster.info["karpenter"]["bootSeconds"])
-                   if d["kind"] != "KWOKNodeClass"])
+        "BATCH_MAX_DURATION": "10s", "BATCH_IDLE_DURATION": "1s"}

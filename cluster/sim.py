@@ -20,6 +20,7 @@ Every wait is bounded and, when it times out, names what did not come up with th
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -38,10 +40,12 @@ from typing import Any, Callable, Optional, Sequence
 import yaml
 
 from cluster import karpenter as karpenter_mod
+from cluster import netns
 from cluster import nodes as nodes_mod
 from cluster.binaries import Toolset, toolset
 from cluster.pki import API_SANS, SERVICE_CIDR, Pki, kubeconfig
 from cluster.stacks import region, stack_config
+from components.k8s import karpenter_nodes
 from components.k8s import kueue as kueue_mod
 from components.stack.config import StackConfig
 
@@ -55,6 +59,10 @@ KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 # Running, Job pods Succeeded, deleted pods disappear.
 KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
                "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml")
+# The node conditions kwok's node stages write (kwok v0.8.0 pkg/utils/gotpl/funcs.go nodeConditionsData, used by
+# node-initialize and node-heartbeat-with-lease): any other is
+# a fault a test set (tests/sim/faults.py).
+KWOK_NODE_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 # kube-apiserver's default admission plugins (the release's defaults stay on) plus NodeRestriction,
 # which EKS enables too (EKS user guide, "Cluster platform versions": enabled admission controllers).
 EXTRA_ADMISSION = "NodeRestriction"
@@ -102,6 +110,10 @@ class Process:
     name: str
     pid: int
     log: Path
+
+
+# What to wait for after spawning a piece: (what, its process, the check that says it is up).
+Wait = tuple[str, Optional[Process], Callable[[], bool]]
 
 
 class Cluster:
@@ -262,7 +274,12 @@ class Cluster:
     def start(self, hw: StackConfig, hw_values: dict[str, str], deploy: StackConfig, *, hw_stack: str,
               complete_after: float, timeout: float,
               kueue_timing: Optional[tuple[int, int]] = None, extra_stages: Sequence[dict[str, Any]] = (),
-              elastic: Optional[StackConfig] = None, boot_seconds: int = 20) -> None:
+              elastic: Optional[StackConfig] = None, boot_seconds: int = 20,
+              idle_seconds: Optional[int] = None) -> None:
+        """etcd, then the API server; then every other piece started at once and waited for together
+        (each needs only the API server: the operators their CRDs, created first; Kueue the operators'
+        CRDs, so that its MPIJob and RayJob webhooks answer from its first second). `info["steps"]`:
+        seconds from the start at which each piece was up."""
         t0 = time.monotonic()
         missing = self.tools.missing(("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                                       "kwok", "kueue", "ray-operator", "mpi-operator")
@@ -270,26 +287,43 @@ class Cluster:
         if missing:
             raise SimError(f"missing binaries: {', '.join(missing)} (looked in "
                            f"{self.tools.bin_dir or 'the build cache'}): build them with cluster/build.sh")
-        self.info.update({"stack": hw_stack, "started": time.time()})
+        self.info.update({"stack": hw_stack, "started": time.time(), "steps": {}})
         self.deploy = deploy
+
+        def up(step: str) -> None:
+            self.info["steps"][step] = round(time.monotonic() - t0, 1)
+
         self._pki()
-        self._etcd(timeout)
-        self._apiserver(timeout)
-        self._controller_manager(timeout)
-        self._scheduler(timeout)
-        self._kwok(complete_after, timeout, extra_stages)
-        self._nodes(hw, hw_values, hw_stack, timeout, gpu=elastic is None)
+        up("pki")
+        self.wait_for("etcd", *self._etcd(), timeout)
+        up("etcd")
+        self.wait_for("kube-apiserver /readyz", *self._apiserver(), timeout)
+        up("kube-apiserver")
+        waits = [self._controller_manager(), self._scheduler(), self._kwok(complete_after, extra_stages)]
+        # The operators' CRDs before their controllers and before Kueue: Kueue defers an integration
+        # whose CRD is not served yet until it appears (kueue v0.19.2 pkg/controller/jobframework/setup.go).
+        crds = (self._operator_crds() + (self._karpenter_crds() if elastic is not None else [])
+                + self._kueue_crds())
+        node_names = self._nodes(hw, hw_values, hw_stack, gpu=elastic is None)
         self.apply(nodes_mod.storage(deploy))
-        # The operators' CRDs before Kueue starts: Kueue defers an integration whose CRD is not served
-        # yet until it appears (kueue v0.19.2 pkg/controller/jobframework/setup.go); with the CRDs
-        # first, its MPIJob and RayJob webhooks answer from its first second.
-        self._operator_crds(timeout)
-        self._kueue(deploy, timeout, kueue_timing)
-        self._kuberay(timeout)
-        self._mpi_operator(timeout)
+        self.wait_for("the operators' and Kueue's CRDs established", None,
+                      lambda: all(self.established(n) for n in crds), timeout)
+        up("crds")
+        waits += [self._kuberay(), self._mpi_operator(timeout)]
         if elastic is not None:
-            karpenter_mod.start(self, elastic, timeout=timeout, ports=(free_port(), free_port()),
-                                boot_seconds=boot_seconds)
+            waits.append(self._karpenter(elastic))
+        self._kueue(deploy, timeout, kueue_timing)
+        up("kueue")
+        for what, proc, check in waits:
+            self.wait_for(what, proc, check, timeout)
+            up(what.split(" ")[0])
+        self.wait_for(f"nodes {', '.join(node_names)} Ready (kwok)", None, lambda: self._ready(node_names), timeout)
+        self.info["nodes"] = node_names
+        up("nodes")
+        if elastic is not None:
+            self.apply(karpenter_mod.objects(elastic, boot_seconds, idle_seconds))
+            self.info["karpenter"] = {"version": karpenter_mod.version(), "nodePool": karpenter_nodes.NODE_POOL,
+                                      "bootSeconds": boot_seconds, "idleSeconds": idle_seconds}
         self.info["startSeconds"] = round(time.monotonic() - t0, 1)
         self._save()
 
@@ -311,7 +345,10 @@ class Cluster:
             (self.root / f"{comp}.kubeconfig").write_text(kubeconfig(self.server, self.pki.ca, pair, comp))
         self._save()
 
-    def _etcd(self, timeout: float) -> None:
+    # Each piece below is spawned and returns (what, process, check) or (process, check): the
+    # caller waits for it.
+
+    def _etcd(self) -> tuple[Optional[Process], Callable[[], bool]]:
         client, peer = free_port(), free_port()
         self.info["etcd"] = f"http://127.0.0.1:{client}"
         proc = self.spawn("etcd", [
@@ -325,9 +362,9 @@ class Cluster:
         def healthy() -> bool:
             with urllib.request.urlopen(self.info["etcd"] + "/health", timeout=2) as r:
                 return json.loads(r.read()).get("health") == "true"
-        self.wait_for("etcd", proc, healthy, timeout)
+        return proc, healthy
 
-    def _apiserver(self, timeout: float) -> None:
+    def _apiserver(self) -> tuple[Optional[Process], Callable[[], bool]]:
         p = self.root / "pki"
         proc = self.spawn("kube-apiserver", [
             self.tools.require("kube-apiserver"),
@@ -344,9 +381,9 @@ class Cluster:
             "--allow-privileged=true", "--profiling=false", "--endpoint-reconciler-type=none",
             "--storage-media-type=application/vnd.kubernetes.protobuf",
         ])
-        self.wait_for("kube-apiserver /readyz", proc, lambda: self.api("/readyz") == "ok", timeout)
+        return proc, lambda: self.api("/readyz") == "ok"
 
-    def _controller_manager(self, timeout: float) -> None:
+    def _controller_manager(self) -> Wait:
         p = self.root / "pki"
         kc = str(self.root / "controller-manager.kubeconfig")
         port = free_port()
@@ -359,19 +396,19 @@ class Cluster:
             f"--cluster-signing-key-file={p / 'ca.key'}", "--controllers=*,bootstrapsigner,tokencleaner",
             "--profiling=false",
         ])
-        self.wait_for(f"kube-controller-manager /healthz (127.0.0.1:{port})", proc, lambda: self._healthz(port), timeout)
-        # The service account controller makes `default` in every namespace: the controllers run.
-        self.wait_for("kube-controller-manager (ServiceAccount default/default)", proc,
-                      lambda: bool(self.api("/api/v1/namespaces/default/serviceaccounts/default")), timeout)
+        # Healthy, and its controllers run: the service account controller makes `default` in every
+        # namespace.
+        return (f"kube-controller-manager /healthz (127.0.0.1:{port}) and ServiceAccount default/default", proc,
+                lambda: self._healthz(port) and bool(self.api("/api/v1/namespaces/default/serviceaccounts/default")))
 
-    def _scheduler(self, timeout: float) -> None:
+    def _scheduler(self) -> Wait:
         kc = str(self.root / "scheduler.kubeconfig")
         port = free_port()
         proc = self.spawn("kube-scheduler", [
             self.tools.require("kube-scheduler"), f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
             f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1", f"--secure-port={port}",
             "--leader-elect=false", "--profiling=false"])
-        self.wait_for(f"kube-scheduler /healthz (127.0.0.1:{port})", proc, lambda: self._healthz(port), timeout)
+        return f"kube-scheduler /healthz (127.0.0.1:{port})", proc, lambda: self._healthz(port)
 
     def _process_up_for(self, proc: Process, seconds: float) -> bool:
         return time.monotonic() - self._spawned.get(proc.name, time.monotonic()) >= seconds
@@ -385,7 +422,7 @@ class Cluster:
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=ctx, timeout=2) as r:
             return r.read() == b"ok"
 
-    def _kwok(self, complete_after: float, timeout: float, extra_stages: Sequence[dict[str, Any]] = ()) -> None:
+    def _kwok(self, complete_after: float, extra_stages: Sequence[dict[str, Any]] = ()) -> Wait:
         stages_root = self.tools.module("kwok") / "kustomize" / "stage"
         docs: list[dict[str, Any]] = [{
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
@@ -404,26 +441,24 @@ class Cluster:
         docs.extend(extra_stages)
         cfg = self.root / "kwok.yaml"
         cfg.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        self.info["completeAfter"] = complete_after
         proc = self.spawn("kwok", [self.tools.require("kwok"), f"--kubeconfig={self.kubeconfig}",
                                    f"--config={cfg}"])
-        self.wait_for("kwok", proc, lambda: "Watch nodes" in log_tail(proc.log, 200)
-                      or self._process_up_for(proc, 3.0), timeout)
+        return "kwok", proc, lambda: "Watch nodes" in log_tail(proc.log, 200) or self._process_up_for(proc, 3.0)
 
-    def _nodes(self, hw: StackConfig, hw_values: dict[str, str], hw_stack: str, timeout: float,
-               gpu: bool = True) -> None:
+    def _nodes(self, hw: StackConfig, hw_values: dict[str, str], hw_stack: str, gpu: bool = True) -> list[str]:
+        """The nodes created (kwok makes them Ready once it runs: _ready)."""
         objs = nodes_mod.nodes(hw, stack=hw_stack, region=region(hw_values), gpu=gpu)
         for node in objs:
             self.api("/api/v1/nodes", "POST", node)
-        names = [n["metadata"]["name"] for n in objs]
-        kwok = next(p for p in self.processes() if p.name == "kwok")
+        self.node_objects = objs
+        return [n["metadata"]["name"] for n in objs]
 
-        def ready() -> bool:
-            items = self.api("/api/v1/nodes")["items"]
-            ok = {n["metadata"]["name"] for n in items
-                  if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))}
-            return set(names) <= ok
-        self.wait_for(f"nodes {', '.join(names)} Ready (kwok)", kwok, ready, timeout)
-        self.info["nodes"] = names
+    def _ready(self, names: Sequence[str]) -> bool:
+        items = self.api("/api/v1/nodes")["items"]
+        ok = {n["metadata"]["name"] for n in items
+              if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))}
+        return set(names) <= ok
 
     def reset_storage(self, timeout: float = 30) -> None:
         """A fresh volume for the claim: after a destroy the Retain volume is Released, bound to the
@@ -436,10 +471,63 @@ class Cluster:
                               lambda: self.get("v1", "PersistentVolume", d["metadata"]["name"]) is None, timeout)
         self.apply(docs)
 
-    def _kueue(self, deploy: StackConfig, timeout: float, timing: Optional[tuple[int, int]] = None) -> None:
+    # Namespaces a fresh cluster has (the API server's own, the operators').
+    BASELINE_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", KUEUE_NAMESPACE,
+                           MPI_LOCK_NAMESPACE, karpenter_mod.NAMESPACE)
+
+    def leftovers(self) -> list[str]:
+        """What a deployment left on the cluster that a fresh one does not have: namespaces,
+        Kueue's cluster-wide queue objects, PriorityClasses (a `destroy` removes all of them)."""
+        found = [f"Namespace/{n['metadata']['name']}" for n in self.api("/api/v1/namespaces")["items"]
+                 if n["metadata"]["name"] not in self.BASELINE_NAMESPACES]
+        for plural in ("clusterqueues", "resourceflavors", "topologies"):
+            found += [f"{plural}/{i['metadata']['name']}"
+                      for i in self.api(f"/apis/kueue.x-k8s.io/v1beta2/{plural}")["items"]]
+        found += [f"PriorityClass/{p['metadata']['name']}"
+                  for p in self.api("/apis/scheduling.k8s.io/v1/priorityclasses")["items"]
+                  if not p["metadata"]["name"].startswith("system-")]
+        return found
+
+    def reset_baseline(self, timeout: float = 60) -> list[str]:
+        """Make a cluster another module used what start() left: the nodes it made (a node added
+        since is deleted; one deleted, tainted or marked failed since is made again) and fresh
+        storage (the class as made, a new volume). Returns what it cannot reset (leftovers()):
+        then nothing is changed, and the caller starts a fresh cluster instead."""
+        problems = self.leftovers()
+        if problems:
+            return problems
+        original = {n["metadata"]["name"]: n for n in self.node_objects}
+        for node in self.api("/api/v1/nodes")["items"]:
+            name = node["metadata"]["name"]
+            made = original.get(name)
+            changed = made is not None and (
+                (node["spec"].get("taints") or []) != (made["spec"].get("taints") or [])
+                or any(c["type"] not in KWOK_NODE_CONDITIONS for c in node["status"].get("conditions", [])))
+            if made is None or changed:
+                self.api(f"/api/v1/nodes/{name}", "DELETE")
+        self.wait_for("the nodes deleted by the reset gone", None,
+                      lambda: not [n for n in self.api("/api/v1/nodes")["items"]
+                                   if n["metadata"]["name"] not in original
+                                   or n["metadata"].get("deletionTimestamp")], timeout)
+        present = {n["metadata"]["name"] for n in self.api("/api/v1/nodes")["items"]}
+        for name, node in original.items():
+            if name not in present:
+                self.api("/api/v1/nodes", "POST", node)
+        self.wait_for("the cluster's nodes Ready again", None, lambda: self._ready(list(original)), timeout)
+        for d in nodes_mod.storage(self.deploy):
+            path = self.resource_path(d["apiVersion"], d["kind"], d["metadata"]["name"])
+            if self.get(d["apiVersion"], d["kind"], d["metadata"]["name"]):
+                self.api(path, "DELETE")
+                self.wait_for(f"{d['kind']} {d['metadata']['name']} deleted", None,
+                              lambda: self.get(d["apiVersion"], d["kind"], d["metadata"]["name"]) is None, timeout)
+        self.apply(nodes_mod.storage(self.deploy))
+        return []
+
+    def _kueue_crds(self) -> list[str]:
+        """Kueue's CRDs (their conversion webhooks at the port Kueue will serve on: _kueue)."""
         src = self.tools.module("kueue")
         crds = [load_yaml(f.read_text()) for f in sorted((src / "config/components/crd/bases").glob("*.yaml"))]
-        port = free_port()
+        self.kueue_port = port = free_port()
         url = f"https://127.0.0.1:{port}"
         ca_bundle = self.pki.ca.cert_b64()
         # The conversion webhooks the release enables (config/components/crd/kustomization.yaml patches).
@@ -455,14 +543,21 @@ class Cluster:
                     "clientConfig": {"url": f"{url}/convert", "caBundle": ca_bundle},
                     "conversionReviewVersions": ["v1"]}}
         self.create(crds)
-        self.wait_for("Kueue CRDs established", None,
-                      lambda: all(self._established(c["metadata"]["name"]) for c in crds), timeout)
+        return [c["metadata"]["name"] for c in crds]
+
+    def _kueue(self, deploy: StackConfig, timeout: float, timing: Optional[tuple[int, int]] = None) -> None:
+        """Kueue, once its CRDs (_kueue_crds) and the operators' are established: configured with the
+        program's own Configuration, its webhooks served on 127.0.0.1 with a certificate of the local CA."""
+        src = self.tools.module("kueue")
+        port = self.kueue_port
+        url = f"https://127.0.0.1:{port}"
+        ca_bundle = self.pki.ca.cert_b64()
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}])
         certs = self.root / "kueue-certs"
         self.pki.issue("kueue-webhook", "/CN=kueue-webhook-service.kueue-system.svc", server_sans=("IP:127.0.0.1",),
                        directory=certs, cert_name="tls.crt", key_name="tls.key")
         self._kueue_metrics_cert()
-        config = kueue_mod.manager_config(kueue_timed(kueue_mod.kueue_args(deploy), timing))
+        config = kueue_timed(kueue_mod.manager_config(kueue_mod.kueue_args(deploy)), timing)
         config.update({
             "namespace": KUEUE_NAMESPACE,
             "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
@@ -501,32 +596,46 @@ class Cluster:
                       timeout)
 
     def _kueue_metrics_cert(self) -> None:
+        """Kueue's metrics serving certificate at its fixed path: one pair for every simulated cluster
+        of the machine (any self-signed pair serves), written once, under a lock, whole: a cluster
+        starting meanwhile never reads a certificate without its key."""
         crt, key = KUEUE_METRICS_CERT_DIR / "tls.crt", KUEUE_METRICS_CERT_DIR / "tls.key"
-        if crt.exists() and key.exists():
-            return
         try:
-            self.pki.issue("kueue-metrics", "/CN=kueue-metrics", server_sans=("IP:127.0.0.1",),
-                           directory=KUEUE_METRICS_CERT_DIR, cert_name="tls.crt", key_name="tls.key")
+            KUEUE_METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+            with open(KUEUE_METRICS_CERT_DIR / ".rltrain-sim.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if crt.exists() and key.exists():
+                    return
+                tmp = Path(tempfile.mkdtemp(dir=KUEUE_METRICS_CERT_DIR, prefix=".new-"))
+                self.pki.issue("kueue-metrics", "/CN=kueue-metrics", server_sans=("IP:127.0.0.1",),
+                               directory=tmp, cert_name="tls.crt", key_name="tls.key")
+                os.replace(tmp / "tls.key", key)
+                os.replace(tmp / "tls.crt", crt)
+                shutil.rmtree(tmp, ignore_errors=True)
         except (OSError, RuntimeError) as e:
             raise SimError(f"Kueue reads its metrics certificate from {KUEUE_METRICS_CERT_DIR} (fixed path when "
                            f"its internal certificates are off) and it cannot be written: {e}; create "
                            f"tls.crt and tls.key there once (any self-signed pair)") from None
 
-    def _crds(self, directory: Path, pattern: str = "*.yaml") -> None:
-        self.create([load_yaml(f.read_text()) for f in sorted(directory.glob(pattern))])
+    def crds(self, directory: Path, pattern: str = "*.yaml", skip: Sequence[str] = ()) -> list[str]:
+        """Create the CRDs of a module tree's directory (but the files `skip` names); their names
+        (established(): when served)."""
+        docs = [load_yaml(f.read_text()) for f in sorted(directory.glob(pattern)) if f.name not in skip]
+        self.create(docs)
+        return [d["metadata"]["name"] for d in docs]
 
-    def _established(self, name: str) -> bool:
+    def established(self, name: str) -> bool:
         crd = self.api(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
         return any(c["type"] == "Established" and c["status"] == "True" for c in (crd.get("status") or {}).get("conditions") or [])
 
-    def _operator_crds(self, timeout: float) -> None:
-        self._crds(self.tools.module("kuberay") / "config" / "crd" / "bases")
-        self._crds(self.tools.module("mpi-operator") / "manifests" / "base", "kubeflow.org_*.yaml")
-        self.wait_for("KubeRay and MPIJob CRDs established", None,
-                      lambda: self._established("rayjobs.ray.io") and self._established("rayclusters.ray.io")
-                      and self._established("mpijobs.kubeflow.org"), timeout)
+    def _operator_crds(self) -> list[str]:
+        # KubeRay's but RayCronJob's (0.7 MB): its controller runs only behind the RayCronJob feature
+        # gate, off by default (kuberay v1.6.2 ray-operator/main.go, pkg/features/features.go), and
+        # the API server spends CPU on every CRD it serves.
+        return (self.crds(self.tools.module("kuberay") / "config" / "crd" / "bases", skip=("ray.io_raycronjobs.yaml",))
+                + self.crds(self.tools.module("mpi-operator") / "manifests" / "base", "kubeflow.org_*.yaml"))
 
-    def _kuberay(self, timeout: float) -> None:
+    def _kuberay(self) -> Wait:
         probe = free_port()
         proc = self.spawn("kuberay-operator", [
             self.tools.require("ray-operator"), "--enable-leader-election=false",
@@ -536,16 +645,53 @@ class Cluster:
         def ready() -> bool:
             with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz", timeout=2) as r:
                 return r.status == 200
-        self.wait_for("KubeRay operator /readyz", proc, ready, timeout)
+        return "kuberay-operator /readyz", proc, ready
 
-    def _mpi_operator(self, timeout: float) -> None:
+    def _mpi_operator(self, timeout: float) -> Wait:
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPI_LOCK_NAMESPACE}}])
-        # Its health port is fixed (:8080, mpi-operator v0.8.0 cmd/mpi-operator/app/server.go); it
-        # leads through a Lease in --lock-namespace.
-        proc = self.spawn("mpi-operator", [
-            self.tools.require("mpi-operator"), f"--kubeConfig={self.kubeconfig}",
-            f"--lock-namespace={MPI_LOCK_NAMESPACE}", "--kube-api-qps=50", "--kube-api-burst=100"])
-        self.wait_for("MPI operator leading", proc, lambda: "Leading started" in log_tail(proc.log, 200), timeout)
+        argv = [self.tools.require("mpi-operator"), f"--kubeConfig={self.kubeconfig}",
+                f"--lock-namespace={MPI_LOCK_NAMESPACE}", "--kube-api-qps=50", "--kube-api-burst=100"]
+        # Its health port is fixed (:8080 on every interface, mpi-operator v0.8.0
+        # cmd/mpi-operator/app/server.go): in a network namespace of its own (cluster/netns.py) each
+        # simulated cluster of the machine has its own; the API server is forwarded into it.
+        if netns.available():
+            forwarder = self.spawn("mpi-operator-netns", [sys.executable, "-m", "cluster.netns",
+                                                          str(self.info["apiPort"])],
+                                   env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+            self.wait_for("the MPI operator's network namespace", forwarder,
+                          lambda: netns.READY in log_tail(forwarder.log, 5), timeout)
+            argv = netns.nsenter(forwarder.pid, argv)
+            self.info["mpiOperatorNetns"] = f"/proc/{forwarder.pid}/ns/net"
+        # It leads through a Lease in --lock-namespace.
+        proc = self.spawn("mpi-operator", argv)
+        return "mpi-operator leading", proc, lambda: "Leading started" in log_tail(proc.log, 200)
+
+    def _karpenter_crds(self) -> list[str]:
+        src = self.tools.module("karpenter")
+        names = [n for d in karpenter_mod.CRD_DIRS for n in self.crds(src / d)]
+        assert set(karpenter_mod.CRDS) <= set(names), (karpenter_mod.CRDS, names)
+        return names
+
+    def _karpenter(self, cfg: StackConfig) -> Wait:
+        """Karpenter with its kwok cloud provider for the NodePool of `cfg` (the deploy stack with
+        gpuNodes.elastic on): the controller (cluster/karpenter.py says what it is given); its
+        NodePool, NodeOverlay and KWOKNodeClass are applied once it is ready (start)."""
+        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": karpenter_mod.NAMESPACE}}])
+        types_file = self.root / "karpenter-instance-types.json"
+        types_file.write_text(json.dumps(karpenter_mod.instance_types(cfg), indent=1))
+        probe = free_port()
+        proc = self.spawn("karpenter", [self.tools.require("karpenter")], env=karpenter_mod.controller_env(
+            kubeconfig=str(self.kubeconfig), types_file=str(types_file), probe_port=probe, metrics_port=free_port()))
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz", timeout=2) as r:
+                return r.status == 200
+        return "karpenter /readyz", proc, ready
+
+    def apply_node_pool(self, cfg: StackConfig) -> None:
+        """The NodePool (and NodeOverlay) of another elastic config, e.g. a scenario's smaller maximum."""
+        k = self.info["karpenter"]
+        self.apply(karpenter_mod.node_pool(cfg, k["bootSeconds"], k["idleSeconds"]))
 
     # --- people ----------------------------------------------------------------------------------
 
@@ -575,24 +721,29 @@ def elastic_config(deploy_stack: str) -> StackConfig:
         "elastic": g.elastic.model_copy(update={"enabled": True})})})
 
 
-def kueue_timed(args: "kueue_mod.KueueArgs", timing: Optional[tuple[int, int]]) -> "kueue_mod.KueueArgs":
-    """The Kueue arguments with a test's short PodsReady timeout and requeue backoff, validated.
+def kueue_timed(config: dict[str, Any], timing: Optional[tuple[int, int]]) -> dict[str, Any]:
+    """Kueue's Configuration with a scenario's PodsReady timeout and first requeue backoff, in seconds.
 
-    A stack's `kueue.podsReadyTimeoutMinutes` is at least 10 and the backoff starts at 60 s, so a
-    run that hits its requeue limit (workloads.infrastructureRestarts) would take the better part
-    of an hour on the simulated cluster; a scenario that needs to see it passes seconds here.
-    """
+    Sim-only: a stack's `kueue.podsReadyTimeoutMinutes` is at least 10 minutes (KueueArgs refuses
+    less than 60 s) and the backoff starts at 60 s, sized for real nodes that boot in minutes; a
+    simulated node boots in seconds, so a scenario that needs to see a timeout or a requeue limit
+    passes seconds here, set on the Configuration the program built (waitForPodsReady.timeout and
+    recoveryTimeout, requeuingStrategy.backoffBaseSeconds: kueue v0.19.2
+    apis/config/v1beta2/configuration_types.go)."""
     if timing is None:
-        return args
+        return config
     timeout, backoff = timing
-    return kueue_mod.KueueArgs.model_validate({**args.model_dump(), "pods_ready_timeout_seconds": timeout,
-                                               "requeue_backoff_base_seconds": backoff})
+    wait = config["waitForPodsReady"]
+    return {**config, "waitForPodsReady": {
+        **wait, "timeout": f"{timeout}s", "recoveryTimeout": f"{timeout}s",
+        "requeuingStrategy": {**wait["requeuingStrategy"], "backoffBaseSeconds": backoff}}}
 
 
 def start(stack: str, deploy_stack: str = DEFAULT_DEPLOY_STACK, *, root: Optional[Path] = None,
           complete_after: float = 10.0, timeout: float = 90.0, tools: Optional[Toolset] = None,
           kueue_timing: Optional[tuple[int, int]] = None, extra_stages: Sequence[dict[str, Any]] = (),
-          elastic: Optional[StackConfig] = None, boot_seconds: int = 20) -> Cluster:
+          elastic: Optional[StackConfig] = None, boot_seconds: int = 20,
+          idle_seconds: Optional[int] = None) -> Cluster:
     """Start (after stopping whatever the state directory still runs) and return the cluster.
 
     kueue_timing: (PodsReady timeout, first requeue backoff) in seconds for the simulated Kueue
@@ -601,7 +752,8 @@ def start(stack: str, deploy_stack: str = DEFAULT_DEPLOY_STACK, *, root: Optiona
     init container until the test releases it).
     elastic: a deploy stack's config with `gpuNodes.elastic` on: no GPU node is made; Karpenter
     (cluster/karpenter.py) launches them for that stack's NodePool, each `boot_seconds` after its
-    NodeClaim (the KWOKNodeClass registration delay)."""
+    NodeClaim (the KWOKNodeClass registration delay), and removes an empty one after the stack's
+    idle time, or `idle_seconds` (karpenter.objects)."""
     root = root or state_dir(stack)
     if root.exists():
         Cluster(root, tools).stop()
@@ -613,7 +765,7 @@ def start(stack: str, deploy_stack: str = DEFAULT_DEPLOY_STACK, *, root: Optiona
     try:
         cluster.start(hw, hw_values, deploy, hw_stack=stack, complete_after=complete_after, timeout=timeout,
                       kueue_timing=kueue_timing, extra_stages=extra_stages, elastic=elastic,
-                      boot_seconds=boot_seconds)
+                      boot_seconds=boot_seconds, idle_seconds=idle_seconds)
     except BaseException:
         cluster.stop()
         raise

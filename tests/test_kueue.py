@@ -374,16 +374,19 @@ def test_a_queue_label_change_replaces_the_run():
 
 
 def test_sim_kueue_timing_shortens_timeout_and_backoff_only_there():
-    """Rendered stacks keep a 60 s first requeue backoff; the simulated cluster's scenarios may pass
-    (timeout, backoff) seconds so a run reaches its requeue limit in minutes (cluster/sim.py)."""
+    """Rendered stacks keep a 60 s first requeue backoff and a PodsReady timeout of 60 s at least
+    (KueueArgs); the simulated cluster's scenarios may pass (timeout, backoff) seconds, below that
+    floor, set on the Configuration the program built (cluster/sim.py kueue_timed)."""
     from cluster import sim
 
     args = kueue.kueue_args(rendered("p5").cfg)
-    assert kueue.manager_config(args)["waitForPodsReady"]["requeuingStrategy"]["backoffBaseSeconds"] == 60
-    assert sim.kueue_timed(args, None) is args
-    short = kueue.manager_config(sim.kueue_timed(args, (60, 5)))["waitForPodsReady"]
-    assert (short["timeout"], short["recoveryTimeout"]) == ("1m", "1m")
+    config = kueue.manager_config(args)
+    assert config["waitForPodsReady"]["requeuingStrategy"]["backoffBaseSeconds"] == 60
+    assert sim.kueue_timed(config, None) is config
+    short = sim.kueue_timed(config, (20, 5))["waitForPodsReady"]
+    assert (short["timeout"], short["recoveryTimeout"]) == ("20s", "20s")
     assert short["requeuingStrategy"]["backoffBaseSeconds"] == 5
     assert short["requeuingStrategy"]["backoffLimitCount"] == args.requeue_limit
+    assert config == kueue.manager_config(args)  # the program's own, untouched
     with pytest.raises(ValueError, match="pods_ready_timeout_seconds"):
-        sim.kueue_timed(args, (5, 5))
+        kueue.KueueArgs.model_validate({**args.model_dump(), "pods_ready_timeout_seconds": 20})

@@ -1,8 +1,19 @@
-"""The simulated-cluster tests (docs/simulated-cluster.md): markers, and whether they run.
+"""The simulated-cluster tests (docs/simulated-cluster.md): markers, whether they run, their timers,
+and the clusters they run on.
 
 They are slow (the default `pytest -q` leaves them out) and run when asked: `.ci/run` (CI=1, after
 ci/install.sh built or reused the binaries) or RLTRAIN_SIM=1. Then a missing binary is a failure,
 not a skip; anyone else (e.g. `-m slow` without them) skips them with one line saying how.
+
+Clusters and lanes. Several simulated clusters run on one machine at once, each in a lane: a slot of
+a machine-wide semaphore (RLTRAIN_SIM_LANES slots, lock files under RLTRAIN_SIM_LOCK_DIR), whatever
+test runs or engineers start them. A test process keeps its cluster from one module to the next
+when the next module asks for the same kind (KINDS; a module's CLUSTER_KIND, "shared" by default):
+the cluster is reset to its baseline (Cluster.reset_baseline: the nodes it started with, fresh
+storage) instead of started again, and a cluster something was left on is replaced by a fresh one.
+The cluster is stopped, and its lane given back, after the last test that wants it
+(pytest_runtest_teardown below). tests/conftest.py hands each group of modules that share a kind to
+one test process (SIM_GROUPS).
 """
 
 from __future__ import annotations
@@ -12,7 +23,9 @@ import fcntl
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any, Optional
 
 import pytest
 
@@ -20,6 +33,20 @@ from cluster.binaries import BINARIES, toolset
 
 ENABLE = ("simulated-cluster tests are off: build the binaries with cluster/build.sh, then "
           "RLTRAIN_SIM=1 python -m pytest -m sim tests/sim (docs/simulated-cluster.md)")
+
+# --- Timers sized for a simulation ----------------------------------------------------------------
+# Set here for every scenario, never taken from a stack's defaults (those are sized for real
+# clusters: a p5 boots in minutes, Kueue's PodsReady timeout is 10 minutes at least). Every assertion
+# that depends on one of them reads it from here or from its scenario's module.
+
+# How long a Job pod "runs" on the shared clusters before kwok completes it (its pod-complete
+# stage's delay): long enough for the watchers to see a run hold the GPUs while another waits
+# (RUN_SECONDS / POLL_SECONDS polls), short enough that a run of checks and training is seconds.
+RUN_SECONDS = 4.0
+# How often the tests ask the API server (simdeploy.wait, the Watcher).
+POLL_SECONDS = 0.5
+# Job pods that never complete on their own (node repair, serving): an hour is past every bound.
+HELD_RUN_SECONDS = 3600.0
 
 
 def pytest_configure(config):
@@ -45,43 +72,151 @@ def log(request, line: str) -> None:
         with open(shared, "a") as f:
             f.write(f"[sim] {request.node.nodeid.split('::')[0]}: {line}\n")
     elif reporter is not None:
-        reporter.write_line(f"[sim] {line}")
+        # Past pytest's capture (with fd capture the terminal's own fd is redirected during a test).
+        capture = request.config.pluginmanager.get_plugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            reporter.write_line(f"[sim] {line}")
     print(f"[sim] {line}", file=sys.stderr)
 
 
-# One simulated cluster at a time on a machine: the MPI operator's health port is fixed (:8080),
-# and Kueue reads its metrics certificate from a fixed path. Test modules under xdist (one per
-# worker) take turns through this lock.
-LOCK = Path(os.environ.get("RLTRAIN_SIM_LOCK", "/tmp/rltrain-sim.lock"))
+# --- Lanes: a machine-wide semaphore ------------------------------------------------------------
+
+# How many simulated clusters may run on this machine at once (every test run and engineer
+# together). A cluster idles at about 5 % of a core; starting one costs some 20 s of CPU (mostly the
+# API server taking the operators' CRDs), a Pulumi operation 5-20 s: on 2 cores three lanes keep
+# both busy without one lane's start starving another's timers (docs/testing.md, measured).
+DEFAULT_LANES = 3
+LANE_DIR = Path(os.environ.get("RLTRAIN_SIM_LOCK_DIR", "/tmp/rltrain-sim-lanes"))
 
 
-@contextlib.contextmanager
-def sim_cluster(tmp_path_factory, request, *, complete_after: float, **start):
-    """A simulated p5 cluster of the module's own, started under the machine's lock and stopped
-    after; `complete_after` (seconds a Job pod runs before it succeeds) and the other keywords as
-    cluster.sim.start takes them."""
+def lanes() -> int:
+    return max(1, int(os.environ.get("RLTRAIN_SIM_LANES", DEFAULT_LANES)))
+
+
+@dataclass
+class Lane:
+    index: int
+    lock: IO[str]
+    waited: float
+
+
+def take_lane() -> Lane:
+    """A free slot of the machine's RLTRAIN_SIM_LANES, waiting for one (flock: a process that dies
+    gives its slot back)."""
+    LANE_DIR.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    while True:
+        for index in range(lanes()):
+            f = open(LANE_DIR / f"lane-{index}.lock", "w")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                continue
+            return Lane(index, f, time.monotonic() - t0)
+        time.sleep(1.0)
+
+
+def give_back(lane: Optional[Lane]) -> None:
+    if lane is not None:
+        lane.lock.close()
+
+
+# --- Cluster kinds and the cluster of this process ------------------------------------------------
+
+@dataclass(frozen=True)
+class Kind:
+    """What a cluster is started with (cluster.sim.start's keywords); modules asking for the same
+    kind share one cluster in turn."""
+    name: str
+    complete_after: float
+    start: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+# The shared clusters: Job pods complete after RUN_SECONDS (deploy, day two, the key sweep, the
+# deploy plan). Kinds with more (the held pods and the serving stage; elastic) are made by their
+# modules' CLUSTER_KIND.
+KINDS = {"shared": Kind("shared", RUN_SECONDS)}
+
+
+@dataclass
+class _Current:
+    kind: Optional[str] = None
+    cluster: Any = None
+    lane: Optional[Lane] = None
+    modules: int = 0
+
+
+_current = _Current()
+
+
+def kind_of(module) -> Kind:
+    kind = getattr(module, "CLUSTER_KIND", "shared")
+    return kind if isinstance(kind, Kind) else KINDS[kind]
+
+
+def stop_cluster() -> None:
+    c, lane = _current.cluster, _current.lane
+    _current.kind, _current.cluster, _current.lane, _current.modules = None, None, None, 0
+    try:
+        if c is not None:
+            c.stop()
+    finally:
+        give_back(lane)
+
+
+def lane_cluster(tmp_path_factory, request, kind: Kind):
+    """The cluster of this kind for the requesting module: this process's, reset to its baseline,
+    or a new one in a lane of its own (started after stopping this process's other cluster)."""
     from cluster import sim
 
     missing = missing_binaries()
     if missing:
         # Requested (CI=1 or RLTRAIN_SIM=1) and not built: a failure, not a skip.
         pytest.fail(f"simulated cluster: missing {', '.join(missing)}: run cluster/build.sh", pytrace=False)
-    root = tmp_path_factory.mktemp("cluster")
-    with open(LOCK, "w") as lock:
+    c = _current.cluster
+    if c is not None and _current.kind == kind.name:
         t0 = time.monotonic()
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        waited = time.monotonic() - t0
-        t0 = time.monotonic()
-        c = sim.start("p5", "sim", root=root, complete_after=complete_after, timeout=180.0, **start)
-        try:
-            log(request, f"cluster up in {time.monotonic() - t0:.0f}s (waited {waited:.0f}s for the lock); "
-                         f"Kubernetes /version: {c.api('/version')['gitVersion']}")
-            yield c
-        finally:
-            c.stop()
+        problems = c.reset_baseline()
+        if not problems:
+            _current.modules += 1
+            log(request, f"cluster of kind {kind.name} reused in lane {_current.lane.index} (module "
+                         f"{_current.modules}): baseline reset in {time.monotonic() - t0:.1f}s")
+            return c
+        log(request, f"cluster of kind {kind.name} not reused: {'; '.join(problems)[:300]}")
+    stop_cluster()
+    lane = take_lane()
+    root = tmp_path_factory.mktemp(f"cluster-{kind.name}")
+    t0 = time.monotonic()
+    try:
+        c = sim.start("p5", "sim", root=root, complete_after=kind.complete_after, timeout=180.0, **kind.start)
+    except BaseException:
+        give_back(lane)
+        raise
+    _current.kind, _current.cluster, _current.lane, _current.modules = kind.name, c, lane, 1
+    log(request, f"cluster of kind {kind.name} up in {time.monotonic() - t0:.0f}s in lane {lane.index} of "
+                 f"{lanes()} (waited {lane.waited:.0f}s for it; steps {c.info.get('steps')}); "
+                 f"Kubernetes /version: {c.api('/version')['gitVersion']}")
+    return c
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    with sim_cluster(tmp_path_factory, request, complete_after=10.0) as c:
-        yield c
+    """The simulated p5 cluster of the module's CLUSTER_KIND ("shared" unless it says otherwise)."""
+    return lane_cluster(tmp_path_factory, request, kind_of(request.module))
+
+
+def _wants(item) -> Optional[str]:
+    return kind_of(item.module).name if item is not None and "cluster" in getattr(item, "fixturenames", ()) else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    # After the module's own teardown (its `destroy`): the cluster goes once no next test wants it.
+    if _current.cluster is not None and _wants(nextitem) != _current.kind:
+        stop_cluster()
+
+
+def pytest_sessionfinish(session):
+    stop_cluster()

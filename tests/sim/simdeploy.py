@@ -4,6 +4,7 @@ process of its own per operation), a watcher of Kueue's Workloads and the pods, 
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 import threading
@@ -13,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from conftest import log as _log
+from conftest import POLL_SECONDS, log as _log
 
 from cluster import deploy, sim
 from cluster.binaries import toolset
@@ -29,6 +30,18 @@ DESTROY_TIMEOUT = 600
 GPU = "nvidia.com/gpu"
 
 
+def children_cpu() -> float:
+    """CPU seconds of this process's children that have ended (getrusage RUSAGE_CHILDREN)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def slowest(res: dict[str, Any]) -> str:
+    """The operation's three slowest steps (cluster/deploy.py Recorder), for the log line."""
+    steps = [f"{x['resource']} {x['seconds']}s" for x in (res.get("slowest") or [])[:3]]
+    return f"; slowest steps: {', '.join(steps)}" if steps else ""
+
+
 class Pulumi:
     """`python -m cluster.deploy` on one work directory: the real CLI and provider, the program as
     an Automation API inline program (no language host is served: docs/simulated-cluster.md), in a
@@ -41,14 +54,19 @@ class Pulumi:
 
     def __call__(self, operation: str, *flags: str, timeout: float = UP_TIMEOUT, check: bool = True) -> dict[str, Any]:
         out = self.workdir / f"{operation}-{time.monotonic_ns()}.json"
+        wall, cpu = time.monotonic(), children_cpu()
         r = subprocess.run([sys.executable, "-m", "cluster.deploy", operation, "--stack", STACK,
                             "--workdir", str(self.workdir), "--kubeconfig", str(self.kubeconfig),
                             "--json", str(out), "--no-sync", *flags],
                            cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        wall, cpu = time.monotonic() - wall, children_cpu() - cpu
         res = json.loads(out.read_text()) if out.exists() else {"ok": False, "error": r.stderr[-6000:]}
         res["stdout"] = r.stdout
-        _log(self.request, f"{operation}: {'ok' if res['ok'] else 'FAILED'} in {res.get('seconds')}s "
-                           f"{res.get('summary')}")
+        # The engine's own time, then the whole process's (the program's import, the CLI, the
+        # provider): wall and CPU of the process and everything it started (RUSAGE_CHILDREN).
+        _log(self.request, f"{operation}{' ' + ' '.join(flags) if flags else ''}: {'ok' if res['ok'] else 'FAILED'} "
+                           f"in {res.get('seconds')}s (process {wall:.1f}s wall, {cpu:.1f}s CPU) {res.get('summary')}"
+                           + slowest(res))
         if check and not res["ok"]:
             raise AssertionError(f"{operation} failed:\n{r.stdout[-6000:]}\n{r.stderr[-4000:]}")
         return res
@@ -168,7 +186,7 @@ class Live:
 
 
 class Watcher(threading.Thread):
-    """Polls the namespace's Kueue Workloads and pods every second while the stack runs."""
+    """Polls the namespace's Kueue Workloads and pods every POLL_SECONDS while the stack runs."""
 
     def __init__(self, cluster: sim.Cluster):
         super().__init__(daemon=True)
@@ -239,7 +257,7 @@ class Watcher(threading.Thread):
                 self._poll()
             except Exception as e:  # noqa: BLE001 - reported by the test
                 self.errors.append(repr(e))
-            self.stop_event.wait(1.0)
+            self.stop_event.wait(POLL_SECONDS)
 
     def describe(self) -> str:
         return f"workloads: {[(Watcher.owner(w), (w.get('status') or {}).get('conditions')) for w in self.last_workloads]}"
@@ -289,7 +307,7 @@ def wait(what: str, check, timeout: float, describe=lambda: "") -> None:
     while time.monotonic() < deadline:
         if check():
             return
-        time.sleep(2)
+        time.sleep(POLL_SECONDS)
     raise AssertionError(f"{what}: not within {timeout:.0f}s. {describe()}")
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import ENABLE, log as _log, sim_requested
+from conftest import ENABLE, POLL_SECONDS, RUN_SECONDS, log as _log, sim_requested
 
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
@@ -38,7 +38,7 @@ def test_deploy_indexed_job_form(cluster, request, tmp_path):
                   and mpijob_succeeded(cluster, "rltrain-nccl-test"), RUNS_TIMEOUT,
                   watcher.describe)
             _log(request, f"runs finished {time.monotonic() - t0:.0f}s after up")
-            time.sleep(2)
+            time.sleep(4 * POLL_SECONDS)  # the watcher's last polls see every run finished
         finally:
             watcher.finish()
         # Whole: no pod of a run was scheduled before its workload was admitted.
@@ -51,7 +51,8 @@ def test_deploy_indexed_job_form(cluster, request, tmp_path):
         assert {k: len(v) for k, v in watcher.pods_of.items()} == {
             "rltrain-validation": 2, "rltrain-nccl-test": 3, "rltrain-multinode": 2, "rltrain-training": 1}
         # 8 + 16 GPUs do not fit 16: whichever training run Kueue took second (one `up` creates both,
-        # equal priority) waited whole while the other ran.
+        # equal priority) waited whole while the other ran (RUN_SECONDS, seen by the watcher's
+        # POLL_SECONDS polls).
         first, second = admitted[2:]
         assert first in watcher.waited.get(second, set()), (second, watcher.waited)
         assert watcher.max_gpus <= 16
@@ -73,7 +74,9 @@ def test_deploy_rayjob_form_and_a_run_wider_than_the_free_gpus_stays_queued(clus
                   and "rltrain-multinode" in watcher.admitted_at and len(watcher.pods_of.get("rltrain-multinode", ())) >= 2,
                   RUNS_TIMEOUT,
                   watcher.describe)
-            time.sleep(15)
+            # Long enough for the single-node run to be admitted if it could be: the checks
+            # before it ran RUN_SECONDS each, and Kueue admits as soon as quota frees.
+            time.sleep(3 * RUN_SECONDS)
         finally:
             watcher.finish()
         admitted = watcher.checked_order(request)
