@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from lanes import GROUP_OF, LONG_MODULES, SIM_GROUPS, lanes
 from support import STACKS, rendered  # imports no SDK (support.py): the xdist controller loads this file too
 
 if TYPE_CHECKING:
@@ -30,7 +31,29 @@ if TYPE_CHECKING:
 SIM_LOG = "RLTRAIN_SIM_LOG"
 
 
+def _sim_selected(config) -> bool:
+    """Whether this run runs simulated-cluster tests: they are asked for (CI=1 or RLTRAIN_SIM=1,
+    tests/sim/conftest.py sim_requested), the marker expression can select a `sim` (and so `slow`)
+    test, and the paths include tests/sim."""
+    from _pytest.mark.expression import Expression
+
+    if os.environ.get("RLTRAIN_SIM") != "1" and os.environ.get("CI") != "1":
+        return False
+    expr = config.option.markexpr
+    if expr and not Expression.compile(expr).evaluate(lambda mark: mark in ("sim", "slow")):
+        return False
+    paths = [str(Path(a.split("::")[0]).resolve()) for a in config.args] or [str(Path(config.rootpath, "tests"))]
+    sim = str(Path(config.rootpath, "tests", "sim"))
+    return any(sim.startswith(p) or p.startswith(sim) for p in paths)
+
+
 def pytest_configure(config):
+    # A run with the simulated-cluster tests: a worker more per lane (tests/lanes.py). Their groups
+    # mostly wait on timers; the -n workers keep the cores busy with the rest meanwhile.
+    if (not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None)
+            and getattr(config.option, "dist", "no") == "loadfile" and _sim_selected(config)):
+        config.option.numprocesses += lanes()
+        config.option.tx = ["popen"] * config.option.numprocesses
     # Renders cached by content for every process that runs tests (tests/render_cache.py): an xdist
     # worker, or a run without workers; not the xdist controller, which runs none (and imports no SDK).
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
@@ -146,3 +169,98 @@ def p4de() -> render.Rendered:
 @pytest.fixture
 def dev() -> render.Rendered:
     return rendered("dev")
+
+
+# --- Scheduling -------------------------------------------------------------------------------------
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (pyproject.toml), ordered and grouped for this suite: LaneScheduling."""
+    if config.option.dist != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LaneScheduling(LoadFileScheduling):
+        """loadfile, but: a simulated-cluster group (tests/lanes.py SIM_GROUPS) is one unit, its
+        modules in order on one worker; the units are handed out longest first (the groups first,
+        then LONG_MODULES, then by number of tests: xdist's own order put the few-test groups last);
+        at most lanes() groups at a time (their clusters); and a worker gets its next unit when one
+        test of its current unit is left, not two (a group's last test can take minutes)."""
+
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self.groups_running: dict[str, set[str]] = {}  # group -> its tests not yet done
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return GROUP_OF.get(module, module)
+
+        @staticmethod
+        def _order(item) -> tuple:
+            scope, tests = item
+            if scope in SIM_GROUPS:
+                return (0, -SIM_GROUPS[scope][1])
+            return (1, -LONG_MODULES.get(scope, 0), -len(tests))
+
+        def schedule(self) -> None:
+            # xdist's LoadScopeScheduling.schedule (3.8.0), the work queue in _order.
+            assert self.collection_is_completed
+            if self.collection is not None:
+                for node in self.nodes:
+                    self._reschedule(node)
+                return
+            if not self._check_nodes_have_same_collection():
+                self.log("**Different tests collected, aborting run**")
+                return
+            self.collection = list(next(iter(self.registered_collections.values())))
+            if not self.collection:
+                return
+            units: dict[str, dict[str, bool]] = {}
+            for nodeid in self.collection:
+                units.setdefault(self._split_scope(nodeid), {})[nodeid] = False
+            for scope, tests in sorted(units.items(), key=self._order):
+                self.workqueue[scope] = tests
+            for _ in range(max(0, len(self.nodes) - len(self.workqueue))):
+                unused, _assigned = self.assigned_work.popitem()
+                unused.shutdown()
+            for node in self.nodes:
+                self._assign_work_unit(node)
+            for node in self.nodes:
+                self._reschedule(node)
+            if not self.workqueue:
+                for node in self.nodes:
+                    node.shutdown()
+
+        def _assign_work_unit(self, node) -> None:
+            # The first unit in order, unless it is a group and lanes() groups are under way: then the
+            # first other unit (a group waits for a lane; none left: the group, which waits for one).
+            scopes = list(self.workqueue)
+            pick = scopes[0]
+            if pick in SIM_GROUPS and len(self.groups_running) >= lanes():
+                pick = next((s for s in scopes if s not in SIM_GROUPS), pick)
+            self.workqueue.move_to_end(pick, last=False)
+            if pick in SIM_GROUPS:
+                self.groups_running[pick] = set(self.workqueue[pick])
+            super()._assign_work_unit(node)
+
+        def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
+            nodeid = self.registered_collections[node][item_index]
+            group = self._split_scope(nodeid)
+            if group in self.groups_running:
+                self.groups_running[group].discard(nodeid)
+                if not self.groups_running[group]:
+                    del self.groups_running[group]
+            super().mark_test_complete(node, item_index, duration)
+
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) > 1:
+                return
+            self._assign_work_unit(node)
+
+    return LaneScheduling(config, log)

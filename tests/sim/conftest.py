@@ -6,14 +6,14 @@ ci/install.sh built or reused the binaries) or RLTRAIN_SIM=1. Then a missing bin
 not a skip; anyone else (e.g. `-m slow` without them) skips them with one line saying how.
 
 Clusters and lanes. Several simulated clusters run on one machine at once, each in a lane: a slot of
-a machine-wide semaphore (RLTRAIN_SIM_LANES slots, lock files under RLTRAIN_SIM_LOCK_DIR), whatever
-test runs or engineers start them. A test process keeps its cluster from one module to the next
+a machine-wide semaphore (RLTRAIN_SIM_LANES slots, tests/lanes.py; lock files under
+RLTRAIN_SIM_LOCK_DIR), whatever test runs or engineers start them. A test process keeps its cluster from one module to the next
 when the next module asks for the same kind (KINDS; a module's CLUSTER_KIND, "shared" by default):
 the cluster is reset to its baseline (Cluster.reset_baseline: the nodes it started with, fresh
 storage) instead of started again, and a cluster something was left on is replaced by a fresh one.
 The cluster is stopped, and its lane given back, after the last test that wants it
 (pytest_runtest_teardown below). tests/conftest.py hands each group of modules that share a kind to
-one test process (SIM_GROUPS).
+one test process (tests/lanes.py SIM_GROUPS).
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import IO, Any, Optional
 
 import pytest
+from lanes import lanes
 
 from cluster.binaries import BINARIES, toolset
+from components.workloads import serving
 
 ENABLE = ("simulated-cluster tests are off: build the binaries with cluster/build.sh, then "
           "RLTRAIN_SIM=1 python -m pytest -m sim tests/sim (docs/simulated-cluster.md)")
@@ -81,16 +83,7 @@ def log(request, line: str) -> None:
 
 # --- Lanes: a machine-wide semaphore ------------------------------------------------------------
 
-# How many simulated clusters may run on this machine at once (every test run and engineer
-# together). A cluster idles at about 5 % of a core; starting one costs some 20 s of CPU (mostly the
-# API server taking the operators' CRDs), a Pulumi operation 5-20 s: on 2 cores three lanes keep
-# both busy without one lane's start starving another's timers (docs/testing.md, measured).
-DEFAULT_LANES = 3
 LANE_DIR = Path(os.environ.get("RLTRAIN_SIM_LOCK_DIR", "/tmp/rltrain-sim-lanes"))
-
-
-def lanes() -> int:
-    return max(1, int(os.environ.get("RLTRAIN_SIM_LANES", DEFAULT_LANES)))
 
 
 @dataclass
@@ -133,10 +126,56 @@ class Kind:
     start: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
-# The shared clusters: Job pods complete after RUN_SECONDS (deploy, day two, the key sweep, the
-# deploy plan). Kinds with more (the held pods and the serving stage; elastic) are made by their
-# modules' CLUSTER_KIND.
-KINDS = {"shared": Kind("shared", RUN_SECONDS)}
+# The annotation that releases a serving pod from WAITING_STAGE (tests/sim/test_serve_export.py).
+RELEASED = "rltrain.sim/init-exited"
+# A kwok Stage that keeps a pod with a `wait-for-export` init container Pending, that container
+# running and the server `PodInitializing`, until the pod carries RELEASED; then kwok's own pod-ready
+# makes it Running. kwok's pod-ready stage has no weight (0): a matching Stage with a weight is always
+# chosen over it (kwok v0.8.0 pkg/utils/lifecycle/lifecycle.go Match). It matches no other pod.
+WAITING_STAGE = {
+    "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage",
+    "metadata": {"name": "rltrain-sim-wait-for-export"},
+    "spec": {
+        "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+        "selector": {"matchExpressions": [
+            {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+            {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+            {"key": ".spec.initContainers.[].name", "operator": "In", "values": [serving.WAIT_CONTAINER]},
+            {"key": f'.metadata.annotations["{RELEASED}"]', "operator": "DoesNotExist"}]},
+        "weight": 100,
+        # Deterministic (no Now): applied again to the same pod it is no change, so kwok does not
+        # patch it again (pod_controller.go checkNeedPatchWithTyped).
+        "next": {"statusTemplate": (
+            "{{ $t := .metadata.creationTimestamp }}\n"
+            "conditions:\n"
+            "- {type: Initialized, status: \"False\", reason: ContainersNotInitialized, lastTransitionTime: {{ $t | Quote }}}\n"
+            "- {type: Ready, status: \"False\", reason: ContainersNotReady, lastTransitionTime: {{ $t | Quote }}}\n"
+            "- {type: ContainersReady, status: \"False\", reason: ContainersNotReady, lastTransitionTime: {{ $t | Quote }}}\n"
+            "initContainerStatuses:\n"
+            "{{ range .spec.initContainers }}\n"
+            "- {name: {{ .name | Quote }}, image: {{ .image | Quote }}, ready: false, started: true, restartCount: 0,"
+            " state: {running: {startedAt: {{ $t | Quote }}}}}\n"
+            "{{ end }}\n"
+            "containerStatuses:\n"
+            "{{ range .spec.containers }}\n"
+            "- {name: {{ .name | Quote }}, image: {{ .image | Quote }}, ready: false, started: false, restartCount: 0,"
+            " state: {waiting: {reason: PodInitializing}}}\n"
+            "{{ end }}\n"
+            "phase: Pending\n")},
+    },
+}
+
+# shared: Job pods complete after RUN_SECONDS (deploy, day two, the key sweep, the deploy plan).
+# held: Job pods never complete on their own (node repair).
+# serving: held, and serving pods wait in WAITING_STAGE until released (train-export-serve). Not
+#   shared with node repair: on a cluster reused after it (Kueue warm) Kueue's topology-aware
+#   assignment of the training run and the scheduler's placement of the serving pod (not queued)
+#   raced for the same node (seen 2026-12-04: the training pod Unschedulable on the node TAS named);
+#   on a fresh cluster the queue becomes active after the serving pod is placed.
+# The elastic cluster is its module's own CLUSTER_KIND.
+KINDS = {"shared": Kind("shared", RUN_SECONDS),
+         "held": Kind("held", HELD_RUN_SECONDS),
+         "serving": Kind("serving", HELD_RUN_SECONDS, {"extra_stages": [WAITING_STAGE]})}
 
 
 @dataclass
@@ -177,7 +216,10 @@ def lane_cluster(tmp_path_factory, request, kind: Kind):
     c = _current.cluster
     if c is not None and _current.kind == kind.name:
         t0 = time.monotonic()
-        problems = c.reset_baseline()
+        try:
+            problems = c.reset_baseline()
+        except Exception as e:  # noqa: BLE001 - a cluster that cannot be reset is replaced, as below
+            problems = [f"reset failed: {e!r}"]
         if not problems:
             _current.modules += 1
             log(request, f"cluster of kind {kind.name} reused in lane {_current.lane.index} (module "

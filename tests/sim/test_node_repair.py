@@ -20,8 +20,9 @@ repair would do to a node, done by hand (tests/sim/faults.py), and the run comin
 
 kwok's pods run no process: the trainer on the head does not notice the lost peer here (the
 launcher's behaviour then is tested as a program, tests/scripts/test_ray_launcher.py), and kwok's
-delete stage removes a deleted pod's finalizers itself. The module starts its own cluster whose Job
-pods do not complete on their own (the shared one completes them after 10 s), under the same lock.
+delete stage removes a deleted pod's finalizers itself. The module runs on the "held" cluster, whose
+Job pods do not complete on their own (tests/sim/conftest.py KINDS; the shared one completes them after
+RUN_SECONDS), reset to its nodes between modules (Cluster.reset_baseline: a replaced node is gone).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ENABLE, log as _log, sim_cluster, sim_requested
+from conftest import ENABLE, log as _log, sim_requested
 
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
@@ -58,11 +59,9 @@ RAYJOB = {**ONLY_MULTINODE, "rltrain:workloads.multiNode.form": "rayjob",
 REPAIR_TIMEOUT = 420
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory, request):
-    # Job pods keep running for an hour: the run is still up when its node fails.
-    with sim_cluster(tmp_path_factory, request, complete_after=3600.0) as c:
-        yield c
+# The held cluster (tests/sim/conftest.py KINDS): Job pods keep running for an hour, so the run is
+# still up when its node fails.
+CLUSTER_KIND = "held"
 
 
 def run_pods(cluster) -> list[dict]:

@@ -28,8 +28,9 @@ the FSx mount, the real export (tests/scripts/test_export_hf.py runs it as a pro
 loading the export and its startup probe; a wait longer than the test's hold (the progress
 deadline is checked as a value).
 
-The module starts its own cluster (Job pods do not complete on their own; the extra Stage) under
-the shared lock.
+It runs on a cluster of its own (tests/sim/conftest.py KINDS "serving": Job pods do not complete on
+their own, the waiting Stage). The init program runs with its polls
+POLL_SCALE times faster than in a pod (the hold and the exit are measured in its polls).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ENABLE, log as _log, sim_cluster, sim_requested
+from conftest import ENABLE, POLL_SECONDS, RELEASED, log as _log, sim_requested
 
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
@@ -73,49 +74,16 @@ REASONING = {
                                   "evaluation": {"enabled": True, "schedule": NEVER}},
     "rltrain:workloads.checkpoints.schedule": NEVER,
 }
-RELEASED = "rltrain.sim/init-exited"
-# Longer than one poll of the init program (serving.WAIT_POLL_SECONDS): it looked and kept waiting.
-HOLD_SECONDS = serving.WAIT_POLL_SECONDS + 20
-# kwok's pod-ready stage has no weight (0): a matching Stage with a weight is always chosen over it.
-WAITING_STAGE = {
-    "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage",
-    "metadata": {"name": "rltrain-sim-wait-for-export"},
-    "spec": {
-        "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
-        "selector": {"matchExpressions": [
-            {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
-            {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
-            {"key": ".spec.initContainers.[].name", "operator": "In", "values": [serving.WAIT_CONTAINER]},
-            {"key": f'.metadata.annotations["{RELEASED}"]', "operator": "DoesNotExist"}]},
-        "weight": 100,
-        # Deterministic (no Now): applied again to the same pod it is no change, so kwok does not
-        # patch it again (pod_controller.go checkNeedPatchWithTyped).
-        "next": {"statusTemplate": (
-            "{{ $t := .metadata.creationTimestamp }}\n"
-            "conditions:\n"
-            "- {type: Initialized, status: \"False\", reason: ContainersNotInitialized, lastTransitionTime: {{ $t | Quote }}}\n"
-            "- {type: Ready, status: \"False\", reason: ContainersNotReady, lastTransitionTime: {{ $t | Quote }}}\n"
-            "- {type: ContainersReady, status: \"False\", reason: ContainersNotReady, lastTransitionTime: {{ $t | Quote }}}\n"
-            "initContainerStatuses:\n"
-            "{{ range .spec.initContainers }}\n"
-            "- {name: {{ .name | Quote }}, image: {{ .image | Quote }}, ready: false, started: true, restartCount: 0,"
-            " state: {running: {startedAt: {{ $t | Quote }}}}}\n"
-            "{{ end }}\n"
-            "containerStatuses:\n"
-            "{{ range .spec.containers }}\n"
-            "- {name: {{ .name | Quote }}, image: {{ .image | Quote }}, ready: false, started: false, restartCount: 0,"
-            " state: {waiting: {reason: PodInitializing}}}\n"
-            "{{ end }}\n"
-            "phase: Pending\n")},
-    },
-}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory, request):
-    # Job pods keep running for an hour; the serving pods wait in their init container until released.
-    with sim_cluster(tmp_path_factory, request, complete_after=3600.0, extra_stages=[WAITING_STAGE]) as c:
-        yield c
+# The init program polls every serving.WAIT_POLL_SECONDS (30 s, sized for a real export of minutes);
+# here it runs with its sleeps divided by this (its own text unchanged: time.sleep wrapped before it).
+POLL_SCALE = 10
+POLL = serving.WAIT_POLL_SECONDS / POLL_SCALE
+SCALED_SLEEP = f"import time as _t\n_sleep = _t.sleep\n_t.sleep = lambda s: _sleep(s / {POLL_SCALE})\n"
+# Longer than two polls of the init program: it looked, and kept waiting.
+HOLD_SECONDS = 2 * POLL + 5
+# Its own cluster (tests/sim/conftest.py KINDS "serving"): Job pods keep running for an hour; the
+# serving pods wait in their init container (WAITING_STAGE) until released.
+CLUSTER_KIND = "serving"
 
 
 def pods(cluster, selector: str) -> list[dict]:
@@ -191,7 +159,9 @@ def test_serving_waits_for_the_export_then_becomes_ready(cluster, request, tmp_p
              lambda: any(p["status"].get("phase") == "Running" for p in pods(cluster, f"batch.kubernetes.io/job-name%3D{TRAINING}"))
              and any(p["status"].get("phase") == "Running" for p in pods(cluster, f"batch.kubernetes.io/job-name%3D{EXPORT_JOB}")),
              RUNS_TIMEOUT, lambda: f"{watcher.describe()}; pods: "
-             f"{[(p['metadata']['name'], p['status'].get('phase'), p['spec'].get('nodeName')) for p in watcher.last_pods]}")
+             f"{[(p['metadata']['name'], p['status'].get('phase'), p['spec'].get('nodeName')) for p in watcher.last_pods]}"
+             f"; unscheduled: {[(p['metadata']['name'], p['spec'].get('nodeSelector')) for p in watcher.last_pods if not p['spec'].get('nodeName')]}"
+             f"; {namespace_warnings(cluster)}")
         wait("the serving pods scheduled and waiting in wait-for-export",
              lambda: (ps := serving_pods(cluster)) and all(waiting_in_init(p) for p in ps), 120,
              lambda: str([(p["metadata"]["name"], p.get("status")) for p in serving_pods(cluster)]))
@@ -202,9 +172,11 @@ def test_serving_waits_for_the_export_then_becomes_ready(cluster, request, tmp_p
             assert c["command"][:2] == ["python3", "-c"], c["command"]
             e["EXPORT_MARKER"] = str(local(fsx, e["EXPORT_MARKER"]))
             logf = tmp_path / f"{p['metadata']['name']}.wait.log"
-            # The pod's own program, as the kubelet would run it (python3 = this interpreter).
-            waiters.append(subprocess.Popen([sys.executable, "-c", c["command"][2]], env={**os.environ, **e},
-                                            stdout=logf.open("w"), stderr=subprocess.STDOUT, text=True))
+            # The pod's own program, as the kubelet would run it (python3 = this interpreter), its
+            # polls POLL_SCALE times faster.
+            waiters.append(subprocess.Popen([sys.executable, "-c", SCALED_SLEEP + c["command"][2]],
+                                            env={**os.environ, **e}, stdout=logf.open("w"), stderr=subprocess.STDOUT,
+                                            text=True))
         names = [p["metadata"]["name"] for p in waiting]
         gpus = {p["metadata"]["name"]: (p["spec"]["nodeName"], p["spec"]["containers"][0]["resources"]["requests"]
                                         .get("nvidia.com/gpu")) for p in waiting}
@@ -219,9 +191,9 @@ def test_serving_waits_for_the_export_then_becomes_ready(cluster, request, tmp_p
             d = cluster.get("apps/v1", "Deployment", serving.NAME, NAMESPACE)
             assert condition(d, "Progressing").get("reason") != "ProgressDeadlineExceeded", d["status"]
             assert all(w.poll() is None for w in waiters), "wait-for-export exited before the marker existed"
-            time.sleep(3)
+            time.sleep(POLL_SECONDS)
         d = cluster.get("apps/v1", "Deployment", serving.NAME, NAMESPACE)
-        _log(request, f"serve: {at()} still waiting after {HOLD_SECONDS}s hold: restarts 0, phase Pending, "
+        _log(request, f"serve: {at()} still waiting after {HOLD_SECONDS:.0f}s hold ({POLL:g}s polls): restarts 0, phase Pending, "
                       f"Progressing {condition(d, 'Progressing').get('status')}/{condition(d, 'Progressing').get('reason')}, "
                       f"Available {condition(d, 'Available').get('status')}; wait program: "
                       f"{(tmp_path / (names[0] + '.wait.log')).read_text().strip().splitlines()[-1]}")
@@ -241,7 +213,7 @@ def test_serving_waits_for_the_export_then_becomes_ready(cluster, request, tmp_p
                                                               "Complete").get("status") == "True", 60)
 
         # The pods' program sees it at its next poll and exits 0: the kubelet's report, then kwok's pod-ready.
-        deadline = time.monotonic() + serving.WAIT_POLL_SECONDS + 30
+        deadline = time.monotonic() + POLL + 30
         for w, name in zip(waiters, names):
             code = w.wait(timeout=max(1.0, deadline - time.monotonic()))
             assert code == 0, (name, code, (tmp_path / f"{name}.wait.log").read_text())

@@ -1,0 +1,45 @@
+"""How the simulated-cluster modules share this machine and a test run (imports nothing heavy: the
+xdist controller reads it, tests/conftest.py).
+
+Lanes: at most RLTRAIN_SIM_LANES simulated clusters run on this machine at once, whatever test runs
+or engineers start them (a semaphore of lock files: tests/sim/conftest.py take_lane). A run that
+selects the simulated-cluster tests gets that many xdist workers more than its -n, and the groups
+below are handed to them first, longest first, at most that many at a time (LaneScheduling in
+tests/conftest.py); every other module goes to any worker, longest first.
+
+Groups: modules that run on the same kind of cluster, one after the other in one worker, sharing it
+(reset to its baseline in between, tests/sim/conftest.py). A group's seconds (its wall time, measured
+on the 2-core build machine: docs/testing.md) only order the groups.
+"""
+
+from __future__ import annotations
+
+import os
+
+# A cluster idles at about 5 % of a core; starting one costs some 20 s of CPU (mostly the API server
+# taking the operators' CRDs), a Pulumi operation 5-10 s: on 2 cores three lanes keep both busy while
+# each lane mostly waits on its timers (docs/testing.md, measured).
+DEFAULT_LANES = 3
+LANES_ENV = "RLTRAIN_SIM_LANES"
+
+# group -> (its modules in the order they run, expected seconds)
+SIM_GROUPS: dict[str, tuple[tuple[str, ...], float]] = {
+    "shared-day-two": (("tests/sim/test_day_two.py", "tests/sim/test_deploy_plan.py"), 420),
+    "shared-sweep": (("tests/sim/test_key_sweep.py", "tests/sim/test_deploy.py"), 420),
+    "held": (("tests/sim/test_node_repair.py",), 250),
+    "elastic": (("tests/sim/test_elastic.py",), 400),
+    "preview": (("tests/sim/test_sim_preview.py", "tests/sim/test_update_plans.py", "tests/sim/test_serve_export.py"), 350),
+}
+GROUP_OF = {module: group for group, (modules, _) in SIM_GROUPS.items() for module in modules}
+
+# The other long modules, in seconds (the rest are ordered by their number of tests): started early
+# so that none of them is the last thing a run waits for.
+LONG_MODULES = {
+    "tests/test_review_flow.py": 300, "tests/test_checkov.py": 120, "tests/scripts/test_ray_launcher.py": 90,
+    "tests/test_resume_contract.py": 60, "tests/scripts/test_export_hf.py": 60, "tests/test_policy_pack.py": 60,
+    "tests/test_lint.py": 40, "tests/test_render.py": 40,
+}
+
+
+def lanes() -> int:
+    return max(1, int(os.environ.get(LANES_ENV, DEFAULT_LANES)))
