@@ -3,6 +3,8 @@ process of its own per operation), a watcher of Kueue's Workloads and the pods, 
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import resource
 import subprocess
@@ -10,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import yaml
 
@@ -80,6 +82,31 @@ def project(tmp: Path, overrides: dict[str, Any], name: str = "deploy") -> Path:
     return workdir
 
 
+@contextlib.contextmanager
+def program_of(project: Path) -> Iterator[Any]:
+    """The program copy's own `components` imported in this process for the block (its
+    components.offline.render module is handed over); the repository's modules back after it.
+
+    The offline side of a comparison must render what the copy holds (the day-two tests edit its
+    modules and scripts). A fresh interpreter per render costs some 3 s of CPU importing the SDKs,
+    which stay loaded here: only the program's own modules are imported again, from the copy (as
+    cluster/deploy.py's inline program does), and no module imported meanwhile keeps a reference to
+    them. Not cached (tests/render_cache.py keys the repository's program)."""
+    saved = {n: m for n, m in sys.modules.items() if n == "components" or n.startswith("components.")}
+    for name in saved:
+        del sys.modules[name]
+    sys.path.insert(0, str(project))
+    try:
+        render_mod = importlib.import_module("components.offline.render")
+        assert Path(render_mod.__file__).is_relative_to(project), render_mod.__file__
+        yield render_mod
+    finally:
+        sys.path.remove(str(project))
+        for name in [n for n in sys.modules if n == "components" or n.startswith("components.")]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
 RUNS = ("rltrain-validation", "rltrain-training", "rltrain-multinode")
 # What an offline impact kind means for the engine's plan of that resource.
 OFFLINE_OP = key_sweep.ENGINE_OP
@@ -109,15 +136,16 @@ class Live:
         self.step = 0
 
     def offline(self) -> list[dict[str, Any]]:
-        """The render of the program copy as it is now, run from the copy (its edited scripts)."""
+        """The render of the program copy as it is now: its own program (an edited script or module
+        included), imported in this process for the render (program_of), its stack file."""
         self.step = getattr(self, "step", 0) + 1
-        out, base = self.workdir / f"render-{self.step}", self.workdir / "no-base"
-        base.mkdir(exist_ok=True)
-        r = subprocess.run([sys.executable, "-m", "components.offline.render", "--stack", STACK, "--project-dir", ".",
-                            "--out", str(out), "--base", str(base)], cwd=self.project, capture_output=True, text=True,
-                           timeout=300)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        return json.loads((out / "resources.json").read_text())
+        t0, cpu = time.monotonic(), time.process_time()
+        with program_of(self.project) as copy:
+            rendered = copy.render_stack(STACK, self.project)
+            rows = json.loads(copy.resources_json(rendered.result))
+        _log(self.request, f"offline render {self.step}: {time.monotonic() - t0:.1f}s wall, "
+                           f"{time.process_time() - cpu:.1f}s CPU (in this process)")
+        return rows
 
     def uids(self) -> dict[str, str]:
         out = {}
