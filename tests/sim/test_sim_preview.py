@@ -1,15 +1,17 @@
 """ci/sim-preview.sh, the pull request's real preview on the simulated cluster (docs/pr-review.md),
 as the workflow runs it: on a merge commit like the one actions/checkout checks out for
-`pull_request`, for a script edit and for an image change, each printing the real engine's
-operations beside the offline impact (cluster/preview_compare.py) and agreeing with it.
+`pull_request`, for a change that edits a script and the image, printing the real engine's operations
+beside the offline impact (cluster/preview_compare.py) and agreeing with it.
 
-NOT RUN YET when written (issue 32): the simulated cluster was busy with other tests; two cluster starts.
-Each case starts its own cluster (the script's), under the lock the other simulated-cluster tests take.
+One pull request carries both edits (before: one script run each, two cluster starts); each still
+shows on a resource only it changes: the resume wrapper's ConfigMap (the script edit: its content
+names it) and the validation Job (the image: validation does not mount the wrapper), besides the
+single-node Job both replace. The script starts its own cluster (in a lane of the machine's
+semaphore, tests/sim/conftest.py, taken around it).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ENABLE, LOCK, missing_binaries, sim_requested
+from conftest import ENABLE, give_back, missing_binaries, sim_requested, take_lane
 
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
@@ -48,9 +50,12 @@ def edit_image(repo: Path) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-@pytest.mark.parametrize("edit,changed", [(edit_script, "workloads-single-node-job"),
-                                          (edit_image, "workloads-validation-job")])
-def test_the_pull_requests_real_preview_beside_the_offline_impact(tmp_path, edit, changed):
+# The rows each edit must show as a replacement: the script's ConfigMap only the script edit changes,
+# the validation Job only the image; the single-node Job both.
+CHANGED = ("workloads-scripts-resume-wrapper", "workloads-validation-job", "workloads-single-node-job")
+
+
+def test_the_pull_requests_real_preview_beside_the_offline_impact(tmp_path):
     missing = missing_binaries()
     if missing:
         pytest.fail(f"simulated cluster: missing {', '.join(missing)}: run cluster/build.sh", pytrace=False)
@@ -65,7 +70,8 @@ def test_the_pull_requests_real_preview_beside_the_offline_impact(tmp_path, edit
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     git(repo, "checkout", "-q", "-b", "pr")
-    edit(repo)
+    edit_script(repo)
+    edit_image(repo)
     git(repo, "commit", "-q", "-am", "the change")
     git(repo, "checkout", "-q", "--detach", "main")
     git(repo, "merge", "-q", "--no-ff", "--no-edit", "pr")
@@ -75,13 +81,16 @@ def test_the_pull_requests_real_preview_beside_the_offline_impact(tmp_path, edit
     # RLTRAIN_CI_OUT, where the script would write instead (seen in .ci/run: the first case failed
     # reading ci-out/sim-preview.md that had gone to the outer ci-out).
     env["RLTRAIN_CI_OUT"] = str(repo / "ci-out")
-    with open(LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    lane = take_lane()
+    try:
         r = subprocess.run([str(repo / "ci" / "sim-preview.sh")], cwd=repo, env=env, capture_output=True,
                            text=True, timeout=1800)
+    finally:
+        give_back(lane)
     print(r.stdout[-6000:])
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-4000:]
     md = (repo / "ci-out" / "sim-preview.md").read_text()
-    row = next(line for line in md.splitlines() if line.startswith(f"| `{changed}` |"))
-    assert "| replace |" in row and "disagree" not in row, md
+    for changed in CHANGED:
+        row = next(line for line in md.splitlines() if line.startswith(f"| `{changed}` |"))
+        assert "| replace |" in row and "disagree" not in row, md
     assert "The offline impact and the real engine agree on every resource." in md, md
