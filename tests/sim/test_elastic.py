@@ -32,7 +32,7 @@ import threading
 import time
 
 import pytest
-from conftest import ENABLE, log as _log, sim_cluster, sim_requested
+from conftest import ENABLE, POLL_SECONDS, Kind, lane_cluster, log as _log, sim_requested
 
 if not sim_requested():
     pytest.skip(ENABLE, allow_module_level=True)
@@ -49,20 +49,32 @@ pytestmark = [pytest.mark.slow, pytest.mark.sim]
 
 RUN = "rltrain-multinode"
 SINGLE = "rltrain-training"
-BOOT_SECONDS = 15
-# Kueue's PodsReady timeout and first requeue backoff here (a stack's are at least 10 min / 60 s).
-PODS_READY_TIMEOUT, BACKOFF = 60, 5  # 60: the least KueueArgs accepts
+# The simulation's timers (tests/sim/conftest.py: set here, never the stack's):
+# a launched node joins this long after its NodeClaim (the KWOKNodeClass registration delay, the
+# boot: a p5 takes minutes);
+BOOT_SECONDS = 5
+# Kueue's PodsReady timeout and first requeue backoff (a stack's are at least 10 min / 60 s:
+# cluster/sim.py kueue_timed sets these on the simulated Kueue only); the timeout well above what a
+# launch takes here (Karpenter's batch window, BOOT_SECONDS, the pods Running), so only a launch that
+# fails half-way reaches it;
+PODS_READY_TIMEOUT, BACKOFF = 30, 5
+# an empty node is removed after this (the NodePool's consolidateAfter on the simulated cluster; the
+# stack's own idleMinutes is a minute at least, IDLE_MINUTES below);
+IDLE_SECONDS = 20
 IDLE_MINUTES = 1
-# Longer than the PodsReady timeout: in scenario 4 the pod on the one node is still Running when
-# Kueue releases the run (a kwok Job pod succeeds on this timer, not when its peer joins).
-RUN_SECONDS = 90.0
+# a run's pods run this long: longer than the PodsReady timeout, so in scenario 4 the pod on the one
+# node is still Running when Kueue releases the run (a kwok Job pod succeeds on this timer, not when
+# its peer joins).
+RUN_SECONDS = PODS_READY_TIMEOUT + 15.0
 ELASTIC = {"rltrain:gpuNodes.elastic.enabled": True, "rltrain:gpuNodes.elastic.maxNodes": 2,
            "rltrain:gpuNodes.elastic.idleMinutes": IDLE_MINUTES,
            "rltrain:gpuNodes.elastic.existingKarpenter": True}
 ONLY_MULTINODE = {**ELASTIC, "rltrain:workloads.singleNode.enabled": False,
                   "rltrain:workloads.ncclTest.enabled": False, "rltrain:workloads.staging.enabled": False,
                   "rltrain:workloads.validation.enabled": False, "rltrain:workloads.trainingAfterChecks": False}
-ZERO_TIMEOUT = IDLE_MINUTES * 60 + 120
+# Karpenter removes an empty node some seconds after consolidateAfter (its disruption loop, then the
+# node's termination): the bound on reaching zero nodes.
+ZERO_TIMEOUT = IDLE_SECONDS + 120
 
 
 def elastic_cfg(max_nodes: int) -> StackConfig:
@@ -73,14 +85,18 @@ def elastic_cfg(max_nodes: int) -> StackConfig:
     return base.model_copy(update={"gpu_nodes": g.model_copy(update={"elastic": e})})
 
 
+CLUSTER_KIND = Kind("elastic", RUN_SECONDS, {
+    "elastic": elastic_cfg(2), "boot_seconds": BOOT_SECONDS, "kueue_timing": (PODS_READY_TIMEOUT, BACKOFF),
+    "idle_seconds": IDLE_SECONDS})
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    with sim_cluster(tmp_path_factory, request, complete_after=RUN_SECONDS, elastic=elastic_cfg(2),
-                     boot_seconds=BOOT_SECONDS, kueue_timing=(PODS_READY_TIMEOUT, BACKOFF)) as c:
-        _log(request, f"elastic: Karpenter {karpenter_mod.version()} (kwok provider), NodePool "
-                      f"{karpenter_nodes.NODE_POOL}, boot {BOOT_SECONDS}s, PodsReady timeout {PODS_READY_TIMEOUT}s, "
-                      f"idle {IDLE_MINUTES}m")
-        yield c
+    c = lane_cluster(tmp_path_factory, request, CLUSTER_KIND)
+    _log(request, f"elastic: Karpenter {karpenter_mod.version()} (kwok provider), NodePool "
+                  f"{karpenter_nodes.NODE_POOL}, boot {BOOT_SECONDS}s, PodsReady timeout {PODS_READY_TIMEOUT}s, "
+                  f"idle {IDLE_SECONDS}s, runs {RUN_SECONDS:.0f}s")
+    return c
 
 
 class Capacity(threading.Thread):
@@ -108,7 +124,7 @@ class Capacity(threading.Thread):
                 self.most_nodes = max(self.most_nodes, n, c)
             except Exception:  # noqa: BLE001 - a poll during a restart of the API server: next one
                 pass
-            self.stop_event.wait(1.0)
+            self.stop_event.wait(POLL_SECONDS)
 
     def at(self, t: float) -> float:
         return t - self.t0
@@ -220,14 +236,14 @@ def test_a_queued_run_gets_its_nodes_whole_and_they_go_away_when_idle(cluster, r
         cap.finish()
         _log(request, f"elastic: scenario 1: queued -> admitted {t_admitted - t_queued:.0f}s, admitted -> "
                       f"all Running {t_running - t_admitted:.0f}s (boot {BOOT_SECONDS}s), idle -> zero nodes "
-                      f"{t_zero - t_idle:.0f}s (consolidateAfter {IDLE_MINUTES}m); nodes/claims over time "
+                      f"{t_zero - t_idle:.0f}s (consolidateAfter {IDLE_SECONDS}s); nodes/claims over time "
                       f"{cap.line()}")
         assert cap.changes[0][1:] == (0, 0)
         assert cap.most_nodes == 2, cap.line()
         assert len(nodes_used) == 2
         watcher.checked_order(request)
-        # Removed only once empty: not before the idle time.
-        assert t_zero - t_idle >= IDLE_MINUTES * 60 - 5, cap.line()
+        # Removed only once empty: not before the idle time (less the watchers' polls).
+        assert t_zero - t_idle >= IDLE_SECONDS - 5, cap.line()
     finally:
         cap.finish()
         watcher.finish()
@@ -237,7 +253,7 @@ def test_a_queued_run_gets_its_nodes_whole_and_they_go_away_when_idle(cluster, r
 def test_a_run_wider_than_the_maximum_never_starts_and_stays_queued_whole(cluster, request, tmp_path):
     """maxNodes 1: the stack's own runs are 1 node (the config refuses a wider one); a 2-node run
     submitted to its queue by hand is never admitted and nothing is launched for it."""
-    karpenter_mod.apply_node_pool(cluster, elastic_cfg(1))
+    cluster.apply_node_pool(elastic_cfg(1))
     overrides = {**ONLY_MULTINODE, "rltrain:gpuNodes.elastic.maxNodes": 1, "rltrain:gpuNodes.count": 1,
                  "rltrain:workloads.singleNode.enabled": True, "rltrain:workloads.multiNode.enabled": False}
     cap, r = deploy_from_zero(cluster, request, tmp_path, overrides)
@@ -251,7 +267,7 @@ def test_a_run_wider_than_the_maximum_never_starts_and_stays_queued_whole(cluste
         wait("zero GPU nodes after the 1-node run", lambda: zero_nodes(cap), ZERO_TIMEOUT,
              lambda: f"capacity {cap.line()}")
         while time.monotonic() - t0 < PODS_READY_TIMEOUT + 10:
-            time.sleep(2)
+            time.sleep(POLL_SECONDS)
         wl = workload_of(cluster, wide)
         job = cluster.get("batch/v1", "Job", wide, NAMESPACE)
         pods = pods_of_run(cluster, wide)
@@ -270,7 +286,7 @@ def test_a_run_wider_than_the_maximum_never_starts_and_stays_queued_whole(cluste
         delete_job(cluster, wide)
         watcher.finish()
         destroy(cluster, pulumi, r["expected"], request)
-        karpenter_mod.apply_node_pool(cluster, elastic_cfg(2))
+        cluster.apply_node_pool(elastic_cfg(2))
 
 
 def test_two_runs_over_a_maximum_of_two_nodes_run_one_after_the_other_whole(cluster, request, tmp_path):
