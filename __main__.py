@@ -7,7 +7,7 @@ With `rltrain:cluster.existing` only the Kubernetes part is deployed, onto that 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.stack import config
+from components.stack import validate
 from components.k8s.addons import ClusterAddons, ClusterAddonsArgs
 from components.k8s.namespace import TrainingNamespace, training_namespace_args
 from components.stack.outputs import cost_per_hour
@@ -19,7 +19,7 @@ from components.k8s.monitoring import build_monitoring
 from components.workloads import serving
 from components.workloads.build import build_workloads
 
-cfg = config.from_pulumi()  # every config problem is reported here, before any resource exists
+cfg = validate.from_pulumi()  # every config problem is reported here, before any resource exists
 rl = pulumi.Config("rltrain")
 cluster_name = cfg.cluster.name or f"rltrain-{pulumi.get_stack()}"
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from components.aws import account_checks
 from components.aws import gpu_nodes
-from components.stack import catalog, elastic, versions
+from components.stack import catalog, versions
 from components.stack.config import StackConfig
 
 Client = Any
@@ -277,8 +277,8 @@ def quota_nodes(cfg: StackConfig) -> tuple[int, int, str]:
     (the NodePool's limits.nodes), whatever runs now; no surge, since a drifted node is replaced
     within the same limit (components/k8s/karpenter_nodes.py budgets one node at a time)."""
     g = cfg.gpu_nodes
-    if elastic.enabled(cfg):
-        return elastic.max_nodes(cfg), 0, "elastic: gpuNodes.elastic.maxNodes, the most Karpenter may launch"
+    if cfg.gpu_nodes.elastic.enabled:
+        return cfg.gpu_nodes.node_limit, 0, "elastic: gpuNodes.elastic.maxNodes, the most Karpenter may launch"
     return g.count, gpu_nodes.roll_surge(g.capacity.type), ""
 
 
@@ -487,7 +487,7 @@ def main(argv: Optional[list[str]] = None, clients: Optional[ClientFactory] = No
          which: Callable[[str], Optional[str]] = shutil.which) -> int:
     from components.offline import render  # reads the stack file as the render does
     from components.stack import stackfile
-    from components.stack.config import ConfigError
+    from components.stack.validate import ConfigError
 
     ap = argparse.ArgumentParser(prog="python -m components.preflight", description=__doc__.split("\n\n")[0],
                                  epilog=checks_help(), formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from components.stack import catalog
-from components.stack import config
+from components.stack import config, validate
 from components.stack import stackfile
 from components.offline import render
 
@@ -23,11 +23,11 @@ def load(overrides=None, secret_keys=(), region="us-east-1", extra=None):
     for section, patch in (overrides or {}).items():
         values.setdefault(section, {}).update(patch)
     values.update(extra or {})
-    return config.load(values, secret_keys=set(secret_keys), region=region)
+    return validate.load(values, secret_keys=set(secret_keys), region=region)
 
 
 def problems(**kw):
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         load(**kw)
     return dict(e.value.problems)
 
@@ -142,9 +142,9 @@ def test_nested_secure_value_rejected(tmp_path):
 
 
 def test_shm_default_scales_with_node_memory():
-    assert config.shm_default_gib(catalog.get("p4de.24xlarge")) == 72
-    assert config.shm_default_gib(catalog.get("p5.48xlarge")) == 128
-    assert config.shm_default_gib(catalog.get("g5.xlarge")) == 8
+    assert catalog.shm_default_gib(catalog.get("p4de.24xlarge")) == 72
+    assert catalog.shm_default_gib(catalog.get("p5.48xlarge")) == 128
+    assert catalog.shm_default_gib(catalog.get("g5.xlarge")) == 8
 
 
 def test_plain_env_allowed_unless_credential_like():

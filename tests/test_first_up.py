@@ -12,7 +12,7 @@ from support import rendered
 from components.aws import account_checks, platform
 from components.offline import mock_engine, render
 from components.offline.mock_engine import run_program
-from components.stack import config
+from components.stack import validate
 
 ROLE = "arn:aws:iam::123456789012:role/platform/Deployer"
 ASSUMED = "arn:aws:sts::123456789012:assumed-role/Deployer/alice@example.com"
@@ -57,7 +57,7 @@ def _with(values, section, **patch):
 def test_the_placeholder_cidr_is_refused_by_a_real_deploy_before_any_aws_resource(monkeypatch):
     monitors = _real_deploy(monkeypatch)
     vals, secret, _ = render.load_stack("p5")
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
     assert "rltrain:cluster.publicAccessCidrs: 203.0.113.0/24 is a documentation range" in str(e.value)
     assert [r for r in monitors[0].records if r.type.startswith(("aws:", "eks:"))] == []
@@ -67,7 +67,7 @@ def test_the_deploying_role_in_admin_role_arns_is_refused_by_a_real_deploy(monke
     monitors = _real_deploy(monkeypatch)
     vals, secret, _ = render.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"], adminRoleArns=[ROLE])
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
     assert "rltrain:cluster.adminRoleArns" in str(e.value) and "ResourceInUseException (409)" in str(e.value)
     assert [r for r in monitors[0].records if r.type.startswith(("aws:", "eks:"))] == []
@@ -77,7 +77,7 @@ def test_an_az_eks_refuses_is_refused_by_a_real_deploy(monkeypatch):
     monitors = _real_deploy(monkeypatch, zones={"us-east-1a": "use1-az4", "us-east-1b": "use1-az3"})
     vals, secret, _ = render.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"])
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
     assert "rltrain:network.availabilityZones: us-east-1b is use1-az3" in str(e.value)
     assert "UnsupportedAvailabilityZoneException" in str(e.value)
@@ -128,9 +128,7 @@ def test_aws_operations_has_the_failed_node_group_recovery():
 
 def test_policy_rule_holds_the_node_roll_opt_in():
     import copy
-    from components.aws import gpu_nodes
     from components.offline import policy
-    assert (policy.ROLL_INPUTS, policy.ALLOW_NODE_ROLL_TAG) == (gpu_nodes.ROLL_INPUTS, gpu_nodes.ALLOW_NODE_ROLL_TAG)
     rs = rendered("p5").resources
     assert policy.evaluate(rs, ["gpu-roll-opt-in"]) == []
     bare = copy.deepcopy(rs)

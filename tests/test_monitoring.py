@@ -13,7 +13,7 @@ from support import obj, objects, rendered
 from components.k8s import dashboards, monitoring
 from components.offline import render
 from components.offline.mock_engine import run_program
-from components.stack import config, versions
+from components.stack import validate, versions
 from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 
 CREATED = ("dev", "p4de", "p5")
@@ -37,7 +37,7 @@ def render_with(stack: str, monitoring_cfg: dict, secrets: dict[str, str], **sec
     values.update({f"rltrain:{k}": json.dumps(v) for k, v in sections.items()})
     values.update({f"rltrain:{k}": v for k, v in secrets.items()})
     secret_keys = set(secret_keys) | {f"rltrain:{k}" for k in secrets}
-    cfg = config.load({k[8:]: v for k, v in values.items() if k.startswith("rltrain:")},
+    cfg = validate.load({k[8:]: v for k, v in values.items() if k.startswith("rltrain:")},
                       secret_keys={k[8:] for k in secret_keys}, program=True)
     result = run_program(stack=stack, config=values, secret_keys=secret_keys)
     return render.Rendered(stack=stack, cfg=cfg, result=result, manifests=render.manifests(result))
@@ -84,24 +84,24 @@ def test_byo_renders_no_monitoring_unless_opted_in(byo_opted_in):
 def test_config_defaults_and_refusals():
     base = {"gpuNodes": {"instanceType": "p5.48xlarge", "count": 2}, "workloads": {"image": "r/x:1"},
             "cluster": {"publicAccessCidrs": ["203.0.113.0/24"]}}
-    cfg = config.load(base, region="us-east-1")
+    cfg = validate.load(base, region="us-east-1")
     m = cfg.monitoring
     assert (m.namespace, m.retention_days, m.storage_size_gib, m.queued_alert_minutes, m.alert_receiver) == (
         "monitoring", 15, 100, 30, None)
-    with pytest.raises(config.ConfigError) as e:  # the program reads the password: it must exist
-        config.load(base, region="us-east-1", program=True)
+    with pytest.raises(validate.ConfigError) as e:  # the program reads the password: it must exist
+        validate.load(base, region="us-east-1", program=True)
     assert "rltrain:grafanaAdminPassword" in dict(e.value.problems)
-    with pytest.raises(config.ConfigError) as e:  # never in plain text
-        config.load({**base, "grafanaAdminPassword": "hunter2"}, region="us-east-1")
+    with pytest.raises(validate.ConfigError) as e:  # never in plain text
+        validate.load({**base, "grafanaAdminPassword": "hunter2"}, region="us-east-1")
     assert "is not secret" in dict(e.value.problems)["rltrain:grafanaAdminPassword"]
     bad = {**base, "monitoring": {"namespace": "rltrain", "storageClass": "gp2",
                                   "alertReceiver": {"type": "webhook", "secretKey": "hook", "channel": "#x"}}}
-    with pytest.raises(config.ConfigError) as e:
-        config.load(bad, secret_keys={"grafanaAdminPassword"}, region="us-east-1")
+    with pytest.raises(validate.ConfigError) as e:
+        validate.load(bad, secret_keys={"grafanaAdminPassword"}, region="us-east-1")
     p = dict(e.value.problems)
     assert {"rltrain:monitoring.namespace", "rltrain:monitoring.storageClass", "rltrain:hook",
             "rltrain:monitoring.alertReceiver.channel"} <= set(p)
-    off = config.load({**base, "monitoring": {"enabled": False}}, region="us-east-1", program=True)
+    off = validate.load({**base, "monitoring": {"enabled": False}}, region="us-east-1", program=True)
     assert not off.monitoring_enabled
 
 

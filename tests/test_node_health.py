@@ -12,7 +12,7 @@ from test_monitoring import releases, render_with
 
 from components.aws import gpu_nodes
 from components.k8s import monitoring, node_health
-from components.stack import catalog, config, versions
+from components.stack import catalog, validate, versions
 from components.stack.labels import GPU_TAINT_KEY
 
 CREATED = ("dev", "p4de", "p5")
@@ -144,8 +144,8 @@ def test_node_monitoring_agent_key_only_on_byo():
     data = {k[8:]: v for k, v in values.items() if k.startswith("rltrain:")}
     mon = json.loads(data.get("monitoring", "{}"))
     data["monitoring"] = json.dumps({**mon, "nodeMonitoringAgent": True})
-    with pytest.raises(config.ConfigError) as e:
-        config.load(data, secret_keys={k[8:] for k in secret_keys}, program=False)
+    with pytest.raises(validate.ConfigError) as e:
+        validate.load(data, secret_keys={k[8:] for k in secret_keys}, program=False)
     assert "rltrain:monitoring.nodeMonitoringAgent" in str(e.value)
     assert "only with cluster.existing" in str(e.value)
 

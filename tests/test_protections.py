@@ -153,7 +153,7 @@ def test_fsx_capacity_3600_is_refused_before_any_resource_is_registered(monkeypa
     of 2400 GiB"). 3600 is a multiple of 1200: a check weakened to 1200-steps lets it through and
     CreateFileSystem fails after the cluster exists."""
     from components.offline import mock_engine
-    from components.stack import config as config_mod
+    from components.stack import config as config_mod, validate
 
     monitors = []
     real = mock_engine.RecordingMonitor
@@ -165,7 +165,7 @@ def test_fsx_capacity_3600_is_refused_before_any_resource_is_registered(monkeypa
     vals, secret, _ = render.load_stack("p5")
     s = json.loads(vals["rltrain:storage"])
     s["fsx"]["storageCapacityGiB"] = 3600
-    with pytest.raises(config_mod.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config={**vals, "rltrain:storage": json.dumps(s)}, secret_keys=secret)
     assert "rltrain:storage.fsx.storageCapacityGiB" in str(e.value) and "(got 3600)" in str(e.value)
     assert monitors and monitors[0].records == []  # refused before the first resource

@@ -15,7 +15,7 @@ from test_kueue_support import load_variant, variant, write_variant
 
 from components.k8s import kuberay, kueue, monitoring
 from components.offline import deploy_model, policy, schedule
-from components.stack import config, refusals, versions
+from components.stack import validate, versions
 from components.workloads import env as env_mod
 from components.workloads import multinode, rayjob, runs
 
@@ -51,7 +51,7 @@ def release(r):
 
 
 def problems_of(base, edits):
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         load_variant(base, edits)
     return e.value.problems
 
@@ -308,7 +308,7 @@ def test_rayjob_config_refusals(edits, where, words):
     ("r.example/rl/train@sha256:" + "0" * 64, None),
 ])
 def test_image_ray_version(image, version):
-    assert refusals.image_ray_version(image) == version
+    assert validate.image_ray_version(image) == version
 
 
 def test_a_two_part_tag_version_agrees_with_its_patch_releases():

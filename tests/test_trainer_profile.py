@@ -8,12 +8,12 @@ import json
 
 import pytest
 from support import rendered
-from test_refusals import problems, section
+from test_validate import problems, section
 from test_workloads_components import _render, container, env, find
 
 from components.offline import render, runs_summary
 from components.offline.mock_engine import run_program
-from components.stack import config, trainers
+from components.stack import trainers, validate
 from components.workloads import env as env_mod
 
 P = trainers.RLINF
@@ -203,7 +203,7 @@ def test_summary_shows_placement_checkpoints_and_attempts():
 
 
 def test_summary_flags_a_run_without_resume_mapping():
-    cfg = config.load({"gpuNodes": {"instanceType": "p5.48xlarge", "count": 2},
+    cfg = validate.load({"gpuNodes": {"instanceType": "p5.48xlarge", "count": 2},
                        "cluster": {"endpointPublicAccess": False},
                        "workloads": {"image": "repo/img:1", "trainer": "none", "command": ["python", "train.py"],
                                      "retries": 2}},

@@ -8,7 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.stack import config
+from components.stack import validate
 from components.offline import render
 from components.offline.resources import node_requirements
 from components.offline.mock_engine import run_program
@@ -29,7 +29,7 @@ def _render(stack: str, mutate=None, kueue=None):
         if kueue is not None:
             values["rltrain:kueue"] = json.dumps(kueue)
         prefix = "rltrain:"
-        cfg = config.load({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)},
+        cfg = validate.load({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)},
                           secret_keys={k[len(prefix):] for k in secret_keys})
 
     def program():

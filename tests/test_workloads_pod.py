@@ -164,7 +164,7 @@ def test_shm_default_from_instance(instance, shm):
     vols = {v.name: v for v in t.spec.volumes}
     assert vols["dshm"].empty_dir.medium == "Memory"
     assert vols["dshm"].empty_dir.size_limit == f"{shm}Gi"
-    assert shm == config.shm_default_gib(catalog.get(instance))
+    assert shm == catalog.shm_default_gib(catalog.get(instance))
 
 
 def test_shm_configured():

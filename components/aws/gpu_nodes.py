@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from components.stack import catalog
 
 from components.aws import iam
-from components.stack.labels import GPU_TAINT_KEY, gpu_node_labels
+from components.stack.labels import ALLOW_NODE_ROLL_TAG, GPU_TAINT_KEY, ROLL_INPUTS, gpu_node_labels
 # Labels workloads select on; `nvidia.com/gpu.present` also satisfies the NVIDIA device plugin's
 # default node affinity, which EKS does not set (FACTS.md: without it the plugin runs zero pods).
 AMI_TYPE = "AL2023_x86_64_NVIDIA"
@@ -27,18 +27,11 @@ AMI_TYPE = "AL2023_x86_64_NVIDIA"
 # then terminate (DEFAULT: a replacement that cannot launch leaves the old node running).
 RESERVED_UPDATE_STRATEGY = "MINIMAL"
 ON_DEMAND_UPDATE_STRATEGY = "DEFAULT"
-# What a GPU node group ignores until the stack opts in (rltrain:gpuNodes.allowNodeRoll): a new
-# launch template version or Kubernetes version rolls every node, so without the opt-in the program
-# itself keeps the deployed values (pulumi ignoreChanges), not only the offline render's refusal.
-ROLL_INPUTS = ("launchTemplate.version", "version")
 # A Capacity Block's group: EKS scales it down itself ahead of the block's end time, and the group
 # is scaled to 0 around upgrades (EKS user guide, capacity-blocks-mng; the self-managed guide,
 # capacity-blocks, asks for scaling to zero 30+ minutes before the end time). Pulumi must not set
 # desiredSize back on the next `up` (a launch outside the window fails): EKS owns it after create.
 CAPACITY_BLOCK_IGNORES = ("scalingConfig.desiredSize",)
-# The opt-in, on the node group itself (an in-place tag update): the policy pack sees the stack's
-# resources only, and its rule `gpu-roll-opt-in` reads this tag and the ignoreChanges above.
-ALLOW_NODE_ROLL_TAG = "rltrain/allow-node-roll"
 _BOUNDARY = "//rltrain-nodeadm//"
 
 

@@ -11,13 +11,14 @@ from pulumi.runtime.mocks import MockMonitor
 
 from components.aws import account_checks
 from components.aws.cluster import EksCluster, EksClusterArgs
-from components.stack.config import ConfigError, StackConfig
+from components.stack.config import StackConfig
+from components.stack.validate import ConfigError, path
 from components.stack import topology
 from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs, user_data_mime
 from components.aws.karpenter import Karpenter, KarpenterArgs
 from components.aws import karpenter_node_class
 from components.k8s import karpenter_nodes
-from components.stack import catalog, elastic
+from components.stack import catalog
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
 from components.aws.network import ExistingNetwork, Network, NetworkArgs
 from components.aws.storage import FsxArgs, FsxLustreVolume
@@ -74,18 +75,23 @@ def deploy_problems(cfg: StackConfig, caller_arn: Optional[str],
     """What a real deploy refuses before it creates anything, that the offline render accepts (the
     committed stack files carry placeholders, and the render has no account): a documentation
     range as the only way to the public endpoint, the deploying principal in adminRoleArns, and a
-    configured AZ whose ID (in this account) EKS does not support. `zone_ids`: {AZ name: AZ ID}."""
+    configured AZ whose ID (in this account) EKS does not support. `zone_ids`: {AZ name: AZ ID}.
+
+    Not with the config checks (components/stack/validate.py): these need the account (the caller's
+    ARN from sts:GetCallerIdentity, the account's AZ IDs from ec2:DescribeAvailabilityZones) and the
+    AWS side's rules of components/aws/account_checks.py, which preflight shares; only the key paths
+    are validate's (`path`)."""
     c = cfg.cluster
     problems = []
     bad = account_checks.unsupported_zones(zone_ids or {})
     if bad:
-        problems.append(("rltrain:network.availabilityZones",
+        problems.append((path("network", "availabilityZones"),
                          f"{', '.join(f'{n} is {z}' for n, z in sorted(bad.items()))} in this account, an AZ EKS does "
                          "not support: CreateCluster would fail with UnsupportedAvailabilityZoneException (EKS user "
                          "guide, network-reqs). Pick another AZ name (`aws ec2 describe-availability-zones`)"))
     placeholders = account_checks.documentation_cidrs(c.public_access_cidrs)
     if c.endpoint_public_access and placeholders:
-        problems.append(("rltrain:cluster.publicAccessCidrs",
+        problems.append((path("cluster", "publicAccessCidrs"),
                          f"{', '.join(placeholders)} is a documentation range (RFC 5737), the stack file's "
                          "placeholder: nobody reaches the API endpoint through it, and every Kubernetes resource "
                          "would time out after the cluster exists. Set your office/VPN CIDRs (`curl -s "
@@ -93,7 +99,7 @@ def deploy_problems(cfg: StackConfig, caller_arn: Optional[str],
                          "false and deploy from inside the VPC"))
     mine = account_checks.creator_in_admins(caller_arn, c.admin_role_arns) if caller_arn else None
     if mine:
-        problems.append(("rltrain:cluster.adminRoleArns",
+        problems.append((path("cluster", "adminRoleArns"),
                          f"{mine} is the role deploying the stack ({caller_arn}); pulumi-eks already gives the "
                          "cluster creator admin access (bootstrapClusterCreatorAdminPermissions), and a second "
                          "access entry fails with ResourceInUseException (409). Remove it from adminRoleArns"))
@@ -113,7 +119,7 @@ def build_karpenter(cfg: StackConfig, cluster_name: str, network, cluster: EksCl
                     gpu_args: GpuNodeGroupArgs) -> Karpenter:
     """Karpenter and the GPU EC2NodeClass, NodePool and NodeOverlay of an elastic stack: the nodes
     the managed group would have made (gpu_args: user data, root volume, EFA, placement,
-    reservation), their taint and labels, at most elastic.max_nodes(cfg), empty ones removed after
+    reservation), their taint and labels, at most gpuNodes.node_limit, empty ones removed after
     idleMinutes."""
     g = cfg.gpu_nodes
     it = catalog.get(g.instance_type)
@@ -172,7 +178,7 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
         fast_image_pull=g.fast_image_pull, allow_node_roll=g.allow_node_roll,
         cpu_manager_policy=kubelet.cpu_manager, topology_manager_policy=kubelet.topology_manager,
         # Elastic mode: Karpenter launches the GPU nodes; only the security and placement groups stay.
-        managed_group=not elastic.enabled(cfg),
+        managed_group=not g.elastic.enabled,
     )
     gpu = GpuNodeGroup("gpu", gpu_args, vpc_id=network.vpc_id, subnet_id=network.gpu_subnet_id,
         cluster=cluster.cluster_name,
@@ -184,7 +190,7 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
     platform = AwsPlatform(cfg=cfg, cluster_name=cluster_name, network=network, cluster=cluster, gpu_nodes=gpu,
                            node_groups=[gpu.node_group, cluster.system_nodes] if gpu.node_group else
                            [cluster.system_nodes])
-    if elastic.enabled(cfg):
+    if g.elastic.enabled:
         # What comes after the GPU node group comes after Karpenter and its NodePool instead.
         platform.karpenter = build_karpenter(cfg, cluster_name, network, cluster, gpu, gpu_args)
         platform.node_groups.append(platform.karpenter)

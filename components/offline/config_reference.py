@@ -40,7 +40,7 @@ _INTRO = """\
 Every key lives under the `rltrain:` namespace of `Pulumi.<stack>.yaml` (plus `aws:region`), one
 structured value per section below. The models are frozen and reject unknown keys; every problem is
 reported at once, with its key path as written in the stack file, the bad value and what is
-allowed, before any resource is created (components/stack/config.py, components/stack/refusals.py,
+allowed, before any resource is created (components/stack/config.py, components/stack/validate.py,
 and [what validation refuses](validation.md)). Numbers derivable from the instance type (GPUs,
 EFA devices, network cards, CPU and memory sizing, NVMe, NCCL settings, price) come from the
 instance catalog (components/stack/catalog.py) and are never typed in config.

@@ -32,6 +32,10 @@ from typing import Any, Callable, Iterable, Optional
 from components.offline.mock_engine import UNKNOWN
 from components.offline.resources import quantity
 from components.stack.config import StackConfig
+# The check runs' components (replacing one re-runs a check, no work is lost); a Job's immutable fields
+# outside the provider's forceNew list (a change is refused unless the program replaces the Job on it);
+# the GPU node group's roll guard.
+from components.stack.labels import CHECK_COMPONENTS, JOB_IMMUTABLE, ROLL_INPUTS
 
 Resource = dict[str, Any]
 
@@ -40,11 +44,6 @@ REPLACE, DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED = (
     "replace", "replace (data loss)", "node roll", "run restart", "refused")
 SERVING_RESTART = "serving restart"
 CHECK_RERUN = "check re-runs"
-# The app.kubernetes.io/component of the check runs (workloads/validation.py, nccl.py, gate.py
-# COMPONENT; tests/test_impact.py keeps them equal): replacing one re-runs a check, no work is lost.
-# The export of a served step (workloads/export.py) is re-run the same way: it rewrites an export
-# from a checkpoint that stays, and no training run is touched.
-CHECK_COMPONENTS = ("validation", "nccl-test", "check-gate", "export")
 NEVER_FINISHES = "never finishes"
 # Worst first, for the table and for the one verdict per resource.
 SEVERITY = [REFUSED, NEVER_FINISHES, DATA_LOSS, NODE_ROLL, RUN_RESTART, SERVING_RESTART, CHECK_RERUN, REPLACE, DELETE,
@@ -263,9 +262,9 @@ def repair_effect(r: Resource) -> str:
 
 
 def _held(r: Resource) -> str:
-    """The program's own guard (gpu_nodes.ROLL_INPUTS): without the opt-in the node group ignores a
+    """The program's own guard (labels.ROLL_INPUTS): without the opt-in the node group ignores a
     new launch template or Kubernetes version, so `pulumi up` would not roll the nodes either."""
-    held = set((r.get("options") or {}).get("ignoreChanges") or ()) & {"launchTemplate.version", "version"}
+    held = set((r.get("options") or {}).get("ignoreChanges") or ()) & set(ROLL_INPUTS)
     return (f" (without the opt-in the program holds {', '.join(sorted(held))} at the deployed value: "
             "`pulumi up` leaves the nodes as they are)") if held else ""
 
@@ -424,13 +423,6 @@ _POD_TEMPLATE_KINDS = {"Job": ("spec.template", "spec.completions", "spec.parall
                                        "spec.volumeClaimTemplates")}
 
 
-# A Job's other immutable fields (Kubernetes v1.35.4 pkg/apis/batch/validation/validation.go
-# ValidateJobSpecUpdate), outside the provider's forceNew list: a change is refused unless the
-# program replaces the Job on it (workloads/runs.py JOB_IMMUTABLE in replaceOnChanges).
-_JOB_IMMUTABLE = ("spec.podFailurePolicy", "spec.completionMode", "spec.backoffLimitPerIndex", "spec.managedBy",
-                  "spec.successPolicy")
-
-
 # Kueue objects with the `kueue.x-k8s.io/resource-in-use` finalizer while something names them (a
 # ResourceFlavor named by a ClusterQueue, a Topology named by a flavor: kueue v0.19.2
 # pkg/controller/core/resourceflavor_controller.go, pkg/controller/tas/topology_controller.go), and
@@ -540,7 +532,7 @@ def _kubernetes_object(before, after, changes, cfg):
         # Plus what the program replaces on (a run's labels: Kueue refuses a queue label change).
         forced = [p for p in changes if _under(p, (*_POD_TEMPLATE_KINDS[kind],
                                                    *(after["options"].get("replaceOnChanges") or ())))]
-        immutable = [p for p in changes if kind == "Job" and _under(p, _JOB_IMMUTABLE) and p not in forced]
+        immutable = [p for p in changes if kind == "Job" and _under(p, JOB_IMMUTABLE) and p not in forced]
         if immutable:
             # The provider patches them (not in its forceNew list) and the API server refuses the
             # update: "field is immutable" (the key sweep on the simulated cluster, issue 34).

@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from components.offline import impact, unset_secrets
 from components.offline.config_reference import _models_in
 from components.offline.mock_engine import ROOT, run_program
-from components.stack import config, stackfile
+from components.stack import config, stackfile, validate
 
 # Where a key's type has no generic neighbour value (a map, an empty list): one example each, as a
 # user would write it. Every other key's value is derived from its type and current value.
@@ -207,7 +207,7 @@ class Project:
         self.doc = doc
 
     def render(self, edits: dict[Key, Any]) -> tuple[list[dict[str, Any]], config.StackConfig]:
-        """Raises config.ConfigError (or StackFileError) when the edited stack is refused."""
+        """Raises validate.ConfigError (or StackFileError) when the edited stack is refused."""
         doc = json.loads(json.dumps(self.doc))
         for key, value in edits.items():
             set_key(doc["config"], key, value)
@@ -239,7 +239,7 @@ def refusal(doc: dict[str, Any], root: Path, stack: str = "sim") -> str:
         (proj.dir / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         unset_secrets.load_stack(stack, proj.dir)
         return ""
-    except (config.ConfigError, stackfile.StackFileError) as e:
+    except (validate.ConfigError, stackfile.StackFileError) as e:
         return str(e).splitlines()[-1].strip()
     finally:
         proj.close()
@@ -271,7 +271,7 @@ def _plan_key(proj: Project, key: Key, base, cfg) -> Planned:
     for value in values:
         try:
             after, after_cfg = proj.render({key: value})
-        except (config.ConfigError, stackfile.StackFileError) as e:
+        except (validate.ConfigError, stackfile.StackFileError) as e:
             refusals.append(str(e).splitlines()[-1].strip())
             continue
         impacts = [i for i in impact.classify(base, after, after_cfg) if i.kind in CHANGED_KINDS]

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from components.stack import catalog, trainers
 from components.offline.mock_engine import UNKNOWN as UNKNOWN_VALUE
-from components.stack.config import SECRET_LIKE
+from components.stack.secrets_scan import SECRET_LIKE
 
 from components.offline.resources import (  # noqa: F401  (the names policy.X always offered)
     BYO_NODE_LABELS, EFA, GPU, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, LAUNCH_TEMPLATE, NODE_GROUP, POD_TEMPLATES, READS, RULES, Context,
@@ -401,10 +401,8 @@ def _endpoint(resources, ctx):
                             "rltrain:cluster.publicAccessCidrs = your office/VPN CIDRs", name)
 
 
-# The GPU node group's own guard (components/aws/gpu_nodes.py ROLL_INPUTS, ALLOW_NODE_ROLL_TAG),
-# repeated here so the policy pack's process needs no pulumi_aws; tests/test_first_up.py keeps them equal.
-ROLL_INPUTS = ("launchTemplate.version", "version")
-ALLOW_NODE_ROLL_TAG = "rltrain/allow-node-roll"
+# The GPU node group's own guard (components/aws/gpu_nodes.py ignores ROLL_INPUTS and tags ALLOW_NODE_ROLL_TAG).
+from components.stack.labels import ALLOW_NODE_ROLL_TAG, ROLL_INPUTS  # noqa: E402
 
 
 def _gpu_node_group(r: Resource) -> bool:

@@ -34,7 +34,7 @@ from components.offline import deploy_model, policy, runs_summary
 from components.offline import checkpoints, impact, unset_secrets, yaml_emit
 from components.workloads import embodied_eval, export, serving
 from components.offline.unset_secrets import load_stack  # noqa: F401  (render.load_stack, as before)
-from components.stack import secrets_scan, stackfile
+from components.stack import secrets_scan, stackfile, validate
 from components.stack.outputs import usd_text
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 
@@ -268,7 +268,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for stack in stacks:
         try:
             load_stack(stack, root)
-        except config_mod.ConfigError as e:
+        except validate.ConfigError as e:
             print(f"Pulumi.{stack}.yaml: {e.render()}", file=sys.stderr)
             failed = True
         except stackfile.StackFileError as e:

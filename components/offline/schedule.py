@@ -46,13 +46,10 @@ from components.offline.resources import (EFA, GPU, GPU_NODE_COUNT, GPU_TAINT, H
                                           namespace_annotations, node_requirements, pod_requests, rule,
                                           spec_of)
 from components.stack import catalog
-from components.stack.labels import GPU_NODES_ANNOTATION
+from components.stack.labels import GPU_NODES_ANNOTATION, QUEUE_LABEL
+from components.stack.versions import KUEUE_CHART_REF as KUEUE_CHART
 
 Resource = dict[str, Any]
-# Kueue names (components/k8s/kueue.py, which imports pulumi-kubernetes: not imported here).
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
-KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
 # Long-running workloads (the serving Deployment, components/workloads/serving.py): never finish,
 # not queued by Kueue (the ClusterQueue's quota leaves their GPUs out), placed before every run.
 PERMANENT_KINDS = ("Deployment",)

@@ -1,34 +1,34 @@
-"""Stack configuration: one pydantic model tree, validated before any resource exists.
+"""Stack configuration: one pydantic model tree, the `rltrain:` keys of `Pulumi.<stack>.yaml`.
 
-Each top-level section is one structured key of `Pulumi.<stack>.yaml` (`rltrain:gpuNodes`, ...).
-Models are frozen and reject unknown keys. `load()` collects *every* problem, each named by its key
-path as written in the stack file (`rltrain:gpuNodes.instanceType`), the bad value and what is
-allowed, and raises one `ConfigError`. docs/configuration.md, generated from these models
-(components/offline/config_reference.py), documents every key with its type and default.
+Each top-level section is one structured key (`rltrain:gpuNodes`, ...). Models are frozen and reject
+unknown keys; each checks its own keys alone (types, ranges, patterns, the validators below).
+Loading, and every check that reads more than one key, is components/stack/validate.py.
+docs/configuration.md, generated from these models (components/offline/config_reference.py),
+documents every key with its type and default. A new section's model goes in a module of its own
+beside the component it feeds (components/stack/elastic.py, lifecycle.py, ...).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Optional, get_args
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from components.stack import catalog, refusals, trainers
+from components.stack import catalog, trainers
 from components.stack.elastic import ElasticConfig
 from components.stack.embodied_evaluation import EmbodiedEvaluation
 from components.stack.lifecycle import CheckpointRetention, ExportConfig
-from components.stack.model_base import _Model, _field_docstrings, _module_field_docstrings  # noqa: F401
-# Defined below this module (refusals.py reads them too, and config imports refusals): kept here by name.
-from components.stack.catalog import shm_default_gib  # noqa: F401
-from components.stack.secrets_scan import SECRET_LIKE  # noqa: F401
+from components.stack.model_base import _Model
+
 NAMESPACE = "rltrain"
 SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads", "monitoring", "kueue")
 # The Grafana admin password: a secret config key (`pulumi config set --secret rltrain:grafanaAdminPassword`).
 GRAFANA_PASSWORD_KEY = "grafanaAdminPassword"
-KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")  # EKS standard support, 2026-11 (FACTS.md)
+# EKS standard support, 2026-11 (FACTS.md).
+KubernetesVersion = Literal["1.34", "1.35", "1.36"]
+KUBERNETES_VERSIONS = get_args(KubernetesVersion)
 # FSx for Lustre PERSISTENT_2 (FACTS.md).
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -61,7 +61,7 @@ class ClusterConfig(_Model):
 
     name: Optional[str] = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9-]{0,99}$")
     """EKS cluster name; none = `rltrain-<stack>`"""
-    kubernetes_version: Literal["1.34", "1.35", "1.36"] = "1.35"
+    kubernetes_version: KubernetesVersion = "1.35"
     """Kubernetes minor version, in quotes (EKS standard support, 2026-11)"""
     endpoint_public_access: bool = True
     """public API endpoint on; the private endpoint is always on"""
@@ -242,6 +242,13 @@ class GpuNodesConfig(_Model):
     def total_gpus(self) -> int:
         return self.instance.gpu_count * self.count
 
+    @property
+    def node_limit(self) -> int:
+        """The most GPU nodes the stack may hold at once: `elastic.maxNodes` (none = `count`) in elastic
+        mode, `count` otherwise (Karpenter's NodePool limit, Kueue's quota, the preflight quota check)."""
+        e = self.elastic
+        return (e.max_nodes or self.count) if e.enabled else self.count
+
 
 # ---------------------------------------------------------------------------------------------
 # storage
@@ -409,7 +416,7 @@ class MultiNode(_Model):
     ray_auth_token_secret: Optional[str] = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
     """secret config key holding a Ray auth token: every pod gets it as `RAY_AUTH_TOKEN` and Ray refuses clients without it; with `rayjob` none = KubeRay's own token per Ray cluster"""
     # form rayjob: the Ray version in workloads.image (KubeRay's rayClusterSpec.rayVersion), checked
-    # against the image tag where the tag carries one (refusals.py). Required with form rayjob.
+    # against the image tag where the tag carries one (validate.py). Required with form rayjob.
     ray_version: Optional[str] = Field(None, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
     """the Ray version in `workloads.image` (KubeRay's `rayVersion`); required with `rayjob`, at least 2.52.0; refused when the image tag names another Ray version"""
     # form rayjob: install the pinned KubeRay operator (cluster-wide: CRDs, cluster roles).
@@ -703,8 +710,8 @@ class WorkloadsConfig(_Model):
         for name in v:
             if not re.match(_ENV_NAME, name):
                 raise ValueError(f"{name!r} is not an environment variable name")
-        # Names that look like credentials, and names the program sets: refusals.stack_problems
-        # (one problem per name, at rltrain:workloads.env.NAME).
+        # Names that look like credentials, and names the program sets: validate.py (one problem per
+        # name, at rltrain:workloads.env.NAME).
         return v
 
 
@@ -868,466 +875,3 @@ class StackConfig(_Model):
     @property
     def multi_node_count(self) -> int:
         return self.workloads.multi_node.nodes or self.gpu_nodes.count
-
-
-class ConfigError(Exception):
-    """Every problem of one stack config, each as (key path, message)."""
-
-    def __init__(self, problems: list[tuple[str, str]]):
-        self.problems = problems
-        super().__init__(self.render())
-
-    def render(self) -> str:
-        lines = [f"invalid stack config ({len(self.problems)} problem(s)):"]
-        lines += [f"  {path}: {msg}" for path, msg in self.problems]
-        return "\n".join(lines)
-
-
-def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Aliases of the model found by walking `loc` (minus its last part) from `model`."""
-    current: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
-            continue
-        field = next(
-            (f for n, f in current.model_fields.items() if part in (n, f.alias)), None
-        )
-        if field is None:
-            return []
-        ann = field.annotation
-        inner = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
-        current = inner[0] if inner else ann
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [f.alias or n for n, f in current.model_fields.items()]
-    return []
-
-
-def _path(loc: tuple[Any, ...]) -> str:
-    out = f"{NAMESPACE}:{loc[0]}" if loc else NAMESPACE
-    for part in loc[1:]:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
-
-
-def _problems_from(err: ValidationError) -> list[tuple[str, str]]:
-    problems = []
-    for e in err.errors(include_url=False):
-        loc = tuple(e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            allowed = _allowed_keys(StackConfig, loc)
-            msg = f"unknown key; allowed here: {', '.join(allowed)}"
-        else:  # in words, the value redacted (refusals.words)
-            msg = refusals.words(e, _allowed_keys(StackConfig, loc + ("",)))
-        problems.append((_path(loc), msg))
-    return problems
-
-
-def _cross_checks(cfg: StackConfig, region: Optional[str], config_keys: set[str],
-                  secret_keys: set[str]) -> list[tuple[str, str]]:
-    p: list[tuple[str, str]] = []
-    g = cfg.gpu_nodes
-    it = g.instance
-    if g.efa and not it.has_efa:
-        efa_types = [t for t, v in catalog.CATALOG.items() if v.has_efa]
-        p.append((_path(("gpuNodes", "efa")),
-                  f"{it.name} has no EFA devices; EFA types: {', '.join(efa_types)}"))
-    cap = g.capacity
-    if cap.type == "on-demand" and cap.reservation_id:
-        p.append((_path(("gpuNodes", "capacity", "reservationId")),
-                  "a reservation id needs capacity.type capacity-block or odcr (got on-demand)"))
-    if cap.type != "on-demand" and not cap.reservation_id:
-        p.append((_path(("gpuNodes", "capacity", "reservationId")),
-                  f"capacity.type {cap.type} needs the reservation id (cr-...)"))
-
-    c = cfg.cluster
-    if not c.endpoint_public_access and c.public_access_cidrs:
-        p.append((_path(("cluster", "publicAccessCidrs")),
-                  "set while endpointPublicAccess is false (private-only endpoint); remove them"))
-    if c.endpoint_public_access and not c.public_access_cidrs and not cfg.byo_cluster:
-        p.append((_path(("cluster", "publicAccessCidrs")),
-                  "required while endpointPublicAccess is true: list the CIDRs allowed to reach "
-                  "the API server, or set endpointPublicAccess: false"))
-
-    n = cfg.network
-    if region and not cfg.byo_cluster and not n.existing:
-        for i, az in enumerate(n.availability_zones):
-            if not re.fullmatch(re.escape(region) + r"[a-z]", az):
-                p.append((_path(("network", "availabilityZones", i)),
-                          f"{az!r} is not an availability zone of region {region} "
-                          f"(expected {region}a, {region}b, ...)"))
-    if n.gpu_availability_zone and n.gpu_availability_zone not in n.availability_zones:
-        p.append((_path(("network", "gpuAvailabilityZone")),
-                  f"{n.gpu_availability_zone!r} is not one of availabilityZones "
-                  f"({', '.join(n.availability_zones)}); GPU nodes and FSx must share one of them"))
-    if n.existing and n.existing.gpu_subnet_id not in n.existing.private_subnet_ids:
-        p.append((_path(("network", "existing", "gpuSubnetId")),
-                  "must be one of privateSubnetIds"))
-
-    s = cfg.storage
-    if cfg.byo_cluster:
-        if not (s.existing_claim or s.storage_class):
-            p.append((_path(("storage",)),
-                      "with cluster.existing no FSx file system is created: set existingClaim "
-                      "or storageClass"))
-        if c.existing and c.existing.kubeconfig_secret not in secret_keys:
-            p.append((_path((c.existing.kubeconfig_secret,)),
-                      "missing or not secret: pulumi config set --secret "
-                      f"{NAMESPACE}:{c.existing.kubeconfig_secret} \"$(cat kubeconfig)\""))
-    elif s.existing_claim or s.storage_class:
-        p.append((_path(("storage", "existingClaim" if s.existing_claim else "storageClass")),
-                  "only with cluster.existing; this stack creates its own FSx file system"))
-    elif s.fsx is None:
-        p.append((_path(("storage", "fsx")), "required unless cluster.existing is set"))
-    if s.existing_claim and s.storage_class:
-        p.append((_path(("storage", "storageClass")), "set either existingClaim or storageClass"))
-
-    for env, key in cfg.training.secret_env.items():
-        if key not in secret_keys:
-            state = "is not secret" if key in config_keys else "is missing"
-            p.append((_path((key,)),
-                      f"{state} (named by training.secretEnv.{env}): "
-                      f"pulumi config set --secret {NAMESPACE}:{key} VALUE"))
-    ray_key = cfg.workloads.multi_node.ray_auth_token_secret
-    if cfg.workloads.multi_node.enabled and ray_key and ray_key not in secret_keys:
-        # Without this the program's require_secret fails while it runs (a traceback, not a key path).
-        state = "is not secret" if ray_key in config_keys else "is missing"
-        p.append((_path((ray_key,)),
-                  f"{state} (named by workloads.multiNode.rayAuthTokenSecret): "
-                  f"pulumi config set --secret {NAMESPACE}:{ray_key} VALUE"))
-
-    w = cfg.workloads
-    if w.multi_node.enabled and cfg.multi_node_count > g.count:
-        p.append((_path(("workloads", "multiNode", "nodes")),
-                  f"{cfg.multi_node_count} pods need {cfg.multi_node_count} GPU nodes, "
-                  f"gpuNodes.count is {g.count}"))
-    if w.multi_node.enabled and g.count < 2:
-        p.append((_path(("workloads", "multiNode", "enabled")),
-                  "multi-node training needs gpuNodes.count >= 2"))
-    if w.nccl_test.enabled:
-        if g.count < 2:
-            p.append((_path(("workloads", "ncclTest", "enabled")),
-                      "the NCCL test measures the network between nodes: gpuNodes.count >= 2"))
-        if it.nccl_reference is None:
-            p.append((_path(("workloads", "ncclTest", "enabled")),
-                      f"no published bus bandwidth for {it.name} to check against; "
-                      f"types with one: {', '.join(t for t, v in catalog.CATALOG.items() if v.nccl_reference)}"))
-    p += _kueue_checks(cfg)
-    p += _serving_checks(cfg)
-    p += _embodied_evaluation_checks(cfg)
-    p += _trainer_checks(cfg)
-    try:
-        check_pinned_image(w.nccl_test.image)
-    except ValueError as e:
-        p.append((_path(("workloads", "ncclTest", "image")), str(e)))
-    return p
-
-
-def _trainer_checks(cfg: StackConfig) -> list[tuple[str, str]]:
-    """The trainer profile's configs, venvs and models (components/stack/trainers.py), refused
-    here so a wrong name fails the preview instead of every retry of the run (SEED-DEFECTS D18)."""
-    p: list[tuple[str, str]] = []
-    w = cfg.workloads
-    profile = w.profile
-    if profile is None:
-        return p
-    tc = w.trainer_config
-    if tc is None:
-        p.append((_path(("workloads", "configName")),
-                  f"{w.config_name!r} is not a config of trainer {profile.name} ({profile.source}); "
-                  f"known: {', '.join(profile.configs)}"))
-        return p
-    if w.venv_name != tc.venv:
-        p.append((_path(("workloads", "venvName")),
-                  f"{w.venv_name!r}: config {w.config_name} runs in the image's venv {tc.venv!r} "
-                  f"({profile.venv_bin(tc.venv)}); remove venvName or set it to {tc.venv!r}"))
-    staged = [profile.stages[s].dest for s in tc.stages]
-    if w.model_path not in staged:
-        p.append((_path(("workloads", "modelPath")),
-                  f"{w.model_path!r} is not a model config {w.config_name} is staged with; "
-                  f"expected {tc.model_path} (remove modelPath for the default)"))
-    if w.multi_node.enabled and not tc.spreads:
-        multi = [n for n, c in profile.configs.items() if c.spreads]
-        p.append((_path(("workloads", "configName")),
-                  f"{w.config_name} places every component under one comma-joined key, which no "
-                  f"override can spread over {cfg.multi_node_count} nodes (their GPUs would idle); "
-                  f"for multi-node use one of: {', '.join(multi)}"))
-    owned = {"PATH", "VIRTUAL_ENV", profile.overrides_env, profile.node_rank_env, profile.resume.checkpoint_env,
-             *profile.asset_env}
-    for name in sorted(owned & set(w.env)):
-        p.append((_path(("workloads", "env", name)),
-                  f"set by the program from trainer profile {profile.name} (venv, assets, placement, "
-                  "checkpoints); remove it, or use workloads.trainer: none and set everything yourself"))
-    return p
-
-
-def _kueue_checks(cfg: StackConfig) -> list[tuple[str, str]]:
-    p: list[tuple[str, str]] = []
-    k, w = cfg.kueue, cfg.workloads
-    if k.install and k.cluster_queue:
-        p.append((_path(("kueue", "install")), f"clusterQueue {k.cluster_queue!r} belongs to a Kueue already on the "
-                  "cluster: do not install another (install: false)"))
-    if k.install and k.enabled is False:
-        p.append((_path(("kueue", "install")), "installs Kueue while queueing is off (enabled: false): set both "
-                  "or neither"))
-    if k.cluster_queue and not cfg.byo_cluster:
-        p.append((_path(("kueue", "clusterQueue")), "only with cluster.existing: a created cluster gets the "
-                  "stack's own ClusterQueue"))
-    if cfg.kueue_enabled and w.multi_node.enabled and w.multi_node.form == "statefulset":
-        p.append((_path(("workloads", "multiNode", "form")),
-                  "statefulset cannot be queued whole (it never finishes: Kueue would hold its nodes forever "
-                  "and every other run would queue behind it): use indexed-job, or set rltrain:kueue.enabled "
-                  "false (pods are then admitted one at a time, partial admission possible)"))
-    if w.training_after_checks and not (w.validation.enabled or w.nccl_test.enabled):
-        p.append((_path(("workloads", "trainingAfterChecks")),
-                  "waits for validation and the NCCL test, and neither is enabled"))
-    return p
-
-
-GPU_ALLOWANCE_GIB = 2
-
-
-def _saved_step_checks(loc: tuple[Any, ...], step: Optional[int], saves: Optional[trainers.SaveFacts],
-                       config_name: str) -> list[tuple[str, str]]:
-    """A step the config saves: not after its last step, a multiple of its save interval."""
-    if saves is None or step is None:
-        return []
-    if saves.last_step is not None and step > saves.last_step:
-        return [(_path(loc), f"{step} is after the last step of {config_name} ({saves.last_step}): it is never saved")]
-    if step < saves.save_interval or step % saves.save_interval:
-        lo = max(saves.save_interval, step // saves.save_interval * saves.save_interval)
-        return [(_path(loc), f"{step} is not a step {config_name} saves (runner.save_interval {saves.save_interval}: "
-                             f"steps {saves.save_interval}, {2 * saves.save_interval}, ...); nearest: {lo}"
-                             + (f" or {lo + saves.save_interval}" if step > saves.save_interval else ""))]
-    return []
-
-
-def _embodied_evaluation_checks(cfg: StackConfig) -> list[tuple[str, str]]:
-    """The embodied evaluation: an embodied trainer profile's config, a run that exists, a saved step."""
-    w = cfg.workloads
-    ev, profile, tc = w.embodied_evaluation, w.profile, w.trainer_config
-    key = ("workloads", "embodiedEvaluation")
-    if not ev.enabled:
-        return []
-    embodied = [n for n, pr in trainers.PROFILES.items() if pr.family == "embodied"]
-    if profile is None or tc is None or profile.family != "embodied":
-        what = f"trainer {w.trainer}" + (f" ({profile.family} family)" if profile else "")
-        hint = (": a reasoning model is evaluated through vLLM by workloads.serving.evaluation"
-                if profile is not None and profile.family == "reasoning" else "")
-        return [(_path((*key, "enabled")), f"RLinf's embodied evaluation needs an embodied trainer profile "
-                 f"({', '.join(embodied)}) and one of its configs; {what}{hint}")]
-    p: list[tuple[str, str]] = []
-    run_on = {"single-node": w.single_node.enabled, "multi-node": w.multi_node.enabled}
-    if not run_on[ev.run]:
-        p.append((_path((*key, "run")), f"the {ev.run} run is not enabled (workloads.{'singleNode' if ev.run == 'single-node' else 'multiNode'}.enabled): "
-                  f"its checkpoints are not written by this stack"))
-    p += _saved_step_checks((*key, "step"), ev.step, tc.saves, w.config_name)
-    return p
-
-
-
-
-def _served_model_checks(cfg: StackConfig) -> list[tuple[str, str]]:
-    """A run's step served, against the trainer profile's model and save facts: a family vLLM
-    serves, a step the config saves, a tensor parallel size that divides the attention heads."""
-    p: list[tuple[str, str]] = []
-    sv, w = cfg.workloads.serving, cfg.workloads
-    m, profile, tc = sv.model, w.profile, w.trainer_config
-    key = ("workloads", "serving")
-    if m.run is None or profile is None or tc is None or tc.model is None:
-        return p
-    if not tc.model.vllm_servable:
-        servable = [f"{pr.name} {n} ({c.model.architecture})" for pr in trainers.PROFILES.values()
-                    for n, c in pr.configs.items() if c.model and c.model.vllm_servable]
-        p.append((_path((*key, "model", "run")),
-                  f"trainer {profile.name} config {w.config_name} trains {tc.model.architecture} ({profile.family} "
-                  f"family), which vLLM does not serve (not in vllm/model_executor/models/registry.py); "
-                  f"servable: {', '.join(servable)}; evaluate an embodied policy in its simulator instead"))
-        return p
-    p += _saved_step_checks((*key, "model", "step"), m.step, tc.saves, w.config_name)
-    # GPU memory: vLLM refuses to start when one max-length sequence's KV cache does not fit beside
-    # the weights in gpu_memory_utilization (default 0.9: vllm v0.11.0 vllm/config/cache.py) of each
-    # GPU (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory, once per worker). Per GPU:
-    # ModelFacts.per_gpu_gib (weights split over the TP ranks, the KV heads too down to one per rank);
-    # GPU_ALLOWANCE_GIB for the CUDA context, activations and CUDA graphs (an allowance, not measured).
-    it = cfg.gpu_nodes.instance
-    length = sv.max_model_len or tc.model.max_position
-    weights, kv = tc.model.weights_gib(2), tc.model.kv_cache_gib(length)
-    per_gpu = tc.model.per_gpu_gib(length, sv.tp)
-    room = it.gpu_memory_gib * 0.9 - GPU_ALLOWANCE_GIB
-    if per_gpu > room:
-        p.append((_path((*key, "maxModelLen")),
-                  f"{length} tokens: weights {weights:,.1f} GiB + one sequence's KV cache {kv:,.1f} GiB over "
-                  f"{sv.tp} GPU(s) = {per_gpu:,.1f} GiB per GPU > {room:,.1f} GiB usable of a {it.gpu_memory_gib} GiB "
-                  f"{it.gpu_model} (90 % gpu_memory_utilization, {GPU_ALLOWANCE_GIB} GiB runtime allowance); "
-                  f"lower maxModelLen or raise gpusPerReplica"))
-    heads = tc.model.attention_heads
-    if heads % sv.tp:
-        ok = [n for n in range(1, cfg.gpu_nodes.instance.gpu_count + 1)
-              if heads % n == 0 and cfg.gpu_nodes.instance.gpu_count % n == 0]
-        p.append((_path((*key, "gpusPerReplica")),
-                  f"tensor parallel size {sv.tp} does not divide the {heads} attention heads of {tc.model.architecture} "
-                  f"({tc.model.source}; vLLM shards heads evenly over the ranks); allowed: {', '.join(map(str, ok))}"))
-    return p
-
-
-def _serving_checks(cfg: StackConfig) -> list[tuple[str, str]]:
-    """workloads.serving: the shape of a replica against the node, the model source, the flags."""
-    p: list[tuple[str, str]] = []
-    sv, it = cfg.workloads.serving, cfg.gpu_nodes.instance
-    key = ("workloads", "serving")
-    if sv.evaluation.enabled and not sv.enabled:
-        p.append((_path((*key, "evaluation", "enabled")), "evaluates the serving endpoint, and serving.enabled is false"))
-    if not sv.enabled:
-        return p
-    if sv.tensor_parallel_size is not None and sv.tensor_parallel_size != sv.gpus_per_replica:
-        p.append((_path((*key, "tensorParallelSize")),
-                  f"{sv.tensor_parallel_size} != gpusPerReplica {sv.gpus_per_replica}: vLLM shards the model over "
-                  "exactly the GPUs of one replica (set both to the same value, or leave tensorParallelSize unset)"))
-    if sv.gpus_per_replica > it.gpu_count or it.gpu_count % sv.gpus_per_replica:
-        allowed = [n for n in range(1, it.gpu_count + 1) if it.gpu_count % n == 0]
-        p.append((_path((*key, "gpusPerReplica")),
-                  f"{sv.gpus_per_replica} does not divide the {it.gpu_count} GPUs of a {it.name} node; "
-                  f"allowed: {', '.join(map(str, allowed))}"))
-    g = cfg.gpu_nodes
-    per_node = 1 if 2 * sv.gpus_per_replica > it.gpu_count else it.gpu_count // max(1, sv.gpus_per_replica)
-    if sv.replicas > per_node * g.count:
-        p.append((_path((*key, "replicas")),
-                  f"{sv.replicas} replicas of {sv.gpus_per_replica} GPU(s) need more than the {g.count} GPU node(s) "
-                  f"hold ({per_node} per node)"))
-    # The checks take a whole pod on every GPU node: with serving holding GPUs on one of them (and the
-    # queue's quota leaving those out) they are never admitted.
-    for check, on in (("validation", cfg.workloads.validation.enabled), ("ncclTest", cfg.workloads.nccl_test.enabled)):
-        if on:
-            p.append((_path(("workloads", check, "enabled")),
-                      "runs a whole-node pod on every GPU node, and serving (workloads.serving.enabled) holds GPUs "
-                      "on one for good: it would never start. Run it before enabling serving, or disable it"))
-    m = sv.model
-    if (m.path is None) == (m.run is None):
-        p.append((_path((*key, "model")), "set either run (with step) or path"))
-    if m.run is not None and m.step is None:
-        p.append((_path((*key, "model", "step")), f"required with run {m.run!r}: the checkpoint step to serve"))
-    if m.path is not None and m.step is not None:
-        p.append((_path((*key, "model", "step")), "only with run; path names the model directory itself"))
-    p += _served_model_checks(cfg)
-    for i, arg in enumerate(sv.extra_args):
-        flag = arg.split("=", 1)[0].replace("_", "-")
-        if flag in SERVING_PROGRAM_FLAGS:
-            p.append((_path((*key, "extraArgs", i)),
-                      f"{flag} is set by the program ({', '.join(SERVING_PROGRAM_FLAGS)}): use the serving key instead"))
-        elif not arg.startswith("-"):
-            p.append((_path((*key, "extraArgs", i)), "not a flag: write each flag as --name=value"))
-    return p
-
-
-def _monitoring_checks(cfg: StackConfig, config_keys: set[str], secret_keys: set[str], *,
-                       program: bool) -> list[tuple[str, str]]:
-    """`program`: called by the running program (from_pulumi), which reads the Grafana password:
-    it must exist. A stack file check alone only refuses it in plain text."""
-    p: list[tuple[str, str]] = []
-    m = cfg.monitoring
-    if m.storage_class and not cfg.byo_cluster:
-        p.append((_path(("monitoring", "storageClass")),
-                  "only with cluster.existing; this stack creates its own gp3 storage class"))
-    if m.node_monitoring_agent and not cfg.byo_cluster:
-        p.append((_path(("monitoring", "nodeMonitoringAgent")),
-                  "only with cluster.existing; a created cluster always gets the EKS node monitoring agent add-on "
-                  "and its DCGM exporter always uses the agent's host engine"))
-    if not cfg.monitoring_enabled:
-        return p
-    if m.namespace == cfg.training.namespace:
-        p.append((_path(("monitoring", "namespace")),
-                  f"must differ from training.namespace ({m.namespace!r}): the monitoring namespace "
-                  "enforces the privileged Pod Security level its DaemonSets need"))
-    needed = [(GRAFANA_PASSWORD_KEY, "the Grafana admin password")]
-    if m.alert_receiver:
-        needed.append((m.alert_receiver.secret_key, f"monitoring.alertReceiver.secretKey ({m.alert_receiver.type})"))
-    for key, what in needed:
-        if key == GRAFANA_PASSWORD_KEY and key not in config_keys and not program:
-            continue
-        if key not in secret_keys:
-            state = "is not secret" if key in config_keys else "is missing"
-            p.append((_path((key,)), f"{state} ({what}, monitoring is on): "
-                      f"pulumi config set --secret {NAMESPACE}:{key} VALUE"))
-    r = m.alert_receiver
-    if r and r.channel and r.type != "slack":
-        p.append((_path(("monitoring", "alertReceiver", "channel")), f"only for type slack (got {r.type})"))
-    return p
-
-
-def parse_value(raw: Any) -> Any:
-    """Pulumi hands structured config to the program as JSON text."""
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            return raw
-    return raw
-
-
-def load(values: Mapping[str, Any], *, secret_keys: set[str] | frozenset[str] = frozenset(),
-         region: Optional[str] = None, program: bool = False) -> StackConfig:
-    """Validate the `rltrain:` config of one stack.
-
-    `values` maps keys without the `rltrain:` prefix to their (parsed or JSON) values;
-    `secret_keys` are the keys (without prefix) that are Pulumi secrets.
-    """
-    problems: list[tuple[str, str]] = []
-    data = {k: parse_value(v) for k, v in values.items() if k in SECTIONS}
-    referenced = set()
-    secret_env = (data.get("training") or {}).get("secretEnv") if isinstance(data.get("training"), dict) else None
-    if isinstance(secret_env, dict):
-        referenced |= {v for v in secret_env.values() if isinstance(v, str)}
-    existing = (data.get("cluster") or {}).get("existing") if isinstance(data.get("cluster"), dict) else None
-    if isinstance(existing, dict):
-        referenced.add(existing.get("kubeconfigSecret", "kubeconfig"))
-    referenced.add(GRAFANA_PASSWORD_KEY)
-    receiver = (data.get("monitoring") or {}).get("alertReceiver") if isinstance(data.get("monitoring"), dict) else None
-    if isinstance(receiver, dict) and isinstance(receiver.get("secretKey"), str):
-        referenced.add(receiver["secretKey"])
-    multi = (data.get("workloads") or {}).get("multiNode") if isinstance(data.get("workloads"), dict) else None
-    if isinstance(multi, dict) and isinstance(multi.get("rayAuthTokenSecret"), str):
-        referenced.add(multi["rayAuthTokenSecret"])
-    for key in sorted(set(values) - set(SECTIONS)):
-        if key in referenced:
-            continue
-        problems.append((_path((key,)),
-                         f"unknown key; allowed: {', '.join(SECTIONS)}, or a secret named by "
-                         "training.secretEnv / cluster.existing.kubeconfigSecret"))
-    cfg = None
-    try:
-        cfg = StackConfig.model_validate(data)
-    except ValidationError as e:
-        problems += _problems_from(e)
-    # Secrets by value, in every string of every section (also when the model did not validate).
-    scanned = {k: v for k, v in data.items() if isinstance(v, (dict, list, str))}
-    problems += refusals.secret_values(scanned)
-    if cfg is not None:
-        # A key already refused (its value looks like a secret) gets no second message.
-        refused = {path for path, _ in problems}
-        problems += [(path, msg) for path, msg in _cross_checks(cfg, region, set(values), set(secret_keys))
-                     if path not in refused]
-        problems += _monitoring_checks(cfg, set(values), set(secret_keys), program=program)
-        problems += refusals.stack_problems(cfg)
-    if problems:
-        # No message prints more than 4 characters of anything the scanner suspects.
-        raise ConfigError(refusals.masked(problems, scanned))
-    assert cfg is not None
-    return cfg
-
-
-def from_pulumi() -> StackConfig:
-    """Read and validate the `rltrain:` config handed to the running program.
-
-    The Pulumi CLI passes config through the environment (PULUMI_CONFIG); the offline render sets
-    it in-process. Both are read, so unknown top-level keys are caught either way.
-    """
-    import pulumi
-    from pulumi.runtime import config as rc
-
-    prefix = f"{NAMESPACE}:"
-    merged = {**rc.get_config_env(), **rc.CONFIG.get()}
-    values = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
-    secret = set(rc.get_config_secret_keys_env()) | set(rc._SECRET_KEYS.get())
-    secret_keys = {k[len(prefix):] for k in secret if k.startswith(prefix)}
-    return load(values, secret_keys=secret_keys, region=pulumi.Config("aws").get("region"), program=True)

@@ -31,6 +31,10 @@ EFA_PLUGIN_KNOWN_TYPES = ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.4
 # `oci://` chart reference with no repository (pulumi-kubernetes provider/pkg/provider/helm_release.go,
 # resolveChartName; OCI support since pulumi-kubernetes 3.16, #1892).
 KUEUE = Chart("kueue", "0.19.2", "oci://registry.k8s.io/kueue/charts")
+KUEUE_CHART_REF = f"{KUEUE.repo}/{KUEUE.chart}"
+# The API version of Kueue's objects (ClusterQueue, LocalQueue, ResourceFlavor, Topology) that v0.19.2
+# serves and stores (apis/kueue/v1beta2).
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 KUEUE_NAMESPACE = "kueue-system"
 # KubeRay (FACTS.md "KubeRay"; components/k8s/kuberay.py): chart kuberay-operator 1.6.2 from the
 # project's Helm repository (ray-project/kuberay tag v1.6.2: helm-chart/kuberay-operator/Chart.yaml

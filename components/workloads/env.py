@@ -11,9 +11,8 @@ import pulumi_kubernetes as k8s
 
 from components.stack import catalog
 from components.stack.config import StackConfig
-# Env the program sets, which `workloads.env` may not override: defined with the config checks that
-# refuse them.
-from components.stack.refusals import PROTECTED_ENV
+# Env the program sets, which `workloads.env` may not override (the config checks refuse them).
+from components.stack.labels import PROTECTED_ENV
 from components.workloads import trainer
 from components.workloads.runs import short_hash
 

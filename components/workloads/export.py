@@ -27,10 +27,11 @@ import pulumi_kubernetes as k8s
 
 from components.scripts import export_hf
 from components.stack.config import IMAGE_PULL_MARGIN_SECONDS, StackConfig
+from components.stack.labels import EXPORT_COMPONENT
 from components.k8s import security
 from components.workloads import env, placement, runs, trainer, volumes
 
-COMPONENT = "export"
+COMPONENT = EXPORT_COMPONENT
 SCRIPT = "export_hf.py"
 # The conversion itself after the wait: loading, a state dict copy and writing safetensors of a
 # 7 B model on a few CPUs is minutes; an hour is the allowance.

@@ -30,12 +30,13 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.stack import versions
+from components.stack.labels import CHECK_GATE_COMPONENT, JOB_IMMUTABLE
 from components.k8s import security
 from components.workloads import runs, volumes
 from components.workloads.script_files import Script
 
 SCRIPT = "check_gate.py"
-COMPONENT = "check-gate"
+COMPONENT = CHECK_GATE_COMPONENT
 SERVICE_ACCOUNT = "rltrain-check-gate"
 FINGERPRINT_ANNOTATION = "rltrain/gated-run"
 # The pod reaches the API server on 443 (kubernetes.default ClusterIP, DNAT'd to the control plane's
@@ -169,5 +170,5 @@ class CheckGate(pulumi.ComponentResource):
                                                  runs.child_opts(self, opts))
         self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
                                     runs.child_opts(self, opts, binding, netpol, *after, delete_before_replace=True,
-                                                    replace_on_changes=runs.JOB_IMMUTABLE))
+                                                    replace_on_changes=JOB_IMMUTABLE))
         self.register_outputs({"job": args.name})

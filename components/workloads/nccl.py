@@ -37,7 +37,7 @@ import pulumi_kubernetes as k8s
 from components.k8s import kueue
 from components.stack import catalog, elastic
 from components.stack.config import StackConfig
-from components.stack.labels import CHECKS_SERVICE_ACCOUNT
+from components.stack.labels import CHECKS_SERVICE_ACCOUNT, NCCL_TEST_COMPONENT
 from components.k8s import security
 from components.workloads import gate, placement, runs, sizing, volumes
 from components.workloads.gate import CheckGate, CheckGateArgs
@@ -51,7 +51,7 @@ MPI_OPERATOR_MANIFEST = (
 )
 
 NAME = "rltrain-nccl-test"
-COMPONENT = "nccl-test"
+COMPONENT = NCCL_TEST_COMPONENT
 ALL_REDUCE = "/opt/nccl-tests/build/all_reduce_perf"
 CHECK = "/scripts/nccl_check.py"
 MAX_BYTES = 16 << 30  # -e 16G, the published sweep
@@ -238,7 +238,7 @@ def worker_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(COMPONENT, run),
                                             # Kueue: the workers preferably under one nearest switch.
                                             # checkov skips: on the MPIJob (skip_annotations).
-                                            annotations={**kueue.podset_topology(cfg), **elastic.pod_annotations(cfg)}),
+                                            annotations={**kueue.podset_topology(cfg), **elastic.pod_annotations(cfg.gpu_nodes.elastic)}),
         spec=k8s.core.v1.PodSpecArgs(
             **_pod_spec_common(cfg),
             tolerations=placement.gpu_tolerations(),

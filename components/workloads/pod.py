@@ -75,7 +75,7 @@ def training_pod_template(
     )
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(pod_labels), annotations={**scripts_annotation(scripts),
-                                                                                **elastic.pod_annotations(cfg),
+                                                                                **elastic.pod_annotations(cfg.gpu_nodes.elastic),
                                                                                 **(annotations or {})}),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy=restart_policy,

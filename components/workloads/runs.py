@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from components.k8s.options import child_opts  # noqa: F401  (runs.child_opts, as before)
 from components.scripts import ray_launcher, resume_wrapper
 from components.stack.config import StackConfig
+from components.stack.labels import JOB_IMMUTABLE
 from components.stack.labels import MANAGED_BY, short_hash  # noqa: F401  (runs.short_hash, as before)
 from components.workloads.script_files import Script
 
@@ -125,15 +126,8 @@ SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 # is not suspended (running or finished; kueue pkg/controller/jobframework/validation.go,
 # validateUpdateForQueueName): a label change replaces the run instead of patching it.
 REPLACE_ON_LABELS = ["metadata.labels"]
-# A Job's fields the API server never lets an update change beyond the pod template, completions,
-# parallelism and selector (which pulumi-kubernetes already replaces on: provider/pkg/provider/
-# diff.go forceNewProperties): Kubernetes v1.35.4 pkg/apis/batch/validation/validation.go
-# ValidateJobSpecUpdate. Without them here, a new `workloads.failFastExitCodes` (the
-# podFailurePolicy) previewed as an update and the real preview failed "field is immutable"
-# (the key sweep on the simulated cluster, issue 34).
-JOB_IMMUTABLE = ["spec.podFailurePolicy", "spec.completionMode", "spec.backoffLimitPerIndex", "spec.managedBy",
-                 "spec.successPolicy"]
-# What a batch/v1 Job of the program is replaced on.
+# What a batch/v1 Job of the program is replaced on: its labels and the fields the API server never
+# lets an update change (labels.JOB_IMMUTABLE).
 REPLACE_JOB_ON = [*REPLACE_ON_LABELS, *JOB_IMMUTABLE]
 
 

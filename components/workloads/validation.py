@@ -38,11 +38,11 @@ import pulumi_kubernetes as k8s
 from components.k8s import kueue
 from components.stack import catalog
 from components.stack.config import StackConfig
-from components.stack.labels import CHECKS_SERVICE_ACCOUNT
+from components.stack.labels import CHECKS_SERVICE_ACCOUNT, VALIDATION_COMPONENT
 from components.k8s import security
 from components.workloads import placement, pod, runs, sizing, volumes
 NAME = "rltrain-validation"
-COMPONENT = "validation"
+COMPONENT = VALIDATION_COMPONENT
 COMMAND = ("python3", "/scripts/validate_node.py")
 VALIDATION_CPU = 2
 # Above the /dev/shm size (see the module docstring).
