@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from components.stack import catalog
+from components.stack.labels import EFA, GPU, HUGEPAGES  # noqa: F401  (read by the rule modules)
 from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
 
 Resource = dict[str, Any]
-GPU = "nvidia.com/gpu"
-EFA = "vpc.amazonaws.com/efa"
-HUGEPAGES = "hugepages-2Mi"
 GPU_TAINT = GPU_TAINT_KEY
 # What a bring-your-own cluster's GPU nodes are documented to carry (docs/running-for-real.md, Pulumi.byo.yaml).
 BYO_NODE_LABELS = dict(ROLE_LABEL)
