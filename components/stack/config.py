@@ -42,7 +42,8 @@ _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 class ExistingCluster(_Model):
     """Bring your own cluster: no AWS resource is created."""
 
-    kubeconfig_secret: str = Field("kubeconfig", description="secret config key holding the kubeconfig")
+    kubeconfig_secret: str = "kubeconfig"
+    """secret config key holding the kubeconfig"""
     context: Optional[str] = None
     """kubeconfig context; none = the kubeconfig's current context"""
 
@@ -67,18 +68,14 @@ class ClusterConfig(_Model):
     """public API endpoint on; the private endpoint is always on"""
     public_access_cidrs: tuple[str, ...] = ()
     """CIDRs allowed to reach the public endpoint; required while it is on; `0.0.0.0/0` (or CIDRs covering the internet together) refused; must be empty when the endpoint is private-only"""
-    # IAM roles given cluster-admin through EKS access entries (authentication mode API).
     admin_role_arns: tuple[str, ...] = ()
     """IAM roles given cluster-admin through EKS access entries (authentication mode API)"""
     system_nodes: SystemNodes = SystemNodes()
     """the CPU node group for operators and add-ons"""
     existing: Optional[ExistingCluster] = None
     """bring your own cluster: no AWS resource is created"""
-    # NVIDIA and EFA device plugins (cluster-wide DaemonSets in kube-system). None = the
-    # cluster-wide rule: installed on a created cluster, opt-in on a bring-your-own one.
     install_device_plugins: Optional[bool] = None
     """install the NVIDIA and EFA device plugins (cluster-wide DaemonSets in `kube-system`); none = `true` on a created cluster, `false` (opt-in) on a bring-your-own one"""
-    # Opt-in for a change that replaces the EKS cluster.
     allow_replacement: bool = False
     """explicit opt-in for a change that replaces the EKS cluster (see [the impact guard](offline-render.md#reviewing-a-change))"""
 
@@ -128,7 +125,6 @@ class NetworkConfig(_Model):
     """VPC CIDR, /16 to /20; a quarter per private subnet (pods take VPC IPs)"""
     availability_zones: tuple[str, ...] = Field(("us-east-1a", "us-east-1b"), min_length=2, max_length=3)
     """2-3 availability zones of `aws:region`"""
-    # GPU nodes, their placement group and the FSx file system share this one AZ (EFA needs it).
     gpu_availability_zone: Optional[str] = None
     """the one AZ of the GPU nodes, their placement group and FSx (EFA needs one AZ); none = the first of `availabilityZones`"""
     existing: Optional[ExistingNetwork] = None
@@ -180,9 +176,10 @@ class KubeletTopology(_Model):
     """Kubelet CPU and Topology Manager policies of the GPU nodes (nodeadm). None = derived from the
     shapes of the pods that run there (components/stack/topology.py)."""
 
-    cpu_manager_policy: Optional[Literal["none", "static"]] = Field(None, description="kubelet cpuManagerPolicy")
-    topology_manager_policy: Optional[Literal["none", "best-effort", "restricted", "single-numa-node"]] = Field(
-        None, description="kubelet topologyManagerPolicy")
+    cpu_manager_policy: Optional[Literal["none", "static"]] = None
+    """kubelet cpuManagerPolicy"""
+    topology_manager_policy: Optional[Literal["none", "best-effort", "restricted", "single-numa-node"]] = None
+    """kubelet topologyManagerPolicy"""
 
 
 class GpuNodesConfig(_Model):
@@ -192,7 +189,6 @@ class GpuNodesConfig(_Model):
     """an instance type of the catalog (components/stack/catalog.py)"""
     count: int = Field(ge=1, le=256)
     """number of GPU nodes, 1-256"""
-    # None = automatic: on for EFA-capable types with two or more nodes.
     efa: Optional[bool] = None
     """EFA devices on the nodes; none = automatic: on for EFA-capable types with 2+ nodes; `true` on a type without EFA is an error"""
     capacity: Capacity = Capacity()
@@ -203,17 +199,13 @@ class GpuNodesConfig(_Model):
     """`raid0`: nodeadm puts containerd and the kubelet on the local NVMe disks as RAID0; `none` to skip"""
     fast_image_pull: bool = False
     """nodeadm SOCI parallel image pull (`FastImagePull`)"""
-    # Opt-in for a change that replaces the node group (running pods are killed).
     allow_replacement: bool = False
     """explicit opt-in for a change that replaces the GPU node group (running pods are killed)"""
-    # Opt-in for a change that rolls every GPU node (a new launch template version, fewer nodes):
-    # running runs are killed, or the roll fails on their PodDisruptionBudgets.
+    # A roll kills the running runs, or fails on their PodDisruptionBudgets.
     allow_node_roll: bool = False
     """explicit opt-in for a change that rolls every GPU node (a new launch template version, a Kubernetes upgrade, fewer nodes); without it the node group ignores a new template or version"""
-    # Kubelet CPU / Topology Manager policies (nodeadm); unset = derived from the pod shapes.
     topology: KubeletTopology = KubeletTopology()
     """kubelet CPU and Topology Manager policies of the GPU nodes (nodeadm); unset = derived from the pod shapes"""
-    # Elastic capacity (Karpenter): its own model, components/stack/elastic.py.
     elastic: ElasticConfig = ElasticConfig()
     """elastic GPU capacity: no node held, Karpenter launches up to a maximum for admitted runs (components/stack/elastic.py)"""
 
@@ -272,7 +264,6 @@ class FsxConfig(_Model):
     """capacity in GiB: 1200, 2400 or a multiple of 2400 (PERSISTENT_2)"""
     per_unit_storage_throughput: int = 250
     """throughput per TiB: 125, 250, 500 or 1000 MB/s/TiB"""
-    # None = automatic metadata mode.
     metadata_iops: Optional[int] = None
     """metadata IOPS: 1500, 3000, 6000, 12000 or a multiple of 12000; none = automatic metadata mode"""
     backup_retention_days: int = Field(7, ge=0, le=90)
@@ -310,7 +301,6 @@ class StorageConfig(_Model):
     """the FSx for Lustre file system of a created cluster"""
     claim_name: str = Field("fsx-claim", pattern=_DNS_LABEL)
     """the ReadWriteMany claim every workload mounts at `/fsx`"""
-    # Bring your own cluster: use this existing claim, or create one from this storage class.
     existing_claim: Optional[str] = Field(None, pattern=_DNS_LABEL)
     """bring your own cluster: mount this existing claim"""
     storage_class: Optional[str] = None
@@ -321,7 +311,6 @@ class StorageConfig(_Model):
     """bring your own cluster: the storage class sets `allowVolumeExpansion: true`, so a larger
     `claimSizeGiB` grows the bound claim; without it the impact guard refuses a larger size, which the
     API server would refuse (a smaller one is always refused)"""
-    # Opt-in for a change that replaces the FSx file system (its data is lost).
     allow_replacement: bool = False
     """explicit opt-in for a change that replaces the FSx file system (its data is lost)"""
 
@@ -350,7 +339,6 @@ class TrainingConfig(_Model):
     """Pod Security Admission level enforced and warned; `restricted` is always audited (API server audit log)"""
     s3: Optional[S3Access] = None
     """the S3 location of the training role"""
-    # Container env var -> name of a secret config key (`pulumi config set --secret rltrain:KEY`).
     secret_env: dict[str, str] = {}
     """container env var -> name of a secret config key, e.g. `HF_TOKEN: hfToken` (`pulumi config set --secret rltrain:hfToken ...`); delivered through a Kubernetes Secret, never as a plain value"""
 
@@ -390,7 +378,6 @@ _PRIORITY = dict(ge=0, le=1000000000)
 class Validation(Toggle):
     """The cluster validation Job, one pod per GPU node."""
 
-    # Value of the `<namespace>-validation-<value>` PriorityClass (queue order, no preemption).
     priority: int = Field(VALIDATION_PRIORITY, **_PRIORITY)
     """value of the `<namespace>-validation-<value>` PriorityClass (queue order only: `preemptionPolicy: Never`)"""
 
@@ -400,27 +387,20 @@ class MultiNode(_Model):
 
     enabled: bool = False
     """create the multi-node run"""
-    # indexed-job: the Ray launcher in an Indexed Job (clusters without KubeRay); statefulset: the
-    # reference's form; rayjob: a KubeRay RayJob (components/workloads/rayjob.py).
+    # indexed-job serves clusters without KubeRay; rayjob is components/workloads/rayjob.py.
     form: Literal["indexed-job", "statefulset", "rayjob"] = "indexed-job"
     """`indexed-job` (the Ray launcher in an Indexed Job), `statefulset` (the reference's form; refused while queueing is on), `rayjob` (a KubeRay RayJob); see [operations](operations.md)"""
-    # None = every GPU node.
     nodes: Optional[int] = Field(None, ge=2)
     """number of nodes, 2 or more; none = every GPU node"""
     ray_port: int = Field(6379, ge=1024, le=65535)
     """Ray head port (launcher forms only; refused with `rayjob`)"""
     node_wait_seconds: int = Field(300, ge=10, le=3600)
     """how long the head waits for every node (launcher forms only; refused with `rayjob`)"""
-    # Secret config key holding a Ray auth token: every pod of the run gets it as RAY_AUTH_TOKEN
-    # from the training Secret and Ray refuses clients without it. None = no token.
+    # Delivered from the training Secret. None in the launcher forms: no token.
     ray_auth_token_secret: Optional[str] = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
     """secret config key holding a Ray auth token: every pod gets it as `RAY_AUTH_TOKEN` and Ray refuses clients without it; with `rayjob` none = KubeRay's own token per Ray cluster"""
-    # form rayjob: the Ray version in workloads.image (KubeRay's rayClusterSpec.rayVersion), checked
-    # against the image tag where the tag carries one (validate.py). Required with form rayjob.
     ray_version: Optional[str] = Field(None, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")
     """the Ray version in `workloads.image` (KubeRay's `rayVersion`); required with `rayjob`, at least 2.52.0; refused when the image tag names another Ray version"""
-    # form rayjob: install the pinned KubeRay operator (cluster-wide: CRDs, cluster roles).
-    # None = the cluster-wide rule: installed on a created cluster, opt-in on a bring-your-own one.
     install_kuberay: Optional[bool] = Field(None, alias="installKubeRay")
     """with `rayjob`: install the pinned KubeRay operator (cluster-wide: CRDs, cluster roles); none = `true` on a created cluster, `false` (opt-in) on a bring-your-own one"""
 
@@ -430,19 +410,15 @@ class NcclTest(_Model):
 
     enabled: bool = False
     """create the NCCL test (needs 2+ nodes)"""
-    # None = the cluster-wide rule: installed on a created cluster, not on a bring-your-own one.
     install_mpi_operator: Optional[bool] = None
     """install the pinned Kubeflow MPI operator (cluster-wide: CRD, cluster roles); none = `true` on a created cluster, `false` (opt-in) on a bring-your-own one"""
     image: str = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.42.0-ofiv1.16.0-ncclv2.27.5-1-testsv2.16.4"
     """the nccl-tests image (a specific tag or digest)"""
-    # The size whose bus bandwidth is checked; default: the size the instance type's reference
-    # figure was published at (catalog.NcclReference), so the check compares like with like.
+    # The default, the published figure's size (catalog.NcclReference): the check compares like with like.
     message_size_bytes: Optional[int] = Field(None, ge=8)
     """message size whose bus bandwidth is checked; none = the size the instance's reference figure was published at (p5: 2 GiB, p4de: 1 GiB); another size is labelled *not like for like*"""
-    # Pass when bus bandwidth >= this fraction of the published 2-node figure of the instance type.
     min_bus_bw_fraction: float = Field(0.9, gt=0, le=1.5)
     """the check fails below this fraction of the published 2-node bus bandwidth"""
-    # Value of the `<namespace>-nccl-test-<value>` PriorityClass (queue order, no preemption).
     priority: int = Field(NCCL_TEST_PRIORITY, **_PRIORITY)
     """value of the `<namespace>-nccl-test-<value>` PriorityClass (queue order only: `preemptionPolicy: Never`)"""
 
@@ -461,62 +437,71 @@ DEFAULT_CHECKPOINT_LAYOUT = "global_step_{step}/actor/huggingface"
 class ServingModel(_Model):
     """What the server loads: a run's checkpoint (by run and step) or a fixed path on the shared volume."""
 
-    # The training run whose checkpoint directory holds the model (the program knows each run's
-    # directory: components/workloads/env.py checkpoint_dir). None with `path`.
-    run: Optional[Literal["single-node", "multi-node"]] = Field(
-        None, description="training run whose checkpoint directory holds the served model")
-    # The checkpoint step served; a new step is a config change shown as a serving restart.
-    step: Optional[int] = Field(None, ge=0, description="checkpoint step served (with run)")
-    # Where a step's servable weights sit inside the run's checkpoint directory; {step} is replaced.
-    checkpoint_layout: str = Field(DEFAULT_CHECKPOINT_LAYOUT, pattern=r"^[^/].*\{step\}.*$",
-                                   description="path of a step's HF weights inside the checkpoint directory")
-    # A fixed model directory on the shared volume instead of a run's checkpoint.
-    path: Optional[str] = Field(None, pattern=r"^/fsx/[^\s]*$", description="fixed model directory under /fsx")
-    # Size of the weights: with the volume's read throughput it sets the startup probe's budget.
-    size_gib: Optional[int] = Field(None, ge=1, le=4096, alias="sizeGiB",
-                                    description="size of the model weights in GiB; none = the trainer profile's model "
-                                                "(parameters x 2 bytes, what the export writes), else 16")
+    # The program knows each run's directory (components/workloads/env.py checkpoint_dir).
+    run: Optional[Literal["single-node", "multi-node"]] = None
+    """training run whose checkpoint directory holds the served model"""
+    # A new step is a config change, shown as a serving restart.
+    step: Optional[int] = Field(None, ge=0)
+    """checkpoint step served (with run)"""
+    # {step} is replaced by the step served.
+    checkpoint_layout: str = Field(DEFAULT_CHECKPOINT_LAYOUT, pattern=r"^[^/].*\{step\}.*$")
+    """path of a step's HF weights inside the checkpoint directory"""
+    path: Optional[str] = Field(None, pattern=r"^/fsx/[^\s]*$")
+    """fixed model directory under /fsx"""
+    # With the volume's read throughput it sets the startup probe's budget.
+    size_gib: Optional[int] = Field(None, ge=1, le=4096, alias="sizeGiB")
+    """size of the model weights in GiB; none = the trainer profile's model (parameters x 2 bytes, what the export writes), else 16"""
 
 
 class EvaluationConfig(_Model):
     """A CronJob that runs components/scripts/evaluate.py against the serving endpoint."""
 
-    enabled: bool = Field(False, description="create the evaluation CronJob (needs serving.enabled)")
-    schedule: str = Field("0 */6 * * *", pattern=r"^(\S+\s+){4}\S+$", description="cron schedule (5 fields)")
-    # Image of the evaluation pod: a small Python image (the script uses the standard library only).
-    image: Optional[str] = Field(None, description="evaluation image; default the pinned Python image")
+    enabled: bool = False
+    """create the evaluation CronJob (needs serving.enabled)"""
+    schedule: str = Field("0 */6 * * *", pattern=r"^(\S+\s+){4}\S+$")
+    """cron schedule (5 fields)"""
+    # A small Python image: the script uses the standard library only.
+    image: Optional[str] = None
+    """evaluation image; default the pinned Python image"""
     # A JSONL file of {"prompt": ..., "expected": ...} on the shared volume.
-    prompts_path: Optional[str] = Field(None, pattern=r"^/fsx/[^\s]+$",
-                                        description="JSONL prompts file under /fsx; none = the family's: the "
-                                                    "shipped math set for the reasoning family, else /fsx/eval/prompts.jsonl")
-    max_tokens: Optional[int] = Field(None, ge=1, le=32768,
-                                      description="max_tokens per completion; none = 4096 for the reasoning family "
-                                                  "(its models reason at length before the boxed answer), else 256")
-    deadline_minutes: int = Field(60, ge=5, le=1440, description="activeDeadlineSeconds of each evaluation Job")
+    prompts_path: Optional[str] = Field(None, pattern=r"^/fsx/[^\s]+$")
+    """JSONL prompts file under /fsx; none = the family's: the shipped math set for the reasoning family, else /fsx/eval/prompts.jsonl"""
+    max_tokens: Optional[int] = Field(None, ge=1, le=32768)
+    """max_tokens per completion; none = 4096 for the reasoning family (its models reason at length before the boxed answer), else 256"""
+    deadline_minutes: int = Field(60, ge=5, le=1440)
+    """activeDeadlineSeconds of each evaluation Job"""
 
 
 class ServingConfig(_Model):
     """A vLLM OpenAI-compatible server for the policy being trained (off by default)."""
 
-    enabled: bool = Field(False, description="create the serving Deployment, Service, PDB and NetworkPolicy")
-    image: Optional[str] = Field(None, description="vLLM OpenAI server image; default the pin in versions.py")
+    enabled: bool = False
+    """create the serving Deployment, Service, PDB and NetworkPolicy"""
+    image: Optional[str] = None
+    """vLLM OpenAI server image; default the pin in versions.py"""
     model: ServingModel = ServingModel()
-    gpus_per_replica: int = Field(1, ge=1, le=8, alias="gpusPerReplica", description="GPUs of one replica")
+    gpus_per_replica: int = Field(1, ge=1, le=8, alias="gpusPerReplica")
+    """GPUs of one replica"""
     # vLLM shards the model over this many GPUs of one pod; it must equal gpusPerReplica (a GPU
     # requested and unused is wasted, a shard without a GPU fails at start).
-    tensor_parallel_size: Optional[int] = Field(None, ge=1, le=8,
-                                                description="tensor parallel size; default gpusPerReplica")
-    replicas: int = Field(1, ge=1, le=64, description="server replicas")
-    max_model_len: Optional[int] = Field(None, ge=16, description="--max-model-len; default the model's")
-    extra_args: tuple[str, ...] = Field((), description="further vLLM server flags (not the ones the program sets)")
-    # The longest request the server is expected to finish: the grace period after SIGTERM is longer.
-    max_request_seconds: int = Field(600, ge=10, le=7200, description="longest request, in seconds")
+    tensor_parallel_size: Optional[int] = Field(None, ge=1, le=8)
+    """tensor parallel size; default gpusPerReplica"""
+    replicas: int = Field(1, ge=1, le=64)
+    """server replicas"""
+    max_model_len: Optional[int] = Field(None, ge=16)
+    """--max-model-len; default the model's"""
+    extra_args: tuple[str, ...] = ()
+    """further vLLM server flags (not the ones the program sets)"""
+    # The grace period after SIGTERM is longer.
+    max_request_seconds: int = Field(600, ge=10, le=7200)
+    """longest request, in seconds"""
     # auto: surge one replica when a whole replica fits beside what runs, else replace one at a
     # time; surge / replace: forced (a surge onto a full node group is refused by the render).
-    rollout: Literal["auto", "surge", "replace"] = Field("auto", description="rolling update strategy")
-    # Read throughput the weights load at on a bring-your-own volume (the stack's FSx knows its own).
-    load_throughput_mb_s: Optional[int] = Field(None, ge=10, alias="loadThroughputMBps",
-                                                description="volume read throughput in MB/s (byo clusters)")
+    rollout: Literal["auto", "surge", "replace"] = "auto"
+    """rolling update strategy"""
+    # The stack's FSx knows its own.
+    load_throughput_mb_s: Optional[int] = Field(None, ge=10, alias="loadThroughputMBps")
+    """volume read throughput in MB/s (byo clusters)"""
     evaluation: EvaluationConfig = EvaluationConfig()
     export: ExportConfig = ExportConfig()
     """the export Job of the served step (a trainer checkpoint to a Hugging Face directory the server loads)"""
@@ -535,33 +520,35 @@ class Staging(_Model):
     """The staging Job (components/workloads/staging.py): puts the models and task assets the
     trainer profile names for `configName` on the shared volume before any training run starts."""
 
-    enabled: Optional[bool] = Field(None, description="None = on when workloads.trainer has a profile")
+    enabled: Optional[bool] = None
+    """None = on when workloads.trainer has a profile"""
     s3_prefix: Optional[str] = Field(
-        None, alias="s3Prefix", pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$",
-        description="stage from s3://bucket/prefix/<name>/ (each item's directory name) instead of the "
-                    "model hub; the training role must be allowed to read it")
+        None, alias="s3Prefix", pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+    """stage from s3://bucket/prefix/<name>/ (each item's directory name) instead of the model hub; the training role must be allowed to read it"""
     # RLinf/RLinf v0.3 docker/Dockerfile bakes ENV HF_ENDPOINT=https://hf-mirror.com into the image
     # unless it is built with NO_MIRROR=1: the staging Job sets it explicitly, never the image's.
-    hf_endpoint: str = Field("https://huggingface.co", alias="hfEndpoint", pattern=r"^https://[^\s/]+(/\S*)?$",
-                             description="HF_ENDPOINT of the staging Job (the model hub it downloads from); "
-                                         "set explicitly because the RLinf image bakes a mirror in")
-    deadline_minutes: int = Field(120, ge=5, le=1440,
-                                  description="activeDeadlineSeconds of the staging Job, and how long "
-                                              "`pulumi up` waits for it before training is created")
+    hf_endpoint: str = Field("https://huggingface.co", alias="hfEndpoint", pattern=r"^https://[^\s/]+(/\S*)?$")
+    """HF_ENDPOINT of the staging Job (the model hub it downloads from); set explicitly because the RLinf image bakes a mirror in"""
+    deadline_minutes: int = Field(120, ge=5, le=1440)
+    """activeDeadlineSeconds of the staging Job, and how long `pulumi up` waits for it before training is created"""
 
 
 class ResumeContract(_Model):
     """How a trainer writes checkpoints and is told to resume, for a trainer without a profile
     (workloads.trainer: none). With a profile, its own terms are used (components/stack/trainers.py)."""
 
-    checkpoint_env: str = Field(pattern=_ENV_NAME, description="env var that receives the run's checkpoint directory")
-    steps_under: str = Field("", description="where step directories appear under it ('' = directly)")
-    step_prefix: str = Field(description="a step directory's name is this prefix and the step number")
-    complete_marks: tuple[str, ...] = Field(min_length=1, description="files, relative to a step directory, "
-                                                                      "that exist once the step is complete")
-    resume_env: str = Field(pattern=_ENV_NAME, description="env var the resume argument is appended to")
-    resume_format: str = Field(pattern=r"\{step_dir\}", description="the argument; {step_dir} is replaced "
-                                                                      "by the newest complete step directory")
+    checkpoint_env: str = Field(pattern=_ENV_NAME)
+    """env var that receives the run's checkpoint directory"""
+    steps_under: str = ""
+    """where step directories appear under it ('' = directly)"""
+    step_prefix: str
+    """a step directory's name is this prefix and the step number"""
+    complete_marks: tuple[str, ...] = Field(min_length=1)
+    """files, relative to a step directory, that exist once the step is complete"""
+    resume_env: str = Field(pattern=_ENV_NAME)
+    """env var the resume argument is appended to"""
+    resume_format: str = Field(pattern=r"\{step_dir\}")
+    """the argument; {step_dir} is replaced by the newest complete step directory"""
 
 
 class WorkloadsConfig(_Model):
@@ -571,37 +558,35 @@ class WorkloadsConfig(_Model):
     """training image with a specific tag or `@sha256:` digest; `:latest` or no tag is refused"""
     # The trainer inside the image (components/stack/trainers.py): its profile gives PATH, the
     # known configs and models, staging, placement and the resume terms. "none": only `command`
-    # and `env` are passed, nothing is checked or staged.
+    # and `env` are passed, nothing is checked or staged. The one `description=` of these models: it
+    # lists the profiles of trainers.py, which a docstring (a literal) would copy.
     trainer: str = Field(trainers.RLINF.name, description="trainer profile: "
                          + ", ".join([*trainers.PROFILES, trainers.NO_TRAINER]))
     command: tuple[str, ...] = ("bash", "/workspace/eks/scripts/run_training_eks.sh")
     """the training command"""
-    config_name: str = Field(trainers.RLINF.default_config, description="the trainer's config (Hydra "
-                             "--config-name), one the profile knows")
-    venv_name: Optional[str] = Field(None, description="the image's virtual environment; None = the one "
-                                     "the profile gives for configName")
-    model_path: Optional[str] = Field(None, pattern=r"^/", description="model directory on /fsx; None = the "
-                                      "one the profile gives for configName (staged by the staging Job)")
+    config_name: str = trainers.RLINF.default_config
+    """the trainer's config (Hydra --config-name), one the profile knows"""
+    venv_name: Optional[str] = None
+    """the image's virtual environment; None = the one the profile gives for configName"""
+    model_path: Optional[str] = Field(None, pattern=r"^/")
+    """model directory on /fsx; None = the one the profile gives for configName (staged by the staging Job)"""
     experiment_name: str = "maniskill-openvlaoft-ppo"
     """passed as `EXPERIMENT_NAME`; names the run's checkpoint directory"""
     staging: Staging = Staging()
     """the staging Job that puts the profile's models and assets on /fsx before training"""
-    # None = the trainer profile's resume terms (none: no resume mapping, every retry restarts).
+    # With trainer none and no resume: no resume mapping, every retry restarts.
     resume: Optional[ResumeContract] = None
     """how a trainer without a profile writes checkpoints and is told to resume; None = the profile's terms"""
     mlflow_tracking_uri: Optional[str] = None
     """passed as `MLFLOW_TRACKING_URI`"""
     env: dict[str, str] = {}
     """extra env vars; names that look like credentials, names the program sets and values that look like secrets are refused (use `training.secretEnv`)"""
-    # None = derived from the instance type (see components/workloads/pod.py).
     shm_size_gib: Optional[int] = Field(None, ge=1, alias="shmSizeGiB")
     """memory-backed `/dev/shm` in GiB, counted against the pod's memory limit; none = 1/16 of node memory (8-256)"""
     termination_grace_period_seconds: int = Field(300, ge=30, le=3600)
     """time the trainer gets after SIGTERM to checkpoint"""
     max_run_minutes: int = Field(1440, ge=5)
     """the run's deadline is this plus a 10-minute image-pull margin"""
-    # Size of one checkpoint: the render estimates its write time to FSx and warns when it exceeds
-    # the grace period the trainer gets after SIGTERM. None = not estimated.
     checkpoint_size_gib: Optional[int] = Field(None, ge=1, alias="checkpointSizeGiB")
     """size of one checkpoint: the render estimates its write time to FSx and warns when it exceeds `terminationGracePeriodSeconds`; none = not estimated"""
     checkpoints: CheckpointRetention = CheckpointRetention()
@@ -631,12 +616,9 @@ class WorkloadsConfig(_Model):
     """the vLLM server for the policy being trained (off by default)"""
     embodied_evaluation: EmbodiedEvaluation = EmbodiedEvaluation()
     """the embodied family's evaluation: RLinf's own evaluation of a checkpoint in the simulator, a GPU Job through the queue (off by default)"""
-    # Opt-in gate: the training runs are created only after validation and the NCCL test (those
-    # enabled) succeeded; `pulumi up` then waits for the checks to finish.
     training_after_checks: bool = False
     """opt-in gate: the training runs are created only after validation and the NCCL test (those enabled) succeeded; `pulumi up` then waits for them"""
-    # Opt-in for a change that stops a running run and starts it again (a new pod template, a
-    # changed MPIJob spec): the run gets SIGTERM and its grace period, then starts over.
+    # The run gets SIGTERM and its grace period, then starts over.
     allow_run_restart: bool = False
     """explicit opt-in for a change that stops a running run and starts it again (a new pod template, a changed MPIJob spec)"""
 
@@ -739,11 +721,8 @@ class AlertReceiver(_Model):
 
     type: Literal["slack", "webhook", "pagerduty"]
     """where alerts go"""
-    # Name of the secret config key holding the Slack webhook URL, the webhook URL or the PagerDuty
-    # routing key.
     secret_key: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
     """secret config key holding the Slack webhook URL, the webhook URL or the PagerDuty routing key; mounted into Alertmanager as a file, never a Helm value"""
-    # Slack only: the channel (default: the webhook's own).
     channel: Optional[str] = None
     """Slack only: the channel; none = the webhook's own"""
 
@@ -753,29 +732,24 @@ class MonitoringConfig(_Model):
     ([monitoring](monitoring.md)). The Grafana admin password is the secret config key
     `rltrain:grafanaAdminPassword`, required while monitoring is on."""
 
-    # None = the cluster-wide rule: installed on a created cluster, opt-in on a bring-your-own one.
     enabled: Optional[bool] = None
     """install the monitoring stack (cluster-wide: CRDs, node-exporter and DCGM DaemonSets); none = `true` on a created cluster, `false` (opt-in) on a bring-your-own one"""
     namespace: str = Field("monitoring", pattern=_DNS_LABEL)
     """its namespace (Pod Security `privileged`: the node agents need host access); must differ from `training.namespace`"""
     retention_days: int = Field(15, ge=1, le=3650)
     """Prometheus retention in days; retention by size is 85 % of the volume"""
-    # The Prometheus volume (gp3); retention by size is set a little below it so the disk never fills.
+    # Retention by size is set a little below it, so the disk never fills.
     storage_size_gib: int = Field(100, ge=10, le=16384, alias="storageSizeGiB")
     """the Prometheus volume in GiB (gp3, encrypted; can grow, not shrink)"""
-    # Bring your own cluster: the storage class of the Prometheus volume (default: the cluster's
-    # default class). A created cluster gets the stack's own gp3 class.
     storage_class: Optional[str] = Field(None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
     """bring your own cluster only: the storage class of the Prometheus volume; none = the cluster's default (a created cluster uses the stack's `rltrain-gp3`)"""
-    # A run pod Pending longer than this raises RltrainRunQueuedTooLong (image pulls of 15-20 GB
-    # take up to ~10 minutes and count as Pending).
+    # Image pulls of 15-20 GB take up to ~10 minutes and count as Pending.
     queued_alert_minutes: int = Field(30, ge=5, le=10080)
     """a run pod Pending longer than this raises `RltrainRunQueuedTooLong` (an image pull counts as Pending)"""
     alert_receiver: Optional[AlertReceiver] = None
     """where alerts are sent; none = only in Alertmanager's UI"""
-    # Bring your own cluster: whether its owners run the EKS node monitoring agent (its dcgm-server
-    # DaemonSet, the DCGM host engine on hostPort 5555 of every GPU node). A created cluster always
-    # runs it (components/k8s/node_health.py).
+    # The agent's dcgm-server DaemonSet runs the DCGM host engine on hostPort 5555 of every GPU node
+    # (components/k8s/node_health.py).
     node_monitoring_agent: bool = False
     """bring your own cluster only: the cluster runs the EKS node monitoring agent, so the DCGM exporter connects to the agent's host engine on the node (port 5555) instead of starting its own; `false` = the exporter embeds its own (a created cluster always installs the agent)"""
 
@@ -787,18 +761,14 @@ class MonitoringConfig(_Model):
 class KueueConfig(_Model):
     """Whole-workload queueing: every GPU workload waits in a Kueue queue until all its pods fit."""
 
-    # Install the Kueue controller (Helm, cluster-wide). None = the cluster-wide rule: on a created
-    # cluster, off (opt-in) on a bring-your-own one, or when queueing is off or clusterQueue is set.
     install: Optional[bool] = None
     """install the pinned Kueue controller (Helm, cluster-wide: CRDs, webhooks); none = `true` on a created cluster, `false` on a bring-your-own one, or when `enabled: false` or `clusterQueue` is set"""
-    # Queue the GPU workloads. None = on when the stack installs Kueue or clusterQueue is set.
     enabled: Optional[bool] = None
     """queue the GPU workloads; none = on when the stack installs Kueue or `clusterQueue` is set; `false` falls back to the namespace quota alone (partial admission possible)"""
-    # Bring your own cluster: an existing ClusterQueue (of the Kueue the cluster's owners run) the
-    # stack's LocalQueue points at, instead of the stack's own ResourceFlavor/ClusterQueue/Topology.
+    # Instead of the stack's own ResourceFlavor, ClusterQueue and Topology.
     cluster_queue: Optional[str] = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
     """bring your own cluster: an existing ClusterQueue of the cluster's Kueue; the stack then creates only its LocalQueue, pointing at it"""
-    # Kueue's waitForPodsReady timeout; None = derived from the image-pull margin (kueue.py).
+    # None: components/k8s/kueue.py PODS_READY_TIMEOUT_SECONDS, from the image-pull margin.
     pods_ready_timeout_minutes: Optional[int] = Field(None, ge=10, le=1440)
     """Kueue's `waitForPodsReady.timeout`: an admitted run whose pods are not all Ready by then is evicted and requeued; none = 60 (6 x the 10-minute image-pull margin)"""
 
