@@ -193,7 +193,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.environ[cfg.node_rank_env] = str(cfg.rank)
     if cfg.done_marker is not None and os.path.exists(cfg.done_marker):
         return marker.idle_until_stopped(log, cfg.done_marker)
-    auth.prepare_ray_environment(log, cfg)
+    auth.prepare_ray_environment(log, is_head=cfg.is_head, ray_address=cfg.ray_address, mode=cfg.auth_mode)
     signal.signal(signal.SIGTERM, processes.exit_on_signal)
     try:
         if cfg.is_head:
