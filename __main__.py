@@ -7,7 +7,7 @@ With `rltrain:cluster.existing` only the Kubernetes part is deployed, onto that 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.stack import config
+from components.stack import config, image_build
 from components.k8s.addons import ClusterAddons, ClusterAddonsArgs
 from components.k8s.namespace import TrainingNamespace, training_namespace_args
 from components.stack.outputs import cost_per_hour
@@ -20,6 +20,8 @@ from components.workloads import serving
 from components.workloads.build import build_workloads
 
 cfg = config.from_pulumi()  # every config problem is reported here, before any resource exists
+if image_build.problems(cfg):  # a built image needs the stack's own account and a trainer profile
+    raise config.ConfigError(image_build.problems(cfg))
 rl = pulumi.Config("rltrain")
 cluster_name = cfg.cluster.name or f"rltrain-{pulumi.get_stack()}"
 
@@ -31,6 +33,8 @@ if cfg.byo_cluster:
 else:
     platform = build_aws_platform(cfg, cluster_name)
     provider = platform.cluster.provider
+    if platform.image:  # the runs use the image the stack builds, by digest
+        cfg = image_build.named(cfg, platform.image.args.name, platform.image.reference)
     pulumi.export("clusterName", platform.cluster.cluster_name)
     pulumi.export("kubeconfig", platform.cluster.kubeconfig)
 

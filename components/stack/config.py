@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from components.stack import catalog, refusals, trainers
 from components.stack.elastic import ElasticConfig
+from components.stack.image_build import BuiltImage, validated as _built_image
 from components.stack.embodied_evaluation import EmbodiedEvaluation
 from components.stack.lifecycle import CheckpointRetention, ExportConfig
 from components.stack.model_base import _Model, _field_docstrings, _module_field_docstrings  # noqa: F401
@@ -560,8 +561,8 @@ class ResumeContract(_Model):
 class WorkloadsConfig(_Model):
     """The training runs and the checks, and what every run gets."""
 
-    image: str
-    """training image with a specific tag or `@sha256:` digest; `:latest` or no tag is refused"""
+    image: str | BuiltImage
+    """training image with a specific tag or `@sha256:` digest (`:latest` or no tag is refused), or `build: {...}`: the image the stack builds (components/stack/image_build.py)"""
     # The trainer inside the image (components/stack/trainers.py): its profile gives PATH, the
     # known configs and models, staging, placement and the resume terms. "none": only `command`
     # and `env` are passed, nothing is checked or staged.
@@ -694,8 +695,8 @@ class WorkloadsConfig(_Model):
 
     @field_validator("image")
     @classmethod
-    def _pinned_image(cls, v: str) -> str:
-        return check_pinned_image(v)
+    def _pinned_image(cls, v: str | BuiltImage) -> str:
+        return check_pinned_image(v) if isinstance(v, str) else _built_image(v)
 
     @field_validator("env")
     @classmethod

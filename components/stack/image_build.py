@@ -1,0 +1,124 @@
+"""Config of the training image the stack builds (`rltrain:workloads.image: {build: {...}}`), fed to
+components/aws/image.py.
+
+`workloads.image` is either an image reference, as before (a tag or `@sha256:` digest you built and
+pushed yourself), or `build: {target: ...}`: the stack builds RLinf at the revision its trainer
+profile pins, for an RLinf Dockerfile target, with the EFA overlay of components/image/, in an ECR
+repository and a CodeBuild project of its own, and the runs use that image by digest.
+
+Either way the field holds a string after validation, so every check that reads an image reference
+reads one: a built image is a `BuiltImageName`, a `str` naming it (`rltrain/training:build` until the
+image component names it `<repository>:<tag>`) that carries its `build` settings and, once the
+component exists, the `reference` the pods use (`<repository URL>:<tag>@<digest>`, a Pulumi Output).
+`pod_image` gives a pod builder what to put in `image:`.
+
+A module of its own beside the component it feeds (stack/config.py only holds the field); pure
+(no Pulumi import: the reference is whatever the component hands over).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from pydantic import Field
+
+from components.stack.model_base import _Model
+
+if TYPE_CHECKING:  # pragma: no cover
+    from components.stack.config import StackConfig
+
+KEY = "rltrain:workloads.image"
+# What a built image is called before the image component names it (a valid, pinned reference, so
+# the reference checks of config validation accept it; never deployed: see pod_image).
+PENDING = "rltrain/training:build"
+# The CodeBuild bound on one build: the sample's project allows 60 minutes for the same two-stage
+# build on the same compute type (aws-samples/sample-rlinf-on-eks c8b5e3a infrastructure/build/
+# main.tf build_timeout); twice that leaves room for the NCCL compile of four architectures.
+DEFAULT_TIMEOUT_MINUTES = 120
+
+
+class ImageBuild(_Model):
+    """What the stack builds: RLinf's Dockerfile for a target, at the trainer profile's revision, with
+    the EFA overlay of components/image/ (every version pinned in components/image/pins.env)."""
+
+    target: Optional[str] = Field(None, pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    """RLinf docker/Dockerfile's BUILD_TARGET (`reason`, `embodied-maniskill_libero`, ...); none = the trainer profile's (`rlinf`: embodied-maniskill_libero, `rlinf-reasoning`: reason)"""
+    timeout_minutes: int = Field(DEFAULT_TIMEOUT_MINUTES, ge=30, le=480)
+    """the CodeBuild project's build timeout, and how long `pulumi up` waits for a build before it fails with the build's log link"""
+
+
+class BuiltImage(_Model):
+    """`workloads.image` as the image the stack builds."""
+
+    build: ImageBuild = ImageBuild()
+    """the build: `{}` builds the trainer profile's target"""
+
+
+class BuiltImageName(str):
+    """A built image where config validation expects an image reference: the string names it, the
+    attributes say how it is built and (once the image component exists) how pods reference it."""
+
+    build: ImageBuild
+    reference: Any  # pulumi.Input[str] once the image component exists, else None
+
+    def __new__(cls, name: str, build: ImageBuild, reference: Any = None) -> "BuiltImageName":
+        self = super().__new__(cls, name)
+        self.build = build
+        self.reference = reference
+        return self
+
+
+def built(image: Any) -> Optional[ImageBuild]:
+    """The build settings when `image` (workloads.image, validated) is built by the stack, else None."""
+    return image.build if isinstance(image, BuiltImageName) else None
+
+
+def validated(value: Any) -> Any:
+    """workloads.image after its own validation: a BuiltImage becomes its BuiltImageName."""
+    return BuiltImageName(PENDING, value.build) if isinstance(value, BuiltImage) else value
+
+
+def target(cfg: "StackConfig") -> Optional[str]:
+    """The RLinf Dockerfile target the stack builds, or None (not built, or no profile to take it from)."""
+    b = built(cfg.workloads.image)
+    if b is None:
+        return None
+    profile = cfg.workloads.profile
+    return b.target or (profile.image_target if profile else None)
+
+
+def revision(cfg: "StackConfig") -> Optional[str]:
+    """The RLinf commit the stack builds: the trainer profile's pin."""
+    profile = cfg.workloads.profile
+    return profile.image_revision if profile and built(cfg.workloads.image) else None
+
+
+def problems(cfg: "StackConfig") -> list[tuple[str, str]]:
+    """What the program refuses before any resource: a build without a cluster of the stack's own (no
+    account to build in), or without a trainer profile (no RLinf revision to build)."""
+    if built(cfg.workloads.image) is None:
+        return []
+    p = []
+    if cfg.byo_cluster:
+        p.append((KEY, "build needs the stack's own AWS account and cluster; with cluster.existing, bring your "
+                       "own image: a reference with a tag or @sha256 digest"))
+    if cfg.workloads.profile is None:
+        p.append((KEY, f"build builds RLinf at the revision a trainer profile pins; workloads.trainer "
+                       f"{cfg.workloads.trainer} has none: set a trainer profile, or bring your own image"))
+    return p
+
+
+def named(cfg: "StackConfig", name: str, reference: Any) -> "StackConfig":
+    """The config with the built image named `name` (`<repository>:<tag>`, what every hash and check
+    reads) and referenced by `reference` in pods. Config validation already ran on `cfg`."""
+    w = cfg.workloads
+    b = built(w.image)
+    assert b is not None, "only a built image is named"
+    return cfg.model_copy(update={"workloads": w.model_copy(update={"image": BuiltImageName(name, b, reference)})})
+
+
+def pod_image(image: str) -> Any:
+    """What a pod's `image:` gets for workloads.image: the built image's reference (repository URL,
+    tag and digest) once the image component named it, else the string itself."""
+    reference = getattr(image, "reference", None)
+    return reference if reference is not None else image
