@@ -6,9 +6,11 @@ Webhook), and the runs need the image's digest, which exists only after a build.
 (PyPI 1.2.1) would run the AWS CLI instead, but it is one more pinned SDK and a provider plugin the
 CLI downloads at `up`; this resource needs only what the program already pins (the Pulumi SDK and
 boto3, which the preflight uses). Its provider runs in the deploying process, with the deploying
-credentials, and is serialised into the stack's state by value (pulumi.dynamic: dill, the class
-re-homed to __main__: pulumi/pulumi#7755), so everything it runs is a method of the class and
-imports inside the method (nothing of this project is importable where the provider runs).
+credentials, and is serialised into the stack's state with dill (pulumi/dynamic/dynamic.py
+serialize_provider). dill pickles a class of an importable module by reference, and the provider
+process may not import this project (pulumi/pulumi#7453), so the class is pickled by value: it is
+re-homed to __main__ while it is serialised (`by_value`, the workaround of pulumi/pulumi#7755), and
+everything it runs is a method of the class that imports what it needs inside the method.
 
 What `up` does with it:
 
@@ -32,7 +34,8 @@ answers the outputs with placeholders.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import contextlib
+from typing import Any, Iterator, Optional
 
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
@@ -180,6 +183,30 @@ class ImageBuildProvider(ResourceProvider):
         return None
 
 
+@contextlib.contextmanager
+def by_value(cls: type) -> Iterator[None]:
+    """While serialised, `cls` and its functions look defined in __main__, which dill pickles by
+    value (a function of an importable module it pickles by reference, as it does a class)."""
+    functions = [getattr(v, "__func__", v) for v in vars(cls).values()]
+    functions = [f for f in functions if callable(f) and hasattr(f, "__module__")]
+    saved = [(o, o.__module__) for o in (cls, *functions)]
+    for o, _ in saved:
+        o.__module__ = "__main__"
+    try:
+        yield
+    finally:
+        for o, module in saved:
+            o.__module__ = module
+
+
+def serialized(provider: ImageBuildProvider) -> str:
+    """The provider as Pulumi stores it (base64 of dill), pickled by value."""
+    from pulumi.dynamic.dynamic import serialize_provider
+
+    with by_value(type(provider)):
+        return serialize_provider(provider)
+
+
 # The type token the engine records: pulumi.dynamic.Resource prefixes `pulumi-python:dynamic/<module>`.
 TYPE = "pulumi-python:dynamic/rltrain:ImageBuild"
 
@@ -198,4 +225,6 @@ class ImageBuild(pulumi.dynamic.Resource, module="rltrain", name="ImageBuild"):
         props = {"region": region, "project": project, "repository": repository, "tag": tag,
                  "sourceVersion": source_version, "timeoutMinutes": timeout_minutes,
                  **{k: None for k in OUTPUTS}}
-        super().__init__(provider or ImageBuildProvider(), name, props, opts)
+        provider = provider or ImageBuildProvider()
+        with by_value(type(provider)):  # the resource serialises its provider here (module docstring)
+            super().__init__(provider, name, props, opts)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from components.stack import catalog, refusals, trainers
 from components.stack.elastic import ElasticConfig
-from components.stack.image_build import BuiltImage, validated as _built_image
+from components.stack.image_build import BuiltImage, ImageSetting, validated as _built_image
 from components.stack.embodied_evaluation import EmbodiedEvaluation
 from components.stack.lifecycle import CheckpointRetention, ExportConfig
 from components.stack.model_base import _Model, _field_docstrings, _module_field_docstrings  # noqa: F401
@@ -561,7 +561,7 @@ class ResumeContract(_Model):
 class WorkloadsConfig(_Model):
     """The training runs and the checks, and what every run gets."""
 
-    image: str | BuiltImage
+    image: ImageSetting
     """training image with a specific tag or `@sha256:` digest (`:latest` or no tag is refused), or `build: {...}`: the image the stack builds (components/stack/image_build.py)"""
     # The trainer inside the image (components/stack/trainers.py): its profile gives PATH, the
     # known configs and models, staging, placement and the resume terms. "none": only `command`

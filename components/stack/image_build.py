@@ -18,9 +18,9 @@ A module of its own beside the component it feeds (stack/config.py only holds th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-from pydantic import Field
+from pydantic import Field, WrapValidator
 
 from components.stack.model_base import _Model
 
@@ -52,6 +52,18 @@ class BuiltImage(_Model):
 
     build: ImageBuild = ImageBuild()
     """the build: `{}` builds the trainer profile's target"""
+
+
+def _reference_or_build(value: Any, handler: Any) -> Any:
+    """A string is an image reference (WorkloadsConfig checks it is pinned); anything else is the
+    `build:` section, validated as BuiltImage so that an error names its key
+    (`rltrain:workloads.image.build.target`), not a branch of a union."""
+    return value if isinstance(value, str) else handler(value)
+
+
+# workloads.image's type: the section is what the configuration reference documents; a string
+# passes through as the reference it has always been.
+ImageSetting = Annotated[BuiltImage, WrapValidator(_reference_or_build)]
 
 
 class BuiltImageName(str):

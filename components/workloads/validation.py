@@ -4,7 +4,8 @@ An Indexed Job with completions = parallelism = the GPU node count and a require
 anti-affinity on the hostname, so each node gets exactly one pod. Each pod requests the node's full
 GPUs and EFA devices (a node whose EFA plugin advertises too few devices leaves its pod Pending,
 which is itself the finding) and mounts /fsx, /dev/shm and /scripts like training does; it runs
-`validate_node.py` (GPUs via nvidia-smi, EFA devices, /dev/shm size, /fsx read-write).
+`validate_node.py` (GPUs via nvidia-smi, EFA devices, /dev/shm size, /fsx read-write, and on a
+multi-node stack with EFA the image's libfabric EFA provider: `fi_info -p efa`).
 
 CPU and memory are small, but the memory limit exceeds the /dev/shm size: a memory-backed emptyDir
 is capped by the pod's memory limit, and the check must see the size training gets. CPU has a limit
@@ -71,8 +72,18 @@ def validation_sizing(cfg: StackConfig) -> sizing.PodSizing:
 
 def validation_env(cfg: StackConfig) -> dict[str, str]:
     s = validation_sizing(cfg)
-    return {"EXPECTED_GPUS": str(s.gpus), "EXPECTED_EFA": str(s.efa), "SHM_MIN_GIB": str(s.shm_gib),
-            "FSX_PATH": volumes.FSX_PATH}
+    env = {"EXPECTED_GPUS": str(s.gpus), "EXPECTED_EFA": str(s.efa), "SHM_MIN_GIB": str(s.shm_gib),
+           "FSX_PATH": volumes.FSX_PATH}
+    if efa_provider_checked(cfg):
+        env.update(EFA_PROVIDER_CHECK="1", IMAGE=str(cfg.workloads.image))
+    return env
+
+
+def efa_provider_checked(cfg: StackConfig) -> bool:
+    """A multi-node stack with EFA: its runs talk between nodes through NCCL's EFA plugin, so the
+    image's libfabric must have the EFA provider (validate_node.py `provider`). A single-node run
+    uses NVLink only and needs none (trainers.TrainerConfig.single_node_efa)."""
+    return cfg.workloads.multi_node.enabled and validation_sizing(cfg).efa > 0
 
 
 def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batch.v1.JobInitArgs:
