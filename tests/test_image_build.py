@@ -153,7 +153,7 @@ def test_overlay_dockerfile_passes_checkov():
     summary = report["summary"]
     assert summary["parsing_errors"] == 0 and summary["passed"] > 0, summary
     assert summary["failed"] == 0, [c["check_id"] for c in report["results"]["failed_checks"]]
-    skipped = {c["check_id"]: c.get("suppress_comment", "") for c in report["results"]["skipped_checks"]}
+    skipped = {c["check_id"]: c["check_result"].get("suppress_comment", "") for c in report["results"]["skipped_checks"]}
     assert set(skipped) == {"CKV_DOCKER_2", "CKV_DOCKER_3"} and all(len(why) > 30 for why in skipped.values())
 
 
@@ -261,11 +261,10 @@ def test_validation_checks_the_efa_provider_of_a_multinode_stack():
     # A single-node stack talks over NVLink only: no provider needed (dev-reasoning runs no multi-node).
     assert validation.efa_provider_checked(rendered("p5").cfg)
     assert not validation.efa_provider_checked(rendered("dev-reasoning").cfg)
-    assert "EFA_PROVIDER_CHECK" not in validation.validation_env(rendered("dev-reasoning").cfg)
-    env = {e["name"]: e.get("value") for e in
-           obj(rendered("p5"), "Job", "rltrain-validation")["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["EFA_PROVIDER_CHECK"] == "1"
-    assert env["IMAGE"] == f"rltrain-p5/training:{tag(target='embodied-maniskill_libero')}"
+    assert validation.command(rendered("dev-reasoning").cfg) == validation.COMMAND
+    container = obj(rendered("p5"), "Job", "rltrain-validation")["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == [*validation.COMMAND, "--efa-provider",
+                                    f"rltrain-p5/training:{tag(target='embodied-maniskill_libero')}"]
 
 
 # -- a changed overlay or revision: a new tag, a new build, the runs restarted -----------------------

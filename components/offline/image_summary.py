@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from components.aws import image as image_component
+from components.aws.image_build_run import ImageBuildProvider
 from components.image import image_tag
 from components.stack.config import StackConfig
 
@@ -55,6 +56,7 @@ def lines(cfg: StackConfig, resources: list[dict[str, Any]], manifests: list[dic
         f"run script of sample-rlinf-on-eks@{pins['SAMPLE_COMMIT'][:12]}",
         f"  tag {tag}",
         f"  built by CodeBuild {project['inputs']['name']} ({project['inputs']['environment']['computeType']}, "
-        f"`pulumi up` waits up to {project['inputs']['buildTimeout']} min); runs use it by digest",
+        f"timeout {project['inputs']['buildTimeout']} min; `pulumi up` waits for it, "
+        f"+{ImageBuildProvider.QUEUE_MARGIN_MINUTES} min queued); runs use it by digest",
         f"  used by: {', '.join(used) or 'nothing'}",
     ]

@@ -15,7 +15,7 @@ checks:
         namespaced, so it lists every EFA device of the host; its count is
         only reported ("host has M"), never compared.
         (EXPECTED_EFA=0: passes only if the pod has no uverbs device)
-  provider  (EFA_PROVIDER_CHECK=1 only: a multi-node stack with EFA) the image's
+  provider  (`--efa-provider IMAGE` only: a multi-node stack with EFA) the image's
         libfabric has a working EFA provider: `fi_info -p efa -t FI_EP_RDM`
         exits 0 and lists `provider: efa`. libfabric's fi_info(1) filters the
         fabric interfaces by provider (-p) and endpoint type (-t) and fails
@@ -43,10 +43,12 @@ Environment:
   NODE_NAME      default: hostname (set from spec.nodeName via the downward API)
   VALIDATE_ROOT  default /; prefixed to /dev/infiniband, /sys/class/infiniband,
                  /dev/shm, FSX_PATH
-  EFA_PROVIDER_CHECK  1 = run the provider check (default: not run)
   FI_INFO        default: fi_info on PATH, else /opt/amazon/efa/bin/fi_info (the
                  EFA installer's)
-  IMAGE          the training image, named in the provider check's message
+
+Arguments:
+  --efa-provider IMAGE  run the provider check; IMAGE (the training image) is
+                 named in its message
   NVIDIA_SMI     default nvidia-smi
   NVIDIA_SMI_TIMEOUT  seconds, default 60
 
@@ -151,13 +153,17 @@ def load_config(env):
     cfg["ib_path"] = under_root(root, HOST_IB_DIR)
     cfg["nvidia_smi"] = env.get("NVIDIA_SMI", "").strip() or "nvidia-smi"
     cfg["node"] = env.get("NODE_NAME", "").strip() or socket.gethostname() or "unknown"
-    check = env.get("EFA_PROVIDER_CHECK", "").strip() or "0"
-    if check not in ("0", "1"):
-        raise ConfigError(f"EFA_PROVIDER_CHECK must be 0 or 1, got {check!r}")
-    cfg["provider_check"] = check == "1"
     cfg["fi_info"] = env.get("FI_INFO", "").strip() or None
-    cfg["image"] = env.get("IMAGE", "").strip() or "the training image"
     return cfg
+
+
+def parse_args(argv):
+    """`--efa-provider IMAGE` or nothing: the image, or None (no provider check)."""
+    if not argv:
+        return None
+    if len(argv) == 2 and argv[0] == "--efa-provider" and argv[1].strip():
+        return argv[1].strip()
+    raise ConfigError(f"arguments: --efa-provider IMAGE or none, got {' '.join(argv)!r}")
 
 
 # -- checks -------------------------------------------------------------------
@@ -464,10 +470,12 @@ def summary_line(node, checks):
     return " ".join(parts)
 
 
-def main(env=None):
+def main(env=None, argv=None):
     env = os.environ if env is None else env
+    argv = sys.argv[1:] if argv is None else argv
     try:
         cfg = load_config(env)
+        provider_image = parse_args(argv)
     except ConfigError as exc:
         node = env.get("NODE_NAME", "").strip() or socket.gethostname() or "unknown"
         print(f"VALIDATION ERROR: {exc}", file=sys.stderr, flush=True)
@@ -480,9 +488,9 @@ def main(env=None):
         check_fsx(cfg["fsx_path"], cfg["fsx_display"], cfg["node"]),
         check_shm(cfg["shm_path"], cfg["shm_min_gib"]),
     ]
-    if cfg["provider_check"]:
+    if provider_image is not None:
         checks.append(
-            check_provider(_fi_info(cfg["fi_info"]), cfg["image"], cfg["smi_timeout"])
+            check_provider(_fi_info(cfg["fi_info"]), provider_image, cfg["smi_timeout"])
         )
     for check in checks:
         print(check.line(), flush=True)

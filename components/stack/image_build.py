@@ -18,7 +18,7 @@ A module of its own beside the component it feeds (stack/config.py only holds th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Optional
 
 from pydantic import Field, WrapValidator
 
@@ -44,11 +44,14 @@ class ImageBuild(_Model):
     target: Optional[str] = Field(None, pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
     """RLinf docker/Dockerfile's BUILD_TARGET (`reason`, `embodied-maniskill_libero`, ...); none = the trainer profile's (`rlinf`: embodied-maniskill_libero, `rlinf-reasoning`: reason)"""
     timeout_minutes: int = Field(DEFAULT_TIMEOUT_MINUTES, ge=30, le=480)
-    """the CodeBuild project's build timeout, and how long `pulumi up` waits for a build before it fails with the build's log link"""
+    """the CodeBuild project's build timeout; `pulumi up` waits this plus 30 minutes of queueing for a build, then fails with the build's log link (a later `up` waits for the same build)"""
 
 
 class BuiltImage(_Model):
     """`workloads.image` as the image the stack builds."""
+
+    # The configuration reference's type for workloads.image: a reference, or this section.
+    config_type_name: ClassVar[str] = "string or section"
 
     build: ImageBuild = ImageBuild()
     """the build: `{}` builds the trainer profile's target"""

@@ -72,11 +72,16 @@ def validation_sizing(cfg: StackConfig) -> sizing.PodSizing:
 
 def validation_env(cfg: StackConfig) -> dict[str, str]:
     s = validation_sizing(cfg)
-    env = {"EXPECTED_GPUS": str(s.gpus), "EXPECTED_EFA": str(s.efa), "SHM_MIN_GIB": str(s.shm_gib),
-           "FSX_PATH": volumes.FSX_PATH}
+    return {"EXPECTED_GPUS": str(s.gpus), "EXPECTED_EFA": str(s.efa), "SHM_MIN_GIB": str(s.shm_gib),
+            "FSX_PATH": volumes.FSX_PATH}
+
+
+def command(cfg: StackConfig) -> tuple[str, ...]:
+    """validate_node.py, with the EFA provider check on a multi-node stack with EFA (naming the image
+    in its message: the stack's name for it, `<repository>:<tag>` when the stack builds it)."""
     if efa_provider_checked(cfg):
-        env.update(EFA_PROVIDER_CHECK="1", IMAGE=str(cfg.workloads.image))
-    return env
+        return (*COMMAND, "--efa-provider", str(cfg.workloads.image))
+    return COMMAND
 
 
 def efa_provider_checked(cfg: StackConfig) -> bool:
@@ -96,7 +101,7 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
         secret_name=None,
         include_secrets=False,
         pod_labels=obj_labels,
-        command=COMMAND,
+        command=command(cfg),
         num_nodes=n,
         extra_env=validation_env(cfg),  # NODE_NAME comes from spec.nodeName (env.env_vars)
         affinity=placement.run_affinity(NAME, co_located=False),

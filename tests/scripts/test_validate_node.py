@@ -93,9 +93,9 @@ def node(tmp_path):
     return {"root": root, "tmp": tmp_path, "env": env, "shm_gib": shm_gib}
 
 
-def run(env):
+def run(env, *args):
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT)],
+        [sys.executable, str(SCRIPT), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -389,7 +389,7 @@ def test_bad_env_exits_2(node, var, value):
     assert var in line
 
 
-# -- the image's EFA provider (EFA_PROVIDER_CHECK=1, a multi-node stack with EFA) ----------------
+# -- the image's EFA provider (--efa-provider IMAGE: a multi-node stack with EFA) ------------------
 
 IMAGE = "rltrain-p5/training:embodied-maniskill_libero-050543189957-3a8d6a4b31f4"
 # What `fi_info -p efa -t FI_EP_RDM` prints on a node with EFA (libfabric's fi_info(1) output, one
@@ -423,8 +423,8 @@ def write_fake_fi_info(path, stdout="", stderr="", exit_code=0):
     return path
 
 
-def provider_env(node, fi_info):
-    return dict(node["env"], EFA_PROVIDER_CHECK="1", FI_INFO=str(fi_info), IMAGE=IMAGE)
+def run_provider(node, fi_info):
+    return run(dict(node["env"], FI_INFO=str(fi_info)), "--efa-provider", IMAGE)
 
 
 def provider_line(proc):
@@ -435,7 +435,7 @@ def provider_line(proc):
 
 def test_provider_present_passes(node):
     fi = write_fake_fi_info(node["tmp"] / "fi_info", stdout=FI_INFO_EFA)
-    proc = run(provider_env(node, fi))
+    proc = run_provider(node, fi)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert provider_line(proc).startswith("CHECK provider PASS:")
     assert summary(proc).endswith(" provider=efa RESULT=PASS")
@@ -447,7 +447,7 @@ def test_provider_absent_fails_naming_the_image_and_the_fix(node):
     # libfabric without the EFA provider: fi_getinfo finds nothing (-61, No data available).
     fi = write_fake_fi_info(node["tmp"] / "fi_info", stderr="fi_getinfo: -61 (No data available)\n",
                             exit_code=1)
-    proc = run(provider_env(node, fi))
+    proc = run_provider(node, fi)
     assert proc.returncode == 1
     line = provider_line(proc)
     assert line.startswith("CHECK provider FAIL:") and "exited 1: fi_getinfo: -61 (No data available)" in line
@@ -459,7 +459,7 @@ def test_provider_absent_fails_naming_the_image_and_the_fix(node):
 def test_provider_wrong_provider_fails(node):
     # A fi_info that answers with another provider only (tcp over rxm, what libfabric falls back to).
     fi = write_fake_fi_info(node["tmp"] / "fi_info", stdout=FI_INFO_TCP)
-    proc = run(provider_env(node, fi))
+    proc = run_provider(node, fi)
     assert proc.returncode == 1
     line = provider_line(proc)
     assert "lists only tcp;ofi_rxm" in line and f"{IMAGE} has no working EFA provider" in line
@@ -467,7 +467,7 @@ def test_provider_wrong_provider_fails(node):
 
 
 def test_provider_fi_info_missing_fails(node):
-    proc = run(provider_env(node, node["tmp"] / "no-such-fi_info"))
+    proc = run_provider(node, node["tmp"] / "no-such-fi_info")
     assert proc.returncode == 1
     line = provider_line(proc)
     assert "not found" in line and f"{IMAGE} has no libfabric" in line and "EFA installer" in line
@@ -481,6 +481,7 @@ def test_provider_not_checked_by_default(node):
     assert not Path(f"{fi}.args").exists()
 
 
-def test_provider_check_flag_must_be_0_or_1(node):
-    proc = run(dict(node["env"], EFA_PROVIDER_CHECK="yes"))
-    assert proc.returncode == 2 and "EFA_PROVIDER_CHECK must be 0 or 1" in proc.stdout
+@pytest.mark.parametrize("args", [("--efa-provider",), ("--efa-provider", ""), ("--efa", IMAGE)])
+def test_provider_arguments_are_checked(node, args):
+    proc = run(node["env"], *args)
+    assert proc.returncode == 2 and "arguments: --efa-provider IMAGE or none" in proc.stdout
