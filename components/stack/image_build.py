@@ -82,6 +82,18 @@ class BuiltImageName(str):
         self.reference = reference
         return self
 
+    # A config is copied (pydantic's deepcopy) and pickled (the policy pack) like any value: the name
+    # and its build go along; the reference is a Pulumi Output of one program run, kept as it is by a
+    # copy and left out of a pickle.
+    def __deepcopy__(self, memo: dict) -> "BuiltImageName":
+        return self
+
+    def __copy__(self) -> "BuiltImageName":
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (BuiltImageName, (str(self), self.build))
+
 
 def built(image: Any) -> Optional[ImageBuild]:
     """The build settings when `image` (workloads.image, validated) is built by the stack, else None."""
