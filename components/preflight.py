@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from components.aws import account_checks
 from components.aws import gpu_nodes
-from components.stack import catalog, versions
+from components.stack import catalog, image_build, versions
 from components.stack.config import StackConfig
 
 Client = Any
@@ -443,7 +443,13 @@ def run_checks(cfg: StackConfig, region: str, clients: ClientFactory,
         azs = len(n.existing.private_subnet_ids) if n.existing else len(n.availability_zones)
         results.append(check_system_quota(ec2, quotas, c.system_nodes.instance_type, c.system_nodes.count, azs))
         results += check_addons(clients("eks", region), c.kubernetes_version, versions.eks_addons(c.kubernetes_version))
-    if cfg.workloads.image:
+    if image_build.built(cfg.workloads.image):
+        # Nothing to look up before the first `up`: the stack's own repository does not exist yet,
+        # and `up` uses a tag already there or builds it (docs/running-for-real.md).
+        results.append(Result("training image", True, "built by the stack (workloads.image.build): `pulumi up` "
+                              "uses the tag its inputs give if the repository has it, else builds it",
+                              api="ECR DescribeImages"))
+    elif cfg.workloads.image:
         results.append(check_image(clients, cfg.workloads.image))
     s3 = None
     for bucket, key in buckets(cfg):

@@ -99,7 +99,8 @@ def test_the_offline_render_keeps_accepting_the_placeholder():
 
 def test_the_stack_owns_the_control_plane_log_group():
     rs = rendered("p5").resources
-    [lg] = [r for r in rs if r["type"] == "aws:cloudwatch/logGroup:LogGroup"]
+    # (the other log group is the training image build's: components/aws/image.py)
+    [lg] = [r for r in rs if r["type"] == "aws:cloudwatch/logGroup:LogGroup" and r["parent"] != "image"]
     assert lg["inputs"]["name"] == "/aws/eks/rltrain-p5/cluster" and lg["inputs"]["retentionInDays"] == 90
     eks = next(r for r in rs if r["type"] == "eks:index:Cluster")
     assert "aws:cloudwatch/logGroup:LogGroup::cluster-control-plane-logs" in eks["dependsOn"]

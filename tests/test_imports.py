@@ -5,7 +5,8 @@
 - `k8s/` and `aws/` read `stack/` (and the mounted programs of `scripts/`), never `workloads/`,
   `offline/` or each other's floor... except where ALLOWED names a known edge;
 - `workloads/` reads `k8s/`, `stack/`, `scripts/` and itself; nothing deployed reads `offline/`
-  or `cluster/`; `scripts/` are programs mounted into pods and read nothing of ours.
+  or `cluster/`; `scripts/` are programs mounted into pods and read nothing of ours, nor does
+  `image/` (the training image's build definition, which `aws/` and `offline/` read).
 
     python -m pytest -q -o addopts= -p no:xdist tests/test_imports.py
 """
@@ -23,10 +24,13 @@ PACKAGE = ROOT / "components"
 MAY_READ = {
     "stack": set(),
     "scripts": set(),
-    "aws": {"stack", "scripts"},
+    # The training image's build definition (components/image/): files CodeBuild runs, and the tag
+    # program the stack runs too; like scripts/, it reads nothing of ours.
+    "image": set(),
+    "aws": {"stack", "scripts", "image"},
     "k8s": {"stack", "scripts"},
     "workloads": {"k8s", "stack", "scripts"},
-    "offline": {"stack", "aws", "k8s", "workloads", "scripts"},
+    "offline": {"stack", "aws", "k8s", "workloads", "scripts", "image"},
 }
 # aws/storage.py and aws/platform.py build the FSx PersistentVolume and claim with k8s/volumes.py's
 # builders (the volume of a created cluster is an AWS resource): the one known edge between the two

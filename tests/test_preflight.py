@@ -156,11 +156,16 @@ def passing_p5(acct: Account):
     account(acct)
 
 
-def p5_cfg(cidrs=OFFICE, admins=(), endpoint_public=True):
+# The image of a p5 that brings its own (the committed p5 builds its image: nothing to look up).
+BROUGHT = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rlinf-on-eks/rlinf:20260401-085549"
+
+
+def p5_cfg(cidrs=OFFICE, admins=(), endpoint_public=True, image=BROUGHT):
     cfg = rendered("p5").cfg
     c = cfg.cluster.model_copy(update={"public_access_cidrs": tuple(cidrs), "admin_role_arns": tuple(admins),
                                        "endpoint_public_access": endpoint_public})
-    return cfg.model_copy(update={"cluster": c})
+    w = cfg.workloads if image is None else cfg.workloads.model_copy(update={"image": image})
+    return cfg.model_copy(update={"cluster": c, "workloads": w})
 
 
 def run(acct: Account, cfg=None, ip: str | None = "198.18.0.10", aws_cli: str | None = "/usr/local/bin/aws"
@@ -322,6 +327,19 @@ def test_missing_addon_build_is_named():
     [r] = [r for r in run(acct) if not r.ok]
     assert r.name == f"add-on coredns {PINNED['coredns']}" and "does not exist for Kubernetes 1.35" in r.detail
     assert r.api == "EKS DescribeAddonVersions" and "describe-addon-versions" in r.fix
+
+
+def test_an_image_the_stack_builds_is_not_looked_up():
+    acct = Account()
+    caller(acct)
+    zones(acct)
+    offering(acct, True)
+    quota(acct, 768)
+    block_offerings(acct)
+    standard_quota(acct)
+    addons(acct)  # and no ECR call: the stack's repository does not exist before the first `up`
+    [r] = [r for r in run(acct, cfg=p5_cfg(image=None)) if r.name == "training image"]
+    assert r.ok and "built by the stack" in r.detail
 
 
 def test_missing_image_fails():

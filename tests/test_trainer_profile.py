@@ -215,7 +215,9 @@ def test_summary_flags_a_run_without_resume_mapping():
 
 
 def test_a_trainer_without_profile_gets_only_its_command_and_declared_resume():
-    cfg, _, docs = _render("p5", lambda w: w.update(trainer="none", command=["python", "/app/train.py"]))
+    # A trainer without a profile brings its own image (p5 builds RLinf's: refused without a profile).
+    own = "registry.example/own-trainer:1.0"
+    cfg, _, docs = _render("p5", lambda w: w.update(trainer="none", command=["python", "/app/train.py"], image=own))
     e = env(container(find(docs, "Job", "rltrain-training")))
     assert container(find(docs, "Job", "rltrain-training"))["command"] == ["python", "/app/train.py"]
     assert not {"PATH", "VIRTUAL_ENV", "HYDRA_OVERRIDES", "MANISKILL_ASSET_DIR", "MODEL_PATH", "VENV_NAME"} & set(e)
@@ -224,7 +226,7 @@ def test_a_trainer_without_profile_gets_only_its_command_and_declared_resume():
     resume = {"checkpointEnv": "OUTPUT_DIR", "stepsUnder": "ckpt", "stepPrefix": "step-",
               "completeMarks": ["COMPLETE"], "resumeEnv": "TRAIN_ARGS", "resumeFormat": "--resume-from={step_dir}"}
     cfg, _, docs = _render("p5", lambda w: w.update(trainer="none", command=["python", "/app/train.py"],
-                                                    resume=resume))
+                                                    resume=resume, image=own))
     c = container(find(docs, "Job", "rltrain-training"))
     e = env(c)
     assert c["command"] == ["python3", "/scripts/resume_wrapper.py", "--", "python", "/app/train.py"]

@@ -20,6 +20,7 @@ from components.aws import karpenter_node_class
 from components.k8s import karpenter_nodes
 from components.stack import catalog
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
+from components.aws.image import TrainingImage, training_image_args
 from components.aws.network import ExistingNetwork, Network, NetworkArgs
 from components.aws.storage import FsxArgs, FsxLustreVolume
 from components.k8s.volumes import ClaimArgs
@@ -35,6 +36,7 @@ class AwsPlatform:
     training_role_arn: Optional[pulumi.Output[str]] = None
     karpenter: Optional[Karpenter] = None
     node_groups: list[pulumi.Resource] = field(default_factory=list)
+    image: Optional[TrainingImage] = None  # workloads.image: {build: ...}
 
     def attach_fsx(self, claim: ClaimArgs, k8s_opts: pulumi.ResourceOptions) -> FsxLustreVolume:
         fsx = self.cfg.storage.fsx
@@ -201,4 +203,8 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
             bucket=t.s3.bucket, prefix=t.s3.prefix), depends_on=[cluster.pod_identity_agent],
             cluster=(cluster.cluster_name, cluster.cluster_arn))
         platform.training_role_arn = identity.role_arn
+    # The training image the stack builds (workloads.image: {build: ...}): nothing above waits for it.
+    image = training_image_args(cfg, cluster_name, pulumi.Config("aws").require("region"))
+    if image:
+        platform.image = TrainingImage("image", image)
     return platform

@@ -120,7 +120,7 @@ def rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, 
             if not doc.strip():
                 raise ValueError(f"{model.__name__}.{name}: no description (add a docstring under the field)")
             default = "required" if field.is_required() else ("none" if field.default is None else "see below")
-            out.append((key, "section", default, " ".join(doc.split())))
+            out.append((key, getattr(sub, "config_type_name", "section"), default, " ".join(doc.split())))
             out += rows(sub, key + ".")
             continue
         out.append((key, type_name(field.annotation), _default(field), _description(model, name, field)))

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+from components.aws import image_build_run
 from components.offline.mock_engine import UNKNOWN
 from components.offline.resources import quantity
 from components.stack.config import StackConfig
@@ -380,6 +381,12 @@ FORCE_NEW: dict[str, tuple[str, ...]] = {
     "aws:ec2/placementGroup:PlacementGroup": ("name", "strategy"),
     "aws:iam/role:Role": ("name", "namePrefix"),
     "aws:kms/key:Key": ("customerMasterKeySpec", "keyUsage", "multiRegion"),
+    # The training image (components/aws/image.py): a new repository or project name is a new one;
+    # the build's own diff replaces it on these inputs (a new tag is a new build, and its new digest
+    # restarts the runs that reference it: their pod templates read it).
+    "aws:ecr/repository:Repository": ("name",),
+    "aws:codebuild/project:Project": ("name",),
+    image_build_run.TYPE: image_build_run.REPLACE_ON,
 }
 
 

@@ -86,7 +86,12 @@ def _leaves(model: type[BaseModel], path: str, attrs: tuple[str, ...]) -> Iterat
     for name, f in model.model_fields.items():
         key, at = f"{path}.{f.alias or name}", (*attrs, name)
         nested = _models_in(f.annotation)
-        if nested:
+        if nested and getattr(nested[0], "config_type_name", "") == "string or section":
+            # workloads.image: a string (an image reference) itself, or its section's keys
+            # (stack/image_build.py BuiltImage); the configuration reference lists both.
+            yield Key(key, at, str, tuple(f.metadata))
+            yield from _leaves(nested[0], key, at)
+        elif nested:
             yield from _leaves(nested[0], key, at)
         else:
             yield Key(key, at, f.annotation, tuple(f.metadata))

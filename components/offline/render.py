@@ -31,7 +31,7 @@ import yaml
 
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy, runs_summary
-from components.offline import checkpoints, impact, unset_secrets, yaml_emit
+from components.offline import checkpoints, image_summary, impact, unset_secrets, yaml_emit
 from components.workloads import embodied_eval, export, serving
 from components.offline.unset_secrets import load_stack  # noqa: F401  (render.load_stack, as before)
 from components.stack import secrets_scan, stackfile, validate
@@ -219,6 +219,7 @@ def summary(rendered: Rendered) -> str:
     lines += ["  " + line for line in impact.sequence(impacts, rendered.resources)]
     if rendered.accepted:
         lines.append("  " + accepted_line(rendered.accepted))
+    lines += ["  " + line for line in image_summary.lines(cfg, rendered.resources, rendered.manifests)]
     lines += ["  " + line for line in runs_summary.lines(cfg)]
     ckpt = checkpoints.estimate(cfg)
     if ckpt:

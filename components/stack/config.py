@@ -18,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 
 from components.stack import catalog, trainers
 from components.stack.elastic import ElasticConfig
+from components.stack.image_build import BuiltImage, ImageSetting, validated as _built_image
 from components.stack.embodied_evaluation import EmbodiedEvaluation
 from components.stack.lifecycle import CheckpointRetention, ExportConfig
 from components.stack.model_base import _Model
@@ -554,8 +555,8 @@ class ResumeContract(_Model):
 class WorkloadsConfig(_Model):
     """The training runs and the checks, and what every run gets."""
 
-    image: str
-    """training image with a specific tag or `@sha256:` digest; `:latest` or no tag is refused"""
+    image: ImageSetting
+    """training image with a specific tag or `@sha256:` digest (`:latest` or no tag is refused), or `build: {...}`: the image the stack builds (components/stack/image_build.py)"""
     # The trainer inside the image (components/stack/trainers.py): its profile gives PATH, the
     # known configs and models, staging, placement and the resume terms. "none": only `command`
     # and `env` are passed, nothing is checked or staged. The one `description=` of these models: it
@@ -683,8 +684,8 @@ class WorkloadsConfig(_Model):
 
     @field_validator("image")
     @classmethod
-    def _pinned_image(cls, v: str) -> str:
-        return check_pinned_image(v)
+    def _pinned_image(cls, v: str | BuiltImage) -> str:
+        return check_pinned_image(v) if isinstance(v, str) else _built_image(v)
 
     @field_validator("env")
     @classmethod

@@ -168,6 +168,10 @@ class TrainerProfile:
     default_config: str
     experiment_name: str  # workloads.experimentName unless set: names the run's checkpoint directory
     source: str  # where the profile's values come from (shown in errors and docs)
+    # What the stack builds for this trainer (workloads.image: {build: ...}, components/aws/image.py):
+    # RLinf docker/Dockerfile's BUILD_TARGET and the RLinf commit.
+    image_target: str = ""
+    image_revision: str = RLINF_COMMIT
 
     def venv_bin(self, venv: str) -> str:
         return f"{self.venv_root}/{venv}/bin"
@@ -295,6 +299,9 @@ RLINF = TrainerProfile(
     default_config="maniskill_ppo_openvlaoft",
     experiment_name="maniskill-openvlaoft-ppo",
     source=f"RLinf/RLinf@{RLINF_COMMIT[:12]} (v0.3) in aws-samples/sample-rlinf-on-eks@{SAMPLE_COMMIT[:12]}",
+    # SAMPLE examples/buildspec.yml BUILD_TARGET: ManiSkill + LIBERO with the openvla and openvla-oft
+    # venvs (RLINF docker/Dockerfile embodied-maniskill_libero-image).
+    image_target="embodied-maniskill_libero",
 )
 
 
@@ -303,7 +310,8 @@ RLINF = TrainerProfile(
 # `reason-image` target (RLINF docker/Dockerfile: `install.sh agentic --venv reason`, ~/.bashrc
 # sources /opt/venv/reason/bin/activate). The image's layout beyond RLinf's Dockerfile is the
 # builder's: RLINF_REPO below is where this profile expects RLinf's source (examples/ is not
-# copied by RLinf's Dockerfile) - a placeholder to match to the image you build.
+# copied by RLinf's Dockerfile); the image the stack builds puts it there
+# (components/image/install_sources.sh), an image you bring must too.
 
 RLINF_REPO = "/workspace/RLinf"
 DATASETS = "/fsx/datasets"
@@ -346,8 +354,11 @@ RLINF_REASONING = TrainerProfile(
              + RLINF_REPO + '/examples/reasoning/config/math --config-name "$CONFIG_NAME" '
              'runner.output_dir="$CKPT_PATH" $HYDRA_OVERRIDES'),
     venv_root=VENV_ROOT,
-    # The reason image is RLINF docker/Dockerfile's own (no sample layer): the CUDA base's PATH.
-    image_path="/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    # The reason target of RLINF docker/Dockerfile under the stack's EFA overlay (components/image/
+    # Dockerfile puts the EFA installer's and GDRCopy's directories before the CUDA base's PATH, as
+    # the sample's layer does): the same PATH as the embodied image. On RLinf's image without the
+    # overlay the first three directories do not exist, which PATH lookups skip.
+    image_path=IMAGE_PATH,
     configs={
         # RLINF examples/reasoning/config/math/qwen2.5-1.5b-grpo-fsdp.yaml: cluster.num_nodes 1,
         # component_placement `actor,rollout,reward: all`; actor.training_backend fsdp,
@@ -379,6 +390,7 @@ RLINF_REASONING = TrainerProfile(
     default_config="qwen2.5-1.5b-grpo-fsdp",
     experiment_name="math-grpo",
     source=f"RLinf/RLinf@{RLINF_COMMIT[:12]} (v0.3) examples/reasoning, reason-image target",
+    image_target="reason",
 )
 
 PROFILES: dict[str, TrainerProfile] = {RLINF.name: RLINF, RLINF_REASONING.name: RLINF_REASONING}

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from components.stack import catalog, secrets_scan, trainers, versions, volume_budget
+from components.stack import catalog, image_build, secrets_scan, trainers, versions, volume_budget
 from components.stack.config import (GRAFANA_PASSWORD_KEY, NAMESPACE, SECTIONS, SERVING_PROGRAM_FLAGS, StackConfig,
                                      check_pinned_image)
 from components.stack.labels import PROTECTED_ENV
@@ -345,7 +345,7 @@ def _checks(cfg: StackConfig, region: Optional[str], config_keys: set[str], secr
     out = [(where, msg) for where, msg in first if where not in refused]
     out += _monitoring(cfg, config_keys, secret_keys, program=program)
     out += (_no_effect(cfg) + _system_nodes(cfg) + _namespace(cfg) + _pod_security(cfg) + _cidrs(cfg) + _env(cfg)
-            + _program(cfg) + _ray(cfg) + _volume_budget(cfg) + _elastic(cfg))
+            + _program(cfg) + _ray(cfg) + _volume_budget(cfg) + _elastic(cfg) + _image_build(cfg))
     return out
 
 
@@ -1081,3 +1081,19 @@ def _elastic(cfg: StackConfig) -> list[Problem]:
         out.append((path(*key, "existingKarpenter"), "only with cluster.existing: a created cluster gets the stack's "
                     "own Karpenter"))
     return out
+
+
+def _image_build(cfg: StackConfig) -> list[Problem]:
+    """A built image (`workloads.image.build`, components/stack/image_build.py) needs the stack's own
+    cluster (an AWS account to build in) and a trainer profile (the RLinf revision it builds)."""
+    if image_build.built(cfg.workloads.image) is None:
+        return []
+    key = path("workloads", "image")
+    p: list[Problem] = []
+    if cfg.byo_cluster:
+        p.append((key, "build needs the stack's own AWS account and cluster; with cluster.existing, bring your "
+                       "own image: a reference with a tag or @sha256 digest"))
+    if cfg.workloads.profile is None:
+        p.append((key, f"build builds RLinf at the revision a trainer profile pins; workloads.trainer "
+                       f"{cfg.workloads.trainer} has none: set a trainer profile, or bring your own image"))
+    return p

@@ -26,6 +26,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.scripts import export_hf
+from components.stack import image_build
 from components.stack.config import IMAGE_PULL_MARGIN_SECONDS, StackConfig
 from components.stack.labels import EXPORT_COMPONENT
 from components.k8s import security
@@ -115,7 +116,7 @@ def pod_template(cfg: StackConfig, claim_name: str, scripts: list) -> k8s.core.v
             security_context=security.pod_security_context(),
             containers=[k8s.core.v1.ContainerArgs(
                 name=runs.CONTAINER,
-                image=w.serving.export.image or w.image,
+                image=w.serving.export.image or image_build.pod_image(w.image),
                 image_pull_policy="IfNotPresent",
                 command=["python3", f"{volumes.SCRIPTS_PATH}/{SCRIPT}"],
                 args=args(cfg),

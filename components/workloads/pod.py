@@ -15,7 +15,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.stack import elastic
+from components.stack import elastic, image_build
 from components.stack.config import StackConfig
 from components.workloads.env import env_vars
 from components.workloads.placement import gpu_affinity, gpu_tolerations
@@ -64,7 +64,7 @@ def training_pod_template(
                    include_secrets=include_secrets, checkpoints=checkpoints, secret_refs=secret_refs)
     container = k8s.core.v1.ContainerArgs(
         name=CONTAINER,
-        image=w.image,
+        image=image_build.pod_image(w.image),
         image_pull_policy="IfNotPresent",
         command=list(command) if command is not None else None,
         ports=list(ports) or None,

@@ -26,7 +26,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.stack import trainers
+from components.stack import image_build, trainers
 from components.stack.config import StackConfig
 from components.k8s import security
 from components.workloads import env, multinode, placement, runs, volumes
@@ -92,7 +92,7 @@ def pod_template(a: StagingJobArgs, secret_name: Optional[pulumi.Input[str]]) ->
             security_context=security.pod_security_context(),
             containers=[k8s.core.v1.ContainerArgs(
                 name=runs.CONTAINER,
-                image=w.image,
+                image=image_build.pod_image(w.image),
                 image_pull_policy="IfNotPresent",
                 command=["python3", f"{volumes.SCRIPTS_PATH}/{SCRIPT}"],
                 env=sorted(plain + env.secret_env(cfg, secret_name), key=lambda e: e.name),
