@@ -27,7 +27,7 @@ from typing import Any
 
 from components.k8s.kueue import (HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, NETWORK_LAYERS,
                                   has_network_topology)
-from components.stack import catalog
+from components.stack import catalog, node_efa
 from components.stack.config import StackConfig
 from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 from components.workloads.sizing import EFA, GPU, HUGEPAGES
@@ -77,7 +77,8 @@ def gpu_node(cfg: StackConfig, index: int, *, stack: str = "sim", zone: str | No
              region: str = "us-east-1") -> dict[str, Any]:
     g = cfg.gpu_nodes
     it = g.instance
-    alloc = it.allocatable(efa=g.efa_enabled)
+    # Huge pages wherever the node has EFA interfaces (components/stack/node_efa.py).
+    alloc = it.allocatable(efa=node_efa.interfaces(g))
     name = gpu_node_name(cfg, index)
     capacity = _quantities(it.vcpu * 1000, capacity_memory_mib(it), it.max_pods, g.root_volume.size_gib)
     allocatable = _quantities(alloc.cpu_milli, alloc.memory_mib_conservative, it.max_pods, g.root_volume.size_gib)

@@ -17,7 +17,7 @@ from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs, user_data_m
 from components.aws.karpenter import Karpenter, KarpenterArgs
 from components.aws import karpenter_node_class
 from components.k8s import karpenter_nodes
-from components.stack import catalog, elastic
+from components.stack import catalog, elastic, node_efa
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
 from components.aws.network import ExistingNetwork, Network, NetworkArgs
 from components.aws.storage import FsxArgs, FsxLustreVolume
@@ -126,7 +126,7 @@ def build_karpenter(cfg: StackConfig, cluster_name: str, network, cluster: EksCl
                                    karp.node_role_name, gpu.placement_group_name).apply(
         lambda v: karpenter_node_class.node_class(karpenter_node_class.NodeClassArgs(
             name=GPU_NODE_POOL, role=v[3], subnet_id=v[0], security_group_ids=(v[1], v[2]),
-            network_cards=it.network_cards, efa_devices=g.efa_devices_per_node,
+            network_cards=it.network_cards, efa_devices=node_efa.devices(g),
             capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id, placement_group=v[4],
             root_volume_gib=gpu_args.root_volume_gib, root_volume_throughput=gpu_args.root_volume_throughput,
             root_volume_iops=gpu_args.root_volume_iops, user_data=user_data_mime(gpu_args))))
@@ -166,7 +166,8 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
     g = cfg.gpu_nodes
     kubelet = topology.derive(cfg)  # CPU / Topology Manager policies from the pod shapes
     gpu_args = GpuNodeGroupArgs(
-        cluster_name=cluster_name, instance_type=g.instance_type, count=g.count, efa=g.efa_enabled,
+        # EFA interfaces whatever the count (stack/node_efa.py): 1 <-> 2 nodes is no new template version.
+        cluster_name=cluster_name, instance_type=g.instance_type, count=g.count, efa=node_efa.interfaces(g),
         capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id,
         **gpu_root_volume(g), local_storage_raid0=g.local_storage == "raid0",
         fast_image_pull=g.fast_image_pull, allow_node_roll=g.allow_node_roll,
