@@ -84,7 +84,23 @@ def test_node_class_p5(elastic):
     assert spec["metadataOptions"]["httpTokens"] == "required"
     assert spec["metadataOptions"]["httpPutResponseHopLimit"] == 1
     text = "\n".join(spec["userData"]) if isinstance(spec["userData"], list) else spec["userData"]
-    assert "Content-Type: application/node.eks.aws" in text and "strategy: RAID0" in text
+    assert "Content-Type: application/node.eks.aws" in text and "kind: NodeConfig" in text
+
+
+def test_node_class_raid0_is_karpenters_instance_store_policy(elastic):
+    """Item 6: Karpenter sizes ephemeral-storage from the root volume (100 GiB) unless the class says
+    instanceStorePolicy RAID0 (v1.14.0 pkg/providers/instancetype/types.go ephemeralStorage); RAID0
+    in our user data alone left a pod asking for more without a node. Karpenter writes the RAID0
+    into its own NodeConfig part, so ours leaves it out; the managed group's keeps it."""
+    spec = obj(elastic, "EC2NodeClass", "rltrain-gpu")["spec"]
+    assert spec["instanceStorePolicy"] == "RAID0"
+    text = "\n".join(spec["userData"]) if isinstance(spec["userData"], list) else spec["userData"]
+    assert "localStorage" not in text
+    lt = rendered("p5").result.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt").inputs
+    import base64
+    assert "strategy: RAID0" in base64.b64decode(lt["userData"]).decode()
+    # No NVMe disks, or local storage off: no policy (Karpenter then counts the root volume, as it should).
+    assert "instanceStorePolicy" not in karpenter_node_class.node_class(_args())["spec"]
 
 
 def _args(**kw):

@@ -176,30 +176,40 @@ def network_interfaces(a: GpuNodeGroupArgs, security_group_ids: list[pulumi.Inpu
     ]
 
 
-def node_config_yaml(a: GpuNodeGroupArgs) -> Optional[str]:
-    """nodeadm NodeConfig: containerd and kubelet on the local NVMe disks as RAID0, and SOCI
-    parallel pull. EKS appends the cluster part itself for managed node groups."""
+def kubelet_config(a: GpuNodeGroupArgs) -> dict[str, str]:
+    """The kubelet settings nodeadm merges over the configuration it generates (NodeConfig API,
+    awslabs/amazon-eks-ami nodeadm/api/v1alpha1 KubeletOptions.Config), in the order written. A
+    changed policy is a new launch template version: new nodes, so no stale cpu_manager_state."""
+    settings = (("cpuManagerPolicy", a.cpu_manager_policy), ("topologyManagerPolicy", a.topology_manager_policy))
+    return {k: v for k, v in settings if v}
+
+
+def node_config_yaml(a: GpuNodeGroupArgs, *, local_storage: bool = True) -> Optional[str]:
+    """nodeadm NodeConfig: containerd and kubelet on the local NVMe disks as RAID0, SOCI parallel
+    pull, the kubelet settings. EKS appends the cluster part itself for managed node groups.
+
+    `local_storage` False: leave the RAID0 out, for Karpenter, which writes it into its own
+    NodeConfig part from the EC2NodeClass's instanceStorePolicy (karpenter_node_class.py).
+
+    Written line by line, not through a YAML dumper: these bytes are the launch template's user
+    data, and any change to them is a new template version that rolls every GPU node."""
     spec = []
-    if a.local_storage_raid0 and a.instance.has_nvme:
+    if local_storage and a.local_storage_raid0 and a.instance.has_nvme:
         spec += ["  instance:", "    localStorage:", "      strategy: RAID0"]
     if a.fast_image_pull:
         spec += ["  featureGates:", "    FastImagePull: true"]
-    # nodeadm merges spec.kubelet.config over the kubelet configuration it generates (NodeConfig
-    # API, awslabs/amazon-eks-ami nodeadm/api/v1alpha1 KubeletOptions.Config). A changed policy is a
-    # new launch template version: new nodes, so no stale cpu_manager_state on an old one.
-    kubelet = [f"      {k}: {v}" for k, v in (("cpuManagerPolicy", a.cpu_manager_policy),
-                                              ("topologyManagerPolicy", a.topology_manager_policy)) if v]
+    kubelet = kubelet_config(a)
     if kubelet:
-        spec += ["  kubelet:", "    config:", *kubelet]
+        spec += ["  kubelet:", "    config:", *(f"      {k}: {v}" for k, v in kubelet.items())]
     if not spec:
         return None
     return "\n".join(["---", "apiVersion: node.eks.aws/v1alpha1", "kind: NodeConfig", "spec:", *spec]) + "\n"
 
 
-def user_data_mime(a: GpuNodeGroupArgs) -> Optional[str]:
+def user_data_mime(a: GpuNodeGroupArgs, *, local_storage: bool = True) -> Optional[str]:
     """The nodeadm NodeConfig as a MIME multi-part document (what EKS and Karpenter merge their
     cluster part into); None when there is nothing to set."""
-    node_config = node_config_yaml(a)
+    node_config = node_config_yaml(a, local_storage=local_storage)
     if node_config is None:
         return None
     return (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{_BOUNDARY}"\n\n'

@@ -129,7 +129,11 @@ def build_karpenter(cfg: StackConfig, cluster_name: str, network, cluster: EksCl
             network_cards=it.network_cards, efa_devices=node_efa.devices(g),
             capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id, placement_group=v[4],
             root_volume_gib=gpu_args.root_volume_gib, root_volume_throughput=gpu_args.root_volume_throughput,
-            root_volume_iops=gpu_args.root_volume_iops, user_data=user_data_mime(gpu_args))))
+            root_volume_iops=gpu_args.root_volume_iops,
+            # RAID0 through instanceStorePolicy (Karpenter then counts the NVMe disks as the node's
+            # ephemeral storage), not in our NodeConfig part.
+            instance_store_raid0=gpu_args.local_storage_raid0 and it.has_nvme,
+            user_data=user_data_mime(gpu_args, local_storage=False))))
     # The same NodePool and NodeOverlay the simulated cluster's Karpenter schedules (cluster/karpenter.py).
     pool = karpenter_nodes.gpu_node_pool(cfg, karpenter_node_class.node_class_ref(GPU_NODE_POOL), GPU_NODE_POOL)
     overlay = karpenter_nodes.gpu_node_overlay(cfg, GPU_NODE_POOL)
