@@ -47,3 +47,46 @@ def test_one_node_pod_fits_beside_the_efa_huge_pages(instance):
     s = sizing.pod_sizing(cfg, efa=False)
     alloc = catalog.get(instance).allocatable(efa=True)
     assert s.memory_mib + catalog.DAEMONSET_MEMORY_MIB <= alloc.memory_mib_conservative
+
+
+def test_launch_template_is_autonamed_and_created_before_the_old_one_goes():
+    """Item 9: the launch template had a fixed name, so a replacement deleted it first. Autonamed
+    now, created before the old one is deleted (terraform-aws-eks launch_template_use_name_prefix,
+    create_before_destroy), and a stack created with the fixed name keeps it (`name` ignored)."""
+    rec = rendered("p5").result.one(LT, "gpu-lt")
+    assert "name" not in rec.inputs and "namePrefix" not in rec.inputs
+    assert rec.ignore_changes == ["name"] and not rec.delete_before_replace
+
+
+def test_a_deployed_stack_keeps_its_fixed_launch_template_name():
+    """The deployed record carries the old fixed name: the engine keeps an ignored, unset input at
+    its deployed value, so nothing is replaced (the node group takes the template's id: a new
+    template would replace every GPU node)."""
+    import copy
+
+    from components.offline import impact
+    now = rendered("p5")
+    before = copy.deepcopy(now.resources)
+    for r in before:
+        if r["type"] == LT and r["name"] == "gpu-lt":
+            r["inputs"]["name"] = "rltrain-p5-gpu"
+            r["options"] = {**r["options"], "deleteBeforeReplace": True}
+            r["options"].pop("ignoreChanges", None)
+    assert impact.classify(before, now.resources, now.cfg) == []
+
+
+def test_security_groups_and_roles_are_autonamed_and_the_fsx_group_stays():
+    """Security groups and roles carry no name (a replacement creates the new one first); the FSx
+    group's ForceNew inputs are what the deployed one has, so the file system (whose securityGroupIds
+    are ForceNew) keeps it, and every Lustre rule keeps its name."""
+    r = rendered("p5")
+    for t in ("aws:ec2/securityGroup:SecurityGroup", "aws:iam/role:Role"):
+        for rec in r.result.by_type(t):
+            assert "name" not in rec.inputs and "namePrefix" not in rec.inputs, rec.name
+    sg = r.result.one("aws:ec2/securityGroup:SecurityGroup", "storage-sg").inputs
+    assert (sg["description"], sg["vpcId"]) == ("FSx for Lustre: Lustre from GPU nodes",
+                                                "[known after deploy: network-vpc.id]")
+    assert r.result.one("aws:fsx/lustreFileSystem:LustreFileSystem").inputs["securityGroupIds"] == [
+        "[known after deploy: storage-sg.id]"]
+    rules = {x.name for x in r.result.by_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")}
+    assert {f"storage-lustre-{p}-{w}" for p in (988, 1018) for w in ("nodes", "self", "to-nodes")} <= rules

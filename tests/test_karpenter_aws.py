@@ -216,8 +216,8 @@ def test_helm_releases(elastic):
     assert ctl["skipCrds"] is True
     assert versions.KARPENTER.version == versions.KARPENTER_CRD.version
     v = ctl["values"]
-    assert v["settings"] == {"clusterName": "rltrain-p5-elastic", "interruptionQueue": "rltrain-p5-elastic",
-                             "featureGates": {"nodeOverlay": True}}
+    assert v["settings"]["clusterName"] == "rltrain-p5-elastic"
+    assert v["settings"]["featureGates"] == {"nodeOverlay": True}
     assert v["nodeSelector"] == {"kubernetes.io/os": "linux", "role": "system"}
     assert v["replicas"] == 2 and v["serviceAccount"] == {"name": "karpenter"}
     # After its CRDs, its role's association and the node access entry; the node objects after it.
@@ -227,3 +227,24 @@ def test_helm_releases(elastic):
     for kind in ("EC2NodeClass", "NodePool", "NodeOverlay"):
         cr = [x for x in elastic.resources if x["type"].endswith(f":{kind}")]
         assert len(cr) == 1 and any(d.endswith("::karpenter-controller") for d in cr[0]["dependsOn"])
+
+
+def test_controller_pods_come_long_after_their_association_and_know_the_region(elastic):
+    """Item 5: the association is eventually consistent and the Pod Identity webhook mutates a pod
+    only at creation. The release followed the association at once (both after the system nodes):
+    a controller pod created first got neither credentials nor AWS_REGION, asked IMDS for the
+    region (hop limit 1: refused) and crash-looped, never mutated again. Now the association is
+    created beside the system node group, the release after the system nodes, and the region is
+    set, and a new association rolls the pods (its id in their template)."""
+    from components.offline.deploy_model import Graph
+    g = Graph(elastic.resources)
+    assoc = "aws:eks/podIdentityAssociation:PodIdentityAssociation::karpenter-controller-association"
+    release = "kubernetes:helm.sh/v3:Release::karpenter-controller"
+    system = {f"eks:index:ManagedNodeGroup::cluster-system"}
+    agent = {"aws:eks/addon:Addon::cluster-pod-identity-agent"}
+    assert not g.reaches(assoc, system | agent)
+    assert g.reaches(release, system) and g.reaches(release, agent) and g.reaches(release, {assoc})
+    ctl = _one(elastic, "kubernetes:helm.sh/v3:Release", "karpenter-controller")["values"]
+    assert {"name": "AWS_REGION", "value": "us-east-1"} in ctl["controller"]["env"]
+    assert ctl["podAnnotations"] == {
+        "rltrain/pod-identity-association": "[known after deploy: karpenter-controller-association.id]"}

@@ -134,6 +134,16 @@ def _mark_changed(value: Any, upstream: set[str]) -> Any:
     return value
 
 
+def kept_by_engine(changes: list[str], now: Resource) -> list[str]:
+    """`changes` less what the engine keeps at its deployed value: an input the program leaves unset
+    and ignores (ignore_changes) takes its old value before the provider sees it (pulumi/pulumi
+    pkg/resource/deploy/step_generator.go processIgnoreChanges). How a resource newly autonamed keeps
+    the fixed name it was created with (aws/gpu_nodes.py AUTONAMED_KEEP): no change, no replacement.
+    An ignored input the program still sets is left to the type's rule (the node group's held roll)."""
+    ignored = tuple((now.get("options") or {}).get("ignoreChanges") or ())
+    return [p for p in changes if not (_under(p, ignored) and _get(now["inputs"], p) is None)]
+
+
 def _get(inputs: dict[str, Any], path: str) -> Any:
     value: Any = inputs
     for part in path.split("."):
@@ -676,7 +686,7 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
             if was is None or key[0].startswith("rltrain:"):
                 continue
             seen = _mark_changed(now["inputs"], replaced)
-            changes = changed_paths(was["inputs"], seen)
+            changes = kept_by_engine(changed_paths(was["inputs"], seen), now)
             if not changes:
                 continue
             fn = RULES.get(key[0]) or (_kubernetes if key[0].startswith("kubernetes:") else None)
