@@ -45,7 +45,28 @@ class AwsPlatform:
             s3_bucket=fsx.s3.bucket if fsx.s3 else None, s3_prefix=fsx.s3.prefix if fsx.s3 else "",
             s3_file_system_path=fsx.s3.file_system_path if fsx.s3 else "/checkpoints",
         ), claim, vpc_id=self.network.vpc_id, subnet_id=self.network.gpu_subnet_id,
-            client_security_group_id=self.gpu_nodes.security_group_id, k8s_opts=k8s_opts)
+            client_security_group_ids=fsx_client_groups(self.gpu_nodes.security_group_id,
+                                                        self.cluster.cluster_security_group_id),
+            after_cluster=("cluster",), k8s_opts=k8s_opts)
+
+
+def fsx_client_groups(gpu_sg: pulumi.Input[str], cluster_sg: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
+    """The security groups FSx admits Lustre from, and calls back: every group a pod mounting /fsx
+    can land on (the deploy model derives the same from the render: `network-flows`).
+
+    - `nodes`: the GPU group (the GPU nodes' own; rule names as before, so the deployed rules stay);
+    - `cluster`: the security group EKS creates for the cluster, which the system nodes carry (their
+      launch template sets no groups: EKS user guide, launch templates), and so do the GPU nodes
+      and Karpenter's CPU nodes (the EC2NodeClasses select it). The CPU-only pods that touch /fsx
+      run there: the checkpoint retention and evaluation CronJobs and the eval-metrics Deployment
+      (no GPU placement: the system nodes), and in elastic mode the staging Job (the CPU NodePool).
+      The system nodes span the stack's AZs and the file system lives in the GPU AZ: a cross-AZ
+      mount works within the VPC (FSx for Lustre guide, "accessing file systems"), at EC2's
+      cross-AZ data rate, for small CPU helpers' reads and deletes only. EKS documents the group
+      as admitting all traffic from its members and sending anywhere: the file system's calls back
+      need this ingress rule on it; the control plane's interfaces carry it too (harmless: they
+      mount nothing)."""
+    return {"nodes": gpu_sg, "cluster": cluster_sg}
 
 
 # The GPU root volume when the local NVMe disks hold containerd, the kubelet and pod logs as RAID0:
