@@ -224,9 +224,9 @@ def test_helm_releases(elastic):
     deps = releases["karpenter-controller"]["dependsOn"]
     assert any(d.endswith("::karpenter-crd") for d in deps)
     assert any(d.endswith("::karpenter-controller-association") for d in deps)
-    for kind in ("EC2NodeClass", "NodePool", "NodeOverlay"):
+    for kind, count in (("EC2NodeClass", 2), ("NodePool", 2), ("NodeOverlay", 1)):  # the GPU set and the CPU one
         cr = [x for x in elastic.resources if x["type"].endswith(f":{kind}")]
-        assert len(cr) == 1 and any(d.endswith("::karpenter-controller") for d in cr[0]["dependsOn"])
+        assert len(cr) == count and all(any(d.endswith("::karpenter-controller") for d in c["dependsOn"]) for c in cr)
 
 
 def test_controller_pods_come_long_after_their_association_and_know_the_region(elastic):

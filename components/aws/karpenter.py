@@ -179,14 +179,15 @@ class Karpenter(pulumi.ComponentResource):
         self.register_outputs({"interruptionQueue": self.queue.name, "nodeRoleArn": self.node_role.arn})
 
     def apply_nodes(self, node_class: pulumi.Input[dict], node_pool: dict, node_overlay: Optional[dict],
-                    k8s_provider: k8s.Provider) -> list[k8s.apiextensions.CustomResource]:
+                    k8s_provider: k8s.Provider, prefix: str = "") -> list[k8s.apiextensions.CustomResource]:
         """The EC2NodeClass, NodePool and NodeOverlay (if any), after the controller and its CRDs.
-        The node class holds outputs (subnet, security groups, role), hence an Input."""
+        The node class holds outputs (subnet, security groups, role), hence an Input. `prefix`
+        names a second set's resources (the CPU NodePool's: "cpu-")."""
         opts = pulumi.ResourceOptions(parent=self, provider=k8s_provider, depends_on=[self.crds, self.release])
 
         def cr(res: str, doc: pulumi.Input[dict], api_version: str, kind: str, name: str):
             return k8s.apiextensions.CustomResource(
-                f"{self._prefix}-{res}", api_version=api_version, kind=kind,
+                f"{self._prefix}-{prefix}{res}", api_version=api_version, kind=kind,
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=name),
                 spec=pulumi.Output.from_input(doc).apply(lambda d: d["spec"]), opts=opts)
 

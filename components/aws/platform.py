@@ -16,7 +16,7 @@ from components.stack import topology
 from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs, user_data_mime
 from components.aws.karpenter import Karpenter, KarpenterArgs
 from components.aws import karpenter_node_class
-from components.k8s import karpenter_nodes
+from components.k8s import cpu_nodes, karpenter_nodes
 from components.stack import catalog, elastic, node_efa
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
 from components.aws.network import ExistingNetwork, Network, NetworkArgs
@@ -159,6 +159,16 @@ def build_karpenter(cfg: StackConfig, cluster_name: str, network, cluster: EksCl
     pool = karpenter_nodes.gpu_node_pool(cfg, karpenter_node_class.node_class_ref(GPU_NODE_POOL), GPU_NODE_POOL)
     overlay = karpenter_nodes.gpu_node_overlay(cfg, GPU_NODE_POOL)
     karp.apply_nodes(node_class, pool, overlay, cluster.provider)
+    # The CPU NodePool for the staging Job (components/k8s/cpu_nodes.py): a general-purpose node in
+    # the GPU subnet (the file system's AZ) with the cluster's security group, which FSx admits
+    # (fsx_client_groups) and with which it reaches the API server and CoreDNS; no EFA, no
+    # placement group, no reservation, no user data (nodeadm's defaults); the same node role.
+    cpu_class = pulumi.Output.all(network.gpu_subnet_id, cluster.cluster_security_group_id, karp.node_role_name).apply(
+        lambda v: karpenter_node_class.node_class(karpenter_node_class.NodeClassArgs(
+            name=cpu_nodes.NODE_POOL, role=v[2], subnet_id=v[0], security_group_ids=(v[1],), network_cards=1,
+            efa_devices=0, root_volume_gib=cpu_nodes.ROOT_GIB, root_volume_throughput=125, root_volume_iops=3000)))
+    karp.apply_nodes(cpu_class, cpu_nodes.node_pool(cfg, karpenter_node_class.node_class_ref(cpu_nodes.NODE_POOL)),
+                     None, cluster.provider, prefix="cpu-")
     return karp
 
 
