@@ -540,7 +540,14 @@ def _kubernetes_object(before, after, changes, cfg):
         return _kueue_object(before, after, changes)
     if kind == "PriorityClass":
         return _priority_class(before, after, changes)
-    if any(_under(p, ("metadata.name", "metadata.namespace")) for p in changes):
+    moved = [p for p in changes if _under(p, ("metadata.name", "metadata.namespace"))]
+    if kind == "PersistentVolumeClaim" and moved and claim_owns_its_volume(before):
+        return (DATA_LOSS, f"{_paths(moved)}: a new claim, and the old one deleted: {claim_volume_fate(before)}",
+                "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
+    if kind == "PersistentVolume" and moved:
+        return (REPLACE, f"{_paths(moved)}: a new volume naming the new claim (claimRef), so the new claim binds it; "
+                "the old one is deleted, and its reclaim policy Retain keeps the data", "", True)
+    if moved:
         what = RUN_RESTART if kind in ("Job", "StatefulSet", "MPIJob", "RayJob") else REPLACE
         return (what, "name or namespace changed: a new object", *(_run_opt_in(cfg) if what == RUN_RESTART
                                                                      else ("", True)))
@@ -596,6 +603,24 @@ def _kubernetes_object(before, after, changes, cfg):
     if kind == "PersistentVolume" and any(_under(p, ("spec",)) for p in changes):
         return REPLACE, f"{_paths(changes)}: the volume is re-created (reclaim Retain keeps the data)", "", True
     return IN_PLACE, _paths(changes), "", True
+
+
+def claim_owns_its_volume(r: Resource) -> bool:
+    """A claim provisioned from a storage class (no volumeName: not bound to a static volume): its
+    volume goes with it unless the class says Retain, which the program cannot read (a
+    bring-your-own cluster's class). A dynamically provisioned volume takes its class's
+    reclaimPolicy, "Delete" when the class sets none (Kubernetes docs, storage classes: "Reclaim
+    policy ... defaults to Delete"; k8s.io/api storage/v1 StorageClass.ReclaimPolicy), and the
+    external provisioner deletes the backing volume (an FSx file system for fsx.csi.aws.com) when
+    the claim is gone (kubernetes-csi/external-provisioner, controller Delete)."""
+    spec = (r.get("inputs") or {}).get("spec") or {}
+    return bool(spec.get("storageClassName")) and not spec.get("volumeName")
+
+
+def claim_volume_fate(r: Resource) -> str:
+    cls = ((r.get("inputs") or {}).get("spec") or {}).get("storageClassName")
+    return (f"its volume was provisioned from storage class {cls}, whose reclaim policy is Delete unless the "
+            "class says Retain: the file system and every checkpoint on it go with the old claim")
 
 
 def _claim_resize(before, after, changes, cfg):
@@ -718,6 +743,9 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
             verdict[key] = Impact(key[0], key[1], NODE_ROLL, f"removed from the stack: every GPU node launched "
                                   f"from the {r['inputs'].get('kind')} is deleted with the runs on it",
                                   "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
+        elif r["inputs"].get("kind") == "PersistentVolumeClaim" and claim_owns_its_volume(r):
+            verdict[key] = Impact(key[0], key[1], DATA_LOSS, f"removed from the stack: {claim_volume_fate(r)}",
+                                  "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
         elif r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob"):
             verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack: the run is stopped and deleted")
         else:
