@@ -62,9 +62,13 @@ def test_elastic_staging_lands_on_the_cpu_node_pool_never_on_a_gpu_node():
     """Item 2: the staging Job (2 CPU) required the GPU role, so Karpenter launched a p5.48xlarge
     (~$55/h) for a download and `up` waited for it (or failed with no p5 in the AZ)."""
     r = rendered(STACK)
-    assert _landing(r, "Job/rltrain-staging") == {"NodePool rltrain-cpu"}
     tmpl = obj(r, "Job", "rltrain-staging")["spec"]["template"]
+    [term] = tmpl["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "role", "operator": "In", "values": ["rltrain-cpu"]}]
+    assert tmpl["spec"]["tolerations"] == [{"key": "rltrain/cpu-only", "operator": "Exists", "effect": "NoSchedule"}]
     assert tmpl["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    assert _landing(r, "Job/rltrain-staging") == {"NodePool rltrain-cpu"}
     # A fixed stack keeps staging on its GPU nodes (they exist; the image pulled there serves training).
     assert _landing(rendered("p5"), "Job/rltrain-staging") == {"gpu-nodes"}
 

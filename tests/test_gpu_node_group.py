@@ -7,7 +7,7 @@ import pytest
 from support import rendered
 from test_kueue_support import variant
 
-from components.stack import catalog, node_efa
+from components.stack import catalog
 from components.workloads import sizing
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -28,6 +28,7 @@ def test_scaling_between_one_and_two_nodes_keeps_the_launch_template(stack):
     assert lt_inputs(one) == lt_inputs(two)
     assert len(lt_inputs(one)["networkInterfaces"]) == two.cfg.gpu_nodes.instance.network_cards
     # Only the pods' use of EFA follows the count: one node has no peer.
+    from components.stack import node_efa
     assert one.cfg.gpu_nodes.efa_devices_per_node == 0 and node_efa.devices(one.cfg.gpu_nodes) > 0
 
 

@@ -240,7 +240,7 @@ def test_controller_pods_come_long_after_their_association_and_know_the_region(e
     g = Graph(elastic.resources)
     assoc = "aws:eks/podIdentityAssociation:PodIdentityAssociation::karpenter-controller-association"
     release = "kubernetes:helm.sh/v3:Release::karpenter-controller"
-    system = {f"eks:index:ManagedNodeGroup::cluster-system"}
+    system = {"eks:index:ManagedNodeGroup::cluster-system"}
     agent = {"aws:eks/addon:Addon::cluster-pod-identity-agent"}
     assert not g.reaches(assoc, system | agent)
     assert g.reaches(release, system) and g.reaches(release, agent) and g.reaches(release, {assoc})
