@@ -46,7 +46,6 @@ def test_no_repair_in_progress_alert_on_an_elastic_stack():
 
 # --- item 2: where the CPU-only pods of an elastic stack go ---------------------------------------
 
-from components.k8s import cpu_nodes  # noqa: E402
 from components.offline import deploy_model as dm  # noqa: E402
 
 
@@ -110,6 +109,7 @@ def test_cpu_node_pool_and_its_class():
 
 
 def test_serving_on_an_elastic_stack_is_refused():
+    from components.k8s import cpu_nodes
     cfg = rendered(STACK).cfg
     w = cfg.workloads.model_copy(update={"serving": cfg.workloads.serving.model_copy(update={"enabled": True})})
     [(key, message)] = cpu_nodes.problems(cfg.model_copy(update={"workloads": w}))

@@ -83,7 +83,8 @@ def test_a_pod_moved_onto_the_gpu_nodes_needs_no_system_node_flow():
 
 
 def _ep(labels=None, taints=()):
-    return dm.Endpoint("g", ["sg"], labels={**dm.NODE_LABELS, **(labels or {})}, taints=tuple(taints))
+    """(labels, taints) of a node group; the Endpoint is built in the test (collection stays light)."""
+    return ({"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", **(labels or {})}, tuple(taints))
 
 
 GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
@@ -108,7 +109,8 @@ GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
     ({"nodeSelector": {"kubernetes.io/os": "linux"}}, _ep(), True),  # what every node carries
 ])
 def test_lands_on(spec, ep, lands):
-    assert dm.lands_on(spec, ep) is lands
+    labels, taints = ep
+    assert dm.lands_on(spec, dm.Endpoint("g", ["sg"], labels=labels, taints=taints)) is lands
 
 
 def test_service_flows_follow_clients_and_backends():
