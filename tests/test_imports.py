@@ -39,7 +39,9 @@ MAY_READ = {
 # k8s/karpenter_nodes.py's pure builders (shared with the simulated cluster): the same kind of edge.
 ALLOWED = {("components.aws.storage", "components.k8s.volumes"),
            ("components.aws.platform", "components.k8s.volumes"),
-           ("components.aws.platform", "components.k8s.karpenter_nodes")}
+           ("components.aws.platform", "components.k8s.karpenter_nodes"),
+           # and the CPU NodePool's (k8s/cpu_nodes.py: the staging Job selects it, platform applies it).
+           ("components.aws.platform", "components.k8s.cpu_nodes")}
 
 
 def modules() -> dict[str, Path]:

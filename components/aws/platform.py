@@ -17,8 +17,8 @@ from components.stack import topology
 from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs, user_data_mime
 from components.aws.karpenter import Karpenter, KarpenterArgs
 from components.aws import karpenter_node_class
-from components.k8s import karpenter_nodes
-from components.stack import catalog
+from components.k8s import cpu_nodes, karpenter_nodes
+from components.stack import catalog, node_efa
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
 from components.aws.image import TrainingImage, training_image_args
 from components.aws.network import ExistingNetwork, Network, NetworkArgs
@@ -48,7 +48,28 @@ class AwsPlatform:
             s3_bucket=fsx.s3.bucket if fsx.s3 else None, s3_prefix=fsx.s3.prefix if fsx.s3 else "",
             s3_file_system_path=fsx.s3.file_system_path if fsx.s3 else "/checkpoints",
         ), claim, vpc_id=self.network.vpc_id, subnet_id=self.network.gpu_subnet_id,
-            client_security_group_id=self.gpu_nodes.security_group_id, k8s_opts=k8s_opts)
+            client_security_group_ids=fsx_client_groups(self.gpu_nodes.security_group_id,
+                                                        self.cluster.cluster_security_group_id),
+            after_cluster=("cluster",), k8s_opts=k8s_opts)
+
+
+def fsx_client_groups(gpu_sg: pulumi.Input[str], cluster_sg: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
+    """The security groups FSx admits Lustre from, and calls back: every group a pod mounting /fsx
+    can land on (the deploy model derives the same from the render: `network-flows`).
+
+    - `nodes`: the GPU group (the GPU nodes' own; rule names as before, so the deployed rules stay);
+    - `cluster`: the security group EKS creates for the cluster, which the system nodes carry (their
+      launch template sets no groups: EKS user guide, launch templates), and so do the GPU nodes
+      and Karpenter's CPU nodes (the EC2NodeClasses select it). The CPU-only pods that touch /fsx
+      run there: the checkpoint retention and evaluation CronJobs and the eval-metrics Deployment
+      (no GPU placement: the system nodes), and in elastic mode the staging Job (the CPU NodePool).
+      The system nodes span the stack's AZs and the file system lives in the GPU AZ: a cross-AZ
+      mount works within the VPC (FSx for Lustre guide, "accessing file systems"), at EC2's
+      cross-AZ data rate, for small CPU helpers' reads and deletes only. EKS documents the group
+      as admitting all traffic from its members and sending anywhere: the file system's calls back
+      need this ingress rule on it; the control plane's interfaces carry it too (harmless: they
+      mount nothing)."""
+    return {"nodes": gpu_sg, "cluster": cluster_sg}
 
 
 # The GPU root volume when the local NVMe disks hold containerd, the kubelet and pod logs as RAID0:
@@ -134,14 +155,28 @@ def build_karpenter(cfg: StackConfig, cluster_name: str, network, cluster: EksCl
                                    karp.node_role_name, gpu.placement_group_name).apply(
         lambda v: karpenter_node_class.node_class(karpenter_node_class.NodeClassArgs(
             name=GPU_NODE_POOL, role=v[3], subnet_id=v[0], security_group_ids=(v[1], v[2]),
-            network_cards=it.network_cards, efa_devices=g.efa_devices_per_node,
+            network_cards=it.network_cards, efa_devices=node_efa.devices(g),
             capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id, placement_group=v[4],
             root_volume_gib=gpu_args.root_volume_gib, root_volume_throughput=gpu_args.root_volume_throughput,
-            root_volume_iops=gpu_args.root_volume_iops, user_data=user_data_mime(gpu_args))))
+            root_volume_iops=gpu_args.root_volume_iops,
+            # RAID0 through instanceStorePolicy (Karpenter then counts the NVMe disks as the node's
+            # ephemeral storage), not in our NodeConfig part.
+            instance_store_raid0=gpu_args.local_storage_raid0 and it.has_nvme,
+            user_data=user_data_mime(gpu_args, local_storage=False))))
     # The same NodePool and NodeOverlay the simulated cluster's Karpenter schedules (cluster/karpenter.py).
     pool = karpenter_nodes.gpu_node_pool(cfg, karpenter_node_class.node_class_ref(GPU_NODE_POOL), GPU_NODE_POOL)
     overlay = karpenter_nodes.gpu_node_overlay(cfg, GPU_NODE_POOL)
     karp.apply_nodes(node_class, pool, overlay, cluster.provider)
+    # The CPU NodePool for the staging Job (components/k8s/cpu_nodes.py): a general-purpose node in
+    # the GPU subnet (the file system's AZ) with the cluster's security group, which FSx admits
+    # (fsx_client_groups) and with which it reaches the API server and CoreDNS; no EFA, no
+    # placement group, no reservation, no user data (nodeadm's defaults); the same node role.
+    cpu_class = pulumi.Output.all(network.gpu_subnet_id, cluster.cluster_security_group_id, karp.node_role_name).apply(
+        lambda v: karpenter_node_class.node_class(karpenter_node_class.NodeClassArgs(
+            name=cpu_nodes.NODE_POOL, role=v[2], subnet_id=v[0], security_group_ids=(v[1],), network_cards=1,
+            efa_devices=0, root_volume_gib=cpu_nodes.ROOT_GIB, root_volume_throughput=125, root_volume_iops=3000)))
+    karp.apply_nodes(cpu_class, cpu_nodes.node_pool(cfg, karpenter_node_class.node_class_ref(cpu_nodes.NODE_POOL)),
+                     None, cluster.provider, prefix="cpu-")
     return karp
 
 
@@ -174,7 +209,8 @@ def build_aws_platform(cfg: StackConfig, cluster_name: str) -> AwsPlatform:
     g = cfg.gpu_nodes
     kubelet = topology.derive(cfg)  # CPU / Topology Manager policies from the pod shapes
     gpu_args = GpuNodeGroupArgs(
-        cluster_name=cluster_name, instance_type=g.instance_type, count=g.count, efa=g.efa_enabled,
+        # EFA interfaces whatever the count (stack/node_efa.py): 1 <-> 2 nodes is no new template version.
+        cluster_name=cluster_name, instance_type=g.instance_type, count=g.count, efa=node_efa.interfaces(g),
         capacity_type=g.capacity.type, reservation_id=g.capacity.reservation_id,
         **gpu_root_volume(g), local_storage_raid0=g.local_storage == "raid0",
         fast_image_pull=g.fast_image_pull, allow_node_roll=g.allow_node_roll,

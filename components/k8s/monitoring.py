@@ -116,6 +116,9 @@ class MonitoringArgs(BaseModel):
     gpu_instance_type: str = ""
     gpu_node_count: int = 0
     gpu_capacity_block: bool = False
+    # Elastic GPU capacity (gpuNodes.elastic): Karpenter holds 0 to maxNodes GPU nodes, zero whenever
+    # nothing runs, so no node count is "the group whole" (issue 44 item 4).
+    gpu_elastic: bool = False
     # workloads.serving: a PodMonitor for the vLLM server's /metrics and the Serving dashboard.
     serving: bool = False
     # workloads.serving.evaluation: a PodMonitor for the eval-metrics Deployment (accuracy over steps).
@@ -142,6 +145,7 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
         alert_receiver=AlertReceiverArgs(type=r.type, channel=r.channel) if r else None,
         gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count,
         gpu_capacity_block=cfg.gpu_nodes.capacity.type == "capacity-block",
+        gpu_elastic=cfg.gpu_nodes.elastic.enabled,
         serving=cfg.workloads.serving.enabled,
         evaluation=cfg.workloads.serving.enabled and cfg.workloads.serving.evaluation.enabled,
         embodied_evaluation=cfg.workloads.embodied_evaluation.enabled,
@@ -153,9 +157,10 @@ def rules_args(a: MonitoringArgs) -> monitoring_rules.RulesArgs:
                                       queued_alert_minutes=a.queued_alert_minutes,
                                       cluster_queue=a.kueue_cluster_queue,
                                       # The node group's fixed size, where the stack creates it (a
-                                      # Capacity Block's group holds no node outside its window).
+                                      # Capacity Block's group holds no node outside its window; an
+                                      # elastic stack holds none while idle, its normal state).
                                       gpu_node_count=a.gpu_node_count if a.created_cluster and not a.gpu_capacity_block
-                                      else 0)
+                                      and not a.gpu_elastic else 0)
 
 
 def _labels(component: str) -> dict[str, str]:

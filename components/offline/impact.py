@@ -134,6 +134,16 @@ def _mark_changed(value: Any, upstream: set[str]) -> Any:
     return value
 
 
+def kept_by_engine(changes: list[str], now: Resource) -> list[str]:
+    """`changes` less what the engine keeps at its deployed value: an input the program leaves unset
+    and ignores (ignore_changes) takes its old value before the provider sees it (pulumi/pulumi
+    pkg/resource/deploy/step_generator.go processIgnoreChanges). How a resource newly autonamed keeps
+    the fixed name it was created with (aws/gpu_nodes.py AUTONAMED_KEEP): no change, no replacement.
+    An ignored input the program still sets is left to the type's rule (the node group's held roll)."""
+    ignored = tuple((now.get("options") or {}).get("ignoreChanges") or ())
+    return [p for p in changes if not (_under(p, ignored) and _get(now["inputs"], p) is None)]
+
+
 def _get(inputs: dict[str, Any], path: str) -> Any:
     value: Any = inputs
     for part in path.split("."):
@@ -529,7 +539,14 @@ def _kubernetes_object(before, after, changes, cfg):
         return _kueue_object(before, after, changes)
     if kind == "PriorityClass":
         return _priority_class(before, after, changes)
-    if any(_under(p, ("metadata.name", "metadata.namespace")) for p in changes):
+    moved = [p for p in changes if _under(p, ("metadata.name", "metadata.namespace"))]
+    if kind == "PersistentVolumeClaim" and moved and claim_owns_its_volume(before):
+        return (DATA_LOSS, f"{_paths(moved)}: a new claim, and the old one deleted: {claim_volume_fate(before)}",
+                "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
+    if kind == "PersistentVolume" and moved:
+        return (REPLACE, f"{_paths(moved)}: a new volume naming the new claim (claimRef), so the new claim binds it; "
+                "the old one is deleted, and its reclaim policy Retain keeps the data", "", True)
+    if moved:
         what = RUN_RESTART if kind in ("Job", "StatefulSet", "MPIJob", "RayJob") else REPLACE
         return (what, "name or namespace changed: a new object", *(_run_opt_in(cfg) if what == RUN_RESTART
                                                                      else ("", True)))
@@ -585,6 +602,24 @@ def _kubernetes_object(before, after, changes, cfg):
     if kind == "PersistentVolume" and any(_under(p, ("spec",)) for p in changes):
         return REPLACE, f"{_paths(changes)}: the volume is re-created (reclaim Retain keeps the data)", "", True
     return IN_PLACE, _paths(changes), "", True
+
+
+def claim_owns_its_volume(r: Resource) -> bool:
+    """A claim provisioned from a storage class (no volumeName: not bound to a static volume): its
+    volume goes with it unless the class says Retain, which the program cannot read (a
+    bring-your-own cluster's class). A dynamically provisioned volume takes its class's
+    reclaimPolicy, "Delete" when the class sets none (Kubernetes docs, storage classes: "Reclaim
+    policy ... defaults to Delete"; k8s.io/api storage/v1 StorageClass.ReclaimPolicy), and the
+    external provisioner deletes the backing volume (an FSx file system for fsx.csi.aws.com) when
+    the claim is gone (kubernetes-csi/external-provisioner, controller Delete)."""
+    spec = (r.get("inputs") or {}).get("spec") or {}
+    return bool(spec.get("storageClassName")) and not spec.get("volumeName")
+
+
+def claim_volume_fate(r: Resource) -> str:
+    cls = ((r.get("inputs") or {}).get("spec") or {}).get("storageClassName")
+    return (f"its volume was provisioned from storage class {cls}, whose reclaim policy is Delete unless the "
+            "class says Retain: the file system and every checkpoint on it go with the old claim")
 
 
 def _claim_resize(before, after, changes, cfg):
@@ -675,7 +710,7 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
             if was is None or key[0].startswith("rltrain:"):
                 continue
             seen = _mark_changed(now["inputs"], replaced)
-            changes = changed_paths(was["inputs"], seen)
+            changes = kept_by_engine(changed_paths(was["inputs"], seen), now)
             if not changes:
                 continue
             fn = RULES.get(key[0]) or (_kubernetes if key[0].startswith("kubernetes:") else None)
@@ -707,6 +742,9 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
             verdict[key] = Impact(key[0], key[1], NODE_ROLL, f"removed from the stack: every GPU node launched "
                                   f"from the {r['inputs'].get('kind')} is deleted with the runs on it",
                                   "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
+        elif r["inputs"].get("kind") == "PersistentVolumeClaim" and claim_owns_its_volume(r):
+            verdict[key] = Impact(key[0], key[1], DATA_LOSS, f"removed from the stack: {claim_volume_fate(r)}",
+                                  "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
         elif r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob"):
             verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack: the run is stopped and deleted")
         else:

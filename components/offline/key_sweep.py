@@ -45,15 +45,23 @@ EXAMPLES: dict[str, list[Any]] = {
 
 # Keys the simulated cluster cannot exercise however they change, with why (the rest are swept).
 NOT_ON_THE_SIM: dict[str, str] = {
-    "training.namespace": "moves every object to a new namespace, whose claim needs a volume the harness makes "
-                          "per namespace (tests/sim/test_day_two.py scenario 8 deploys a second namespace)",
+    # A data-losing change on the sim stack (its claim is dynamically provisioned, impact.py
+    # claim_owns_its_volume): it needs storage.allowReplacement, which the config still refuses on a
+    # bring-your-own cluster, and a volume for the new claim, which the harness makes once cluster/sim.py
+    # runs cluster/nodes.py `provision` in a loop (issue 44 item 10). Then the sweep takes them alone.
+    "training.namespace": "moves every object to a new namespace: replacing the dynamically provisioned claim "
+                          "deletes its volume (data loss: storage.allowReplacement, refused on a bring-your-own "
+                          "cluster for now), and the new claim needs the harness's provisioner (cluster/nodes.py "
+                          "provision, not yet run by cluster/sim.py); tests/sim/test_day_two.py scenario 8 deploys "
+                          "a second namespace",
     "cluster.existing.kubeconfigSecret": "points the stack at another cluster (a second cluster)",
     "cluster.existing.context": "points the stack at another cluster (a second cluster)",
     "storage.storageClass": "a claim of another class needs a volume of that class, which only a real CSI "
                             "driver provisions",
     "kueue.install": "the simulated cluster runs Kueue itself (cluster/sim.py); a second install would fight it",
-    "storage.claimName": "a claim of a new name needs a volume to bind, which the harness makes for the stack's "
-                         "claim only (cluster/nodes.py storage)",
+    "storage.claimName": "a claim of a new name: replacing the dynamically provisioned claim deletes its volume "
+                         "(data loss, as training.namespace), and the new one needs the harness's provisioner "
+                         "(cluster/nodes.py provision, not yet run by cluster/sim.py)",
 }
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"

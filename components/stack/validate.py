@@ -744,6 +744,8 @@ def _no_effect(cfg: StackConfig) -> list[Problem]:
             ("training",): {"s3"},
         }
         models = {("cluster",): c, ("gpuNodes",): g, ("storage",): s, ("training",): t}
+        if s.storage_class:  # a dynamically provisioned claim: its replacement is the opt-in's (data loss)
+            aws_only[("storage",)] = {"fsx"}
         for loc, keys in aws_only.items():
             for key in _set_keys(models[loc], loc):
                 if key[-1] in keys:
@@ -1080,6 +1082,14 @@ def _elastic(cfg: StackConfig) -> list[Problem]:
     if e.existing_karpenter and not cfg.byo_cluster:
         out.append((path(*key, "existingKarpenter"), "only with cluster.existing: a created cluster gets the stack's "
                     "own Karpenter"))
+    if cfg.workloads.serving.enabled:
+        # `up` never waits on a GPU launch that is not a queued run's (issue 44): the vLLM server's
+        # pods request GPUs outside Kueue, so Karpenter would launch GPU nodes for them at `up` (which
+        # waits for the Deployment) and hold them while it serves.
+        out.append((path("workloads", "serving", "enabled"), "not with gpuNodes.elastic.enabled: the vLLM server's "
+                    "pods request GPUs outside the Kueue queue, so Karpenter would launch GPU nodes for them at `up` "
+                    "(which waits for them) and hold them while it serves. Serve from a stack with the fixed node "
+                    "group, or turn elastic off"))
     return out
 
 

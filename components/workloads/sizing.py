@@ -33,6 +33,7 @@ import pulumi_kubernetes as k8s
 
 from components.stack import catalog
 from components.stack.catalog import SHM_MAX_SHARE
+from components.stack.node_efa import interfaces as efa_interfaces
 from components.stack.config import StackConfig
 
 from components.stack.labels import EFA, GPU, HUGEPAGES  # noqa: F401  (sizing.GPU, ..., as before)
@@ -127,8 +128,9 @@ def pod_sizing(cfg: StackConfig, *, efa: bool = True) -> PodSizing:
     """The whole-node training pod; `efa` False: no EFA devices or huge pages requested (a run
     that does not use EFA), the node's allocatable still net of its EFA huge pages."""
     it = cfg.gpu_nodes.instance
+    # The node's huge pages follow its EFA interfaces, not whether this pod uses EFA (stack/node_efa.py).
     sizing = sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node if efa else 0, shm=shm_gib(cfg),
-                        node_efa=cfg.gpu_nodes.efa_enabled)
+                        node_efa=efa_interfaces(cfg.gpu_nodes))
     if not fits(sizing, it):
         raise ValueError(
             f"training pod {sizing} does not fit {it.name} (allocatable {it.allocatable(efa=sizing.on_efa_node)}); "
