@@ -91,3 +91,22 @@ def test_provisioner_makes_a_volume_for_every_claim_of_its_class_with_the_class_
     kept["metadata"]["name"], kept["spec"]["persistentVolumeReclaimPolicy"] = "pvc-kept", "Retain"
     assert nodes.provision([], [released, kept, {**static, "status": {"phase": "Released"}}], [cls]) == (
         [], ["pvc-fedcba9876543210"])
+
+
+def test_the_data_loss_opt_in_can_be_set_on_a_bring_your_own_cluster_with_a_storage_class(tmp_path):
+    """The refusal of a claim move names `storage.allowReplacement`; on a bring-your-own cluster that
+    key is settable exactly when the claim is dynamically provisioned (storage.storageClass), else it
+    has no effect there and is refused."""
+    import pytest
+    from test_validate import load_doc, stack_doc
+
+    from components.stack import validate
+
+    doc = stack_doc("byo")
+    doc["config"]["rltrain:storage"]["allowReplacement"] = True
+    assert load_doc(doc, tmp_path).storage.allow_replacement is True
+    doc = stack_doc("byo")
+    doc["config"]["rltrain:storage"] = {"existingClaim": "shared-fsx", "allowReplacement": True}
+    with pytest.raises(validate.ConfigError) as e:
+        load_doc(doc, tmp_path)
+    assert "rltrain:storage.allowReplacement" in str(e.value)
