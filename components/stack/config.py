@@ -357,11 +357,15 @@ class TrainingConfig(_Model):
 # workloads
 
 
-class Toggle(_Model):
-    """A workload switched on or off."""
+class SingleNode(_Model):
+    """The single-node training Job: the implicit run `single-node` (components/stack/runs.py).
 
-    enabled: bool = False
-    """create this workload"""
+    Its default lives on the model, not on the section's field: a section written without `enabled`
+    (say `singleNode: {}`) keeps it (a field default of `SingleNode(enabled=True)` over a model
+    default of false would turn it off)."""
+
+    enabled: bool = True
+    """create the single-node run `single-node` (Job `rltrain-training`)"""
 
 
 # Cold pull of a 15-20 GB image (FACTS.md "Start-up latency"), added to every run's deadline (D6);
@@ -375,8 +379,12 @@ VALIDATION_PRIORITY = 1000200
 _PRIORITY = dict(ge=0, le=1000000000)
 
 
-class Validation(Toggle):
-    """The cluster validation Job, one pod per GPU node."""
+class Validation(_Model):
+    """The cluster validation Job, one pod per GPU node (on by default; the default is the model's, so
+    `validation: {priority: ...}` keeps it on)."""
+
+    enabled: bool = True
+    """create the validation Job"""
 
     priority: int = Field(VALIDATION_PRIORITY, **_PRIORITY)
     """value of the `<namespace>-validation-<value>` PriorityClass (queue order only: `preemptionPolicy: Never`)"""
@@ -604,13 +612,13 @@ class WorkloadsConfig(_Model):
     """exit codes (1-255) that fail the run at once (usage error, not executable, not found); a multi-node run ignores 6 and 9 instead (the Ray launcher's head or peer lost)"""
     priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)
     """value of the `<namespace>-training-<value>` PriorityClass (the training runs' place in the queue; a new value is a new class, and the runs are recreated with it)"""
-    single_node: Toggle = Toggle(enabled=True)
+    single_node: SingleNode = SingleNode()
     """the single-node training Job (on by default)"""
     multi_node: MultiNode = MultiNode()
     """multi-node Ray training"""
     nccl_test: NcclTest = NcclTest()
     """the NCCL all_reduce check"""
-    validation: Validation = Validation(enabled=True)
+    validation: Validation = Validation()
     """cluster validation, one pod per GPU node (on by default)"""
     serving: ServingConfig = ServingConfig()
     """the vLLM server for the policy being trained (off by default)"""
