@@ -14,13 +14,15 @@ import ipaddress
 import re
 from typing import Any, Literal, Optional, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from components.stack import catalog, trainers
 from components.stack.elastic import ElasticConfig
 from components.stack.embodied_evaluation import EmbodiedEvaluation
 from components.stack.lifecycle import CheckpointRetention, ExportConfig
 from components.stack.model_base import _Model
+from components.stack.runs import Run, RunConfig
+from components.stack import runs as runs_mod
 
 NAMESPACE = "rltrain"
 SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads", "monitoring", "kueue")
@@ -613,9 +615,11 @@ class WorkloadsConfig(_Model):
     priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)
     """value of the `<namespace>-training-<value>` PriorityClass (the training runs' place in the queue; a new value is a new class, and the runs are recreated with it)"""
     single_node: SingleNode = SingleNode()
-    """the single-node training Job (on by default)"""
+    """the single-node training Job (on by default): the implicit run `single-node`"""
+    runs: tuple[RunConfig, ...] = ()
+    """named training runs, each with its own config, node count, overrides, priority and deadline, and its own checkpoint directory and curves ([experiments](experiments.md)); beside the implicit `single-node` and `multi-node` runs of singleNode / multiNode"""
     multi_node: MultiNode = MultiNode()
-    """multi-node Ray training"""
+    """multi-node Ray training: `enabled` creates the implicit run `multi-node`; the other keys are the multi-node form of every run of 2+ nodes"""
     nccl_test: NcclTest = NcclTest()
     """the NCCL all_reduce check"""
     validation: Validation = Validation()
@@ -786,6 +790,7 @@ class KueueConfig(_Model):
 
 
 class StackConfig(_Model):
+    _stack: Optional["StackConfig"] = PrivateAttr(None)
     cluster: ClusterConfig = ClusterConfig()
     network: NetworkConfig = NetworkConfig()
     gpu_nodes: GpuNodesConfig
@@ -826,7 +831,7 @@ class StackConfig(_Model):
     def training_secret_keys(self) -> tuple[str, ...]:
         """Secret config keys that go into the training Secret (secretEnv, the Ray token)."""
         keys = set(self.training.secret_env.values())
-        if self.workloads.multi_node.enabled and self.workloads.multi_node.ray_auth_token_secret:
+        if self.multi_node_runs and self.workloads.multi_node.ray_auth_token_secret:
             keys.add(self.workloads.multi_node.ray_auth_token_secret)
         return tuple(sorted(keys))
 
@@ -848,8 +853,66 @@ class StackConfig(_Model):
     def kuberay_operator(self) -> bool:
         """The stack installs the KubeRay operator: the RayJob form is on (StackConfig.installs)."""
         mn = self.workloads.multi_node
-        return mn.enabled and mn.form == "rayjob" and self.installs(mn.install_kuberay)
+        return mn.form == "rayjob" and self.multi_node_runs and self.installs(mn.install_kuberay)
 
     @property
     def multi_node_count(self) -> int:
         return self.workloads.multi_node.nodes or self.gpu_nodes.count
+
+    # --- the training runs (components/stack/runs.py) ---------------------------------------------
+
+    @property
+    def training_runs(self) -> tuple[Run, ...]:
+        """Every training run of the stack: the implicit `single-node` and `multi-node` (when their
+        section is enabled), then the named runs in the order written, disabled ones included (their
+        entry keeps their identity)."""
+        w = self.workloads
+        common = dict(trainer=w.trainer, config_name=w.config_name, priority=w.priority,
+                      max_run_minutes=w.max_run_minutes)
+        out = []
+        if w.single_node.enabled:
+            out.append(runs_mod.implicit("single-node", 1, **common))
+        if w.multi_node.enabled:
+            out.append(runs_mod.implicit("multi-node", self.multi_node_count, **common))
+        out += [runs_mod.named(rc, i, **common) for i, rc in enumerate(w.runs)]
+        return tuple(out)
+
+    @property
+    def enabled_runs(self) -> tuple[Run, ...]:
+        return tuple(r for r in self.training_runs if r.enabled)
+
+    def run(self, name: str) -> Optional[Run]:
+        return next((r for r in self.training_runs if r.name == name), None)
+
+    @property
+    def multi_node_runs(self) -> bool:
+        """Some enabled run takes 2+ nodes: the multi-node form's objects (KubeRay, the launcher, the
+        Ray token) are needed."""
+        return any(r.multi_node for r in self.enabled_runs)
+
+    def for_run(self, run: Run) -> "StackConfig":
+        """The stack as one run sees it: its trainer profile and config (with their venv, model and
+        command), its priority, deadline and node count. The implicit runs see the stack as it is."""
+        if run.implicit:
+            return self
+        w = self.workloads
+        upd: dict[str, Any] = {"priority": run.priority, "max_run_minutes": run.max_run_minutes}
+        if run.trainer != w.trainer or run.config_name != w.config_name:
+            profile = trainers.get(run.trainer)
+            tc = profile.configs.get(run.config_name) if profile else None
+            upd.update(trainer=run.trainer, config_name=run.config_name)
+            if run.trainer != w.trainer and profile is not None:
+                upd.update(command=profile.command, experiment_name=profile.experiment_name)
+            if tc is not None:
+                upd.update(venv_name=tc.venv, model_path=tc.model_path)
+        if run.multi_node:
+            upd["multi_node"] = w.multi_node.model_copy(update={"nodes": run.nodes})
+        view = self.model_copy(update={"workloads": w.model_copy(update=upd)})
+        view._stack = self
+        return view
+
+    @property
+    def stack(self) -> "StackConfig":
+        """The whole stack (a run's view, StackConfig.for_run, keeps it: another run's identity is
+        derived from the stack, never from a view)."""
+        return self._stack or self

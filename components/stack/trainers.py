@@ -168,6 +168,15 @@ class TrainerProfile:
     default_config: str
     experiment_name: str  # workloads.experimentName unless set: names the run's checkpoint directory
     source: str  # where the profile's values come from (shown in errors and docs)
+    # Hydra keys the program (or the profile's command) sets for the checkpoint and log directories
+    # and resume, with why: a run's overrides may not set them (components/workloads/trainer.py
+    # program_keys adds the config's placement and staged paths).
+    output_keys: Mapping[str, str] = field(default_factory=dict)
+    # Where the trainer writes its TensorBoard event files, relative to the checkpoint directory
+    # ({experiment}, {config_experiment} as in ResumeTerms.steps_under); "" = not known.
+    tensorboard_under: str = ""
+    # The headline scalars' TensorBoard tags: reward, loss, seconds per step (the Grafana panel).
+    headline_tags: Mapping[str, str] = field(default_factory=dict)
 
     def venv_bin(self, venv: str) -> str:
         return f"{self.venv_root}/{venv}/bin"
@@ -295,6 +304,19 @@ RLINF = TrainerProfile(
     default_config="maniskill_ppo_openvlaoft",
     experiment_name="maniskill-openvlaoft-ppo",
     source=f"RLinf/RLinf@{RLINF_COMMIT[:12]} (v0.3) in aws-samples/sample-rlinf-on-eks@{SAMPLE_COMMIT[:12]}",
+    # run_training_eks.sh passes runner.logger.log_path=${CKPT_PATH}/${EXPERIMENT_NAME}; RLINF
+    # embodied_runner.py _save_checkpoint writes under <log_path>/<runner.logger.experiment_name>;
+    # runner.resume_dir is the resume wrapper's (RLINF examples/embodiment/config/*.yaml runner:).
+    output_keys={"runner.logger.log_path": "the run's checkpoint and log directory (run_training_eks.sh sets it from CKPT_PATH)",
+                 "runner.logger.experiment_name": "a level of the checkpoint path the resume wrapper reads",
+                 "runner.resume_dir": "resume (the resume wrapper sets it; a warm start is resumeFrom)"},
+    # RLINF rlinf/utils/metric_logger.py MetricLogger: TensorBoard event files (torch.utils.tensorboard
+    # SummaryWriter) in <runner.logger.log_path>/tensorboard; logger_backends ["tensorboard"] in the configs.
+    tensorboard_under="{experiment}/tensorboard",
+    # RLINF embodied_runner.py: rollout/<k> of metric_utils.compute_rollout_metrics ("rewards": the
+    # mean reward), train/<k> of the actor's metrics (fsdp_actor_worker.py "actor/total_loss"),
+    # time/<k> of the runner's timer ("step").
+    headline_tags={"reward": "rollout/rewards", "loss": "train/actor/total_loss", "seconds per step": "time/step"},
 )
 
 
@@ -379,6 +401,20 @@ RLINF_REASONING = TrainerProfile(
     default_config="qwen2.5-1.5b-grpo-fsdp",
     experiment_name="math-grpo",
     source=f"RLinf/RLinf@{RLINF_COMMIT[:12]} (v0.3) examples/reasoning, reason-image target",
+    # The command passes runner.output_dir="$CKPT_PATH"; RLINF qwen2.5-1.5b-grpo-fsdp.yaml runner:
+    # logger.log_path ${runner.output_dir}/${runner.experiment_name}; reasoning_runner.py
+    # _save_checkpoint writes <output_dir>/<experiment_name>/checkpoints; resume_dir is the wrapper's.
+    output_keys={"runner.output_dir": "the run's checkpoint directory (the command sets it from CKPT_PATH)",
+                 "runner.experiment_name": "a level of the checkpoint path the resume wrapper reads",
+                 "runner.logger.log_path": "where the curves are written (TensorBoard serves them from there)",
+                 "runner.resume_dir": "resume (the resume wrapper sets it; a warm start is resumeFrom)"},
+    # RLINF metric_logger.py: <log_path>/tensorboard = <output_dir>/<experiment_name>/tensorboard.
+    tensorboard_under="{config_experiment}/tensorboard",
+    # RLINF reasoning_runner.py: rollout/<k> of utils/distributed.py compute_rollout_metrics
+    # ("reward_scores"), actor/training/<k> of fsdp_actor_worker.py's ("actor/final_loss"),
+    # time/<k> of the runner's timer ("step").
+    headline_tags={"reward": "rollout/reward_scores", "loss": "actor/training/actor/final_loss",
+                   "seconds per step": "time/step"},
 )
 
 PROFILES: dict[str, TrainerProfile] = {RLINF.name: RLINF, RLINF_REASONING.name: RLINF_REASONING}
