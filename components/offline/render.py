@@ -219,7 +219,7 @@ def summary(rendered: Rendered) -> str:
     lines += ["  " + line for line in impact.sequence(impacts, rendered.resources)]
     if rendered.accepted:
         lines.append("  " + accepted_line(rendered.accepted))
-    lines += ["  " + line for line in runs_summary.lines(cfg)]
+    lines += ["  " + line for line in runs_summary.lines(cfg, rendered.resources)]
     ckpt = checkpoints.estimate(cfg)
     if ckpt:
         lines.append("  " + ckpt[2])

@@ -17,6 +17,7 @@ from typing import Any, Literal, Optional, get_args
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from components.stack import catalog, trainers
+from components.stack.curves import CurvesConfig
 from components.stack.elastic import ElasticConfig
 from components.stack.embodied_evaluation import EmbodiedEvaluation
 from components.stack.lifecycle import CheckpointRetention, ExportConfig
@@ -447,9 +448,9 @@ DEFAULT_CHECKPOINT_LAYOUT = "global_step_{step}/actor/huggingface"
 class ServingModel(_Model):
     """What the server loads: a run's checkpoint (by run and step) or a fixed path on the shared volume."""
 
-    # The program knows each run's directory (components/workloads/env.py checkpoint_dir).
-    run: Optional[Literal["single-node", "multi-node"]] = None
-    """training run whose checkpoint directory holds the served model"""
+    # The program knows each run's directory (components/workloads/env.py run_dir).
+    run: Optional[str] = Field(None, pattern=runs_mod.NAME_PATTERN)
+    """training run whose checkpoint directory holds the served model: `single-node`, `multi-node` or a named run (workloads.runs) of the stack's trainer config"""
     # A new step is a config change, shown as a serving restart.
     step: Optional[int] = Field(None, ge=0)
     """checkpoint step served (with run)"""
@@ -628,6 +629,8 @@ class WorkloadsConfig(_Model):
     """the vLLM server for the policy being trained (off by default)"""
     embodied_evaluation: EmbodiedEvaluation = EmbodiedEvaluation()
     """the embodied family's evaluation: RLinf's own evaluation of a checkpoint in the simulator, a GPU Job through the queue (off by default)"""
+    curves: CurvesConfig = CurvesConfig()
+    """TensorBoard over every run's event files and the Grafana panel of their headline scalars (components/stack/curves.py)"""
     training_after_checks: bool = False
     """opt-in gate: the training runs are created only after validation and the NCCL test (those enabled) succeeded; `pulumi up` then waits for them"""
     # The run gets SIGTERM and its grace period, then starts over.

@@ -504,3 +504,28 @@ def idle_nodes(ranks: Mapping[str, list[tuple[int, int]]], nodes: int, gpus: int
 def summary_text(ranks: Mapping[str, list[tuple[int, int]]]) -> str:
     """`actor 0-15, env 0-3,8-11, rollout 4-7,12-15`."""
     return ", ".join(f"{comp} {placement_text(r)}" for comp, r in ranks.items())
+
+
+def config_overrides(tc: TrainerConfig, nodes: int, gpus: int) -> list[str]:
+    """The overrides every run of `tc` over `nodes` x `gpus` gets: the config's own (staged model and
+    data paths), then placement and scaled batch sizes when they differ from the config's."""
+    out = list(tc.overrides)
+    if tc.all_gpus or (tc.placement and (nodes > 1 or gpus != tc.gpus_per_node)):
+        out += placement_overrides(tc, nodes, gpus)
+    return out
+
+
+def program_keys(profile: TrainerProfile, tc: TrainerConfig, nodes: int, gpus: int) -> dict[str, str]:
+    """Hydra keys the program sets for a run of `tc` over `nodes` x `gpus`, each with why: the
+    checkpoint and log directories and resume (the profile's output_keys), the staged model and data
+    paths, the placement and the batch sizes scaled with the nodes. A run's overrides may not repeat
+    them: Hydra keeps the last value, so the run would silently undo what placement, resume or the
+    checkpoint contract depend on."""
+    out = dict(profile.output_keys)
+    for text in config_overrides(tc, nodes, gpus):
+        key = text.split("=", 1)[0]
+        out.setdefault(key, f"placement over the run's {nodes * gpus} GPUs" if key.startswith("cluster.")
+                       or key in tc.scaled else "a model or data path the staging Job puts on /fsx")
+    if tc.placement or tc.all_gpus:
+        out.setdefault("cluster.component_placement", f"placement over the run's {nodes * gpus} GPUs")
+    return out

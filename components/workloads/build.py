@@ -37,6 +37,8 @@ from components.workloads.export import ExportJob
 from components.workloads import embodied_eval
 from components.workloads.embodied_eval import EmbodiedEvaluationJob
 from components.workloads.serving import Serving, ServingArgs
+from components.workloads import curves
+from components.workloads.curves import Curves
 
 
 # A PriorityClass's value and preemptionPolicy may not be changed in an update: the value is in the
@@ -115,6 +117,7 @@ def scripts_used(cfg: StackConfig) -> list[str]:
                                    (any(trainer.warm(cfg, r) for r in cfg.enabled_runs), trainer.WARM),
                                    (training and w.staging_enabled, staging.SCRIPT),
                                    (retention.enabled(cfg), retention.SCRIPT),
+                                   (curves.enabled(cfg), curves.SCRIPT),
                                    (export.enabled(cfg), export.SCRIPT)) if on})
 
 
@@ -197,6 +200,9 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
         else:
             out[key] = MultiNodeTraining(f"{name}-{run.pulumi_name}", MultiNodeTrainingArgs(**args), namespace,
                                          secret_name, opts=train_opts)
+    if curves.enabled(cfg):
+        # Beside the runs: it reads what they write (curves.py).
+        out["curves"] = Curves(f"{name}-curves", runs.WorkloadArgs(**base), namespace, opts=wl_opts)
     if retention.enabled(cfg):
         # Beside the runs, not after them: it prunes while they train (retention.py).
         out["checkpoint_retention"] = CheckpointRetention(f"{name}-checkpoint-retention", runs.WorkloadArgs(**base),

@@ -55,6 +55,14 @@ def run_dir(cfg: StackConfig, run: Run) -> str:
     return f"{CHECKPOINT_ROOT}/{stack.for_run(run).workloads.experiment_name}/{run.name}-{named_identity(stack, run)}"
 
 
+def dir_of(cfg: StackConfig, name: str) -> str:
+    """The checkpoint directory of the run `name` (serving, export, evaluation and retention name a
+    run): a run of the stack, else the implicit run the name stands for."""
+    stack = cfg.stack
+    run = stack.run(name) or implicit_run(stack, 1 if name == "single-node" else stack.multi_node_count)
+    return run_dir(stack, run)
+
+
 def implicit_run(cfg: StackConfig, num_nodes: int) -> Run:
     """The implicit run of `num_nodes` nodes (a caller that names no run)."""
     name = "single-node" if num_nodes == 1 else "multi-node"

@@ -45,7 +45,7 @@ SKIP_REASONS = security.Reasons(
 def out_dir(cfg: StackConfig) -> str:
     m = cfg.workloads.serving.model
     if m.run:
-        return f"{env.checkpoint_dir(cfg, serving.run_nodes(cfg, m.run))}/eval"
+        return f"{env.dir_of(cfg, m.run)}/eval"
     return posixpath.join(posixpath.dirname(m.path.rstrip("/")), "eval")
 
 

@@ -80,11 +80,7 @@ def overrides(cfg: StackConfig, num_nodes: int) -> list[str]:
     tc = cfg.workloads.trainer_config
     if tc is None:
         return []
-    out = list(tc.overrides)
-    gpus = cfg.gpu_nodes.instance.gpu_count
-    if tc.all_gpus or (tc.placement and (num_nodes > 1 or gpus != tc.gpus_per_node)):
-        out += trainers.placement_overrides(tc, num_nodes, gpus)
-    return out
+    return trainers.config_overrides(tc, num_nodes, cfg.gpu_nodes.instance.gpu_count)
 
 
 def placement(cfg: StackConfig, num_nodes: int) -> Optional[dict[str, list[tuple[int, int]]]]:
@@ -135,23 +131,11 @@ def trainer_env(cfg: StackConfig, num_nodes: int, checkpoint_dir: str, *, run: O
 
 
 def program_keys(cfg: StackConfig, num_nodes: int) -> dict[str, str]:
-    """Hydra keys the program sets for a run of `num_nodes` of this config, each with why: the
-    config's placement and scaled batch sizes for that many nodes, the staged model and data paths,
-    the checkpoint and log directories and the resume setting (trainers.py OUTPUT_KEYS). A run's
-    overrides may not repeat them (Hydra keeps the last value: the run would silently undo what
-    placement, resume or the checkpoint contract depend on)."""
+    """Hydra keys the program sets for a run of `num_nodes` (components/stack/trainers.py program_keys)."""
     w = cfg.workloads
-    profile, tc = w.profile, w.trainer_config
-    if profile is None or tc is None:
+    if w.profile is None or w.trainer_config is None:
         return {}
-    out = {k: why for k, why in profile.output_keys.items()}
-    for text in overrides(cfg, num_nodes):
-        key = text.split("=", 1)[0]
-        out.setdefault(key, "placement over the run's GPUs" if key.startswith("cluster.") or key in tc.scaled
-                       else "a staged model or data path")
-    if tc.placement:
-        out.setdefault("cluster.component_placement", "placement over the run's GPUs")
-    return out
+    return trainers.program_keys(w.profile, w.trainer_config, num_nodes, cfg.gpu_nodes.instance.gpu_count)
 
 
 def node_rank_env(cfg: StackConfig) -> Optional[str]:
