@@ -636,7 +636,7 @@ def _start(r: Resource) -> str:
     if warm:
         step = sorted(warm)[0]
         return f"resumes step {step.rsplit('_', 1)[-1]} of another run ({step}), then its own"
-    return "fresh start (nothing resumed)"
+    return "nothing resumed (a fresh start)"
 
 
 def _run_opt_in(cfg: StackConfig) -> tuple[str, bool]:

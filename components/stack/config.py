@@ -888,6 +888,14 @@ class StackConfig(_Model):
         return next((r for r in self.training_runs if r.name == name), None)
 
     @property
+    def curves_enabled(self) -> bool:
+        """The curves Deployment (components/workloads/curves.py): `workloads.curves.enabled`, none = on
+        when a run's trainer profile says where it writes TensorBoard files."""
+        on = self.workloads.curves.enabled
+        known = any((p := trainers.get(r.trainer)) is not None and p.tensorboard_under for r in self.training_runs)
+        return known if on is None else bool(on and self.training_runs)
+
+    @property
     def multi_node_runs(self) -> bool:
         """Some enabled run takes 2+ nodes: the multi-node form's objects (KubeRay, the launcher, the
         Ray token) are needed."""

@@ -67,8 +67,7 @@ def event_dirs(cfg: StackConfig) -> dict[str, str]:
 
 
 def enabled(cfg: StackConfig) -> bool:
-    on = cfg.workloads.curves.enabled
-    return bool(event_dirs(cfg)) if on is None else on and bool(cfg.training_runs)
+    return cfg.curves_enabled and bool(event_dirs(cfg))
 
 
 def run_curves(cfg: StackConfig, run: Run) -> Optional[str]:
