@@ -265,3 +265,22 @@ def test_the_committed_stack_has_two_runs_at_different_learning_rates():
     assert [r.override_map for r in named] == [{"actor.optim.lr": 2e-6}, {"actor.optim.lr": 5e-7}]
     docs = rendered("dev-reasoning").manifests
     assert json.dumps(docs).count('"rltrain-run-lr-') >= 2
+
+
+# --- what a run produced reaches S3 ------------------------------------------------------------------
+
+
+def test_the_render_says_what_the_association_exports_and_warns_when_it_covers_no_run():
+    storage = {"fsx": {"s3": {"bucket": "my-models"}}}
+    data = copy.deepcopy(BASE)
+    data["workloads"]["runs"] = [{"name": "a"}]
+    data["storage"] = storage
+    cfg = validate.load(data)
+    lines, warnings = runs_summary.s3_export(cfg)
+    d = env_mod.run_dir(cfg, cfg.run("a"))
+    assert warnings == []
+    assert f"  run a: {d} -> s3://my-models/checkpoints/{d[len('/fsx/runs/'):]}/ (its checkpoints and exports)" in lines
+    data["storage"] = {"fsx": {"s3": {"bucket": "my-models", "fileSystemPath": "/checkpoints"}}}
+    lines, warnings = runs_summary.s3_export(validate.load(data))
+    assert warnings and "covers none of the files of run(s) single-node, a" in warnings[0]
+    assert "set it to /runs" in warnings[0]

@@ -311,6 +311,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         for r in verdict.allowed:
             print(f"Pulumi.{rendered.stack}.yaml: warning: {r.message()} (allowed)", file=sys.stderr)
     for rendered in results:
+        for w in runs_summary.s3_export(rendered.cfg)[1]:
+            print(f"Pulumi.{rendered.stack}.yaml: warning: {w}", file=sys.stderr)
+    for rendered in results:
         ckpt = checkpoints.estimate(rendered.cfg)
         if ckpt and ckpt[0] > ckpt[1]:
             print(f"Pulumi.{rendered.stack}.yaml: warning: {ckpt[2]}: raise "

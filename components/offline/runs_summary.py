@@ -68,6 +68,36 @@ def start_line(cfg: StackConfig, run: Run, ckpt: str) -> str:
     return "start: fresh in its own directory (nothing of another run resumed); a retry resumes its newest complete step there"
 
 
+FSX_MOUNT = "/fsx"  # the pods' mount of the file system's root (components/workloads/volumes.py FSX_PATH)
+
+
+def s3_export(cfg: StackConfig) -> tuple[list[str], list[str]]:
+    """(lines, warnings) about what the FSx data repository association exports to S3: per run, its
+    checkpoints and exports under the association's path, or a warning naming what it misses."""
+    fsx = cfg.storage.fsx
+    if cfg.byo_cluster or fsx is None or fsx.s3 is None:
+        return [], []
+    s3 = fsx.s3
+    root = FSX_MOUNT + s3.file_system_path.rstrip("/")
+    url = f"s3://{s3.bucket}/{s3.prefix}"
+    out = [f"S3 export (data repository association, new and changed files): {url} <- {root} (file system "
+           f"{s3.file_system_path})"]
+    missed = []
+    for run in cfg.training_runs:
+        d = env.run_dir(cfg, run)
+        if d == root or d.startswith(root + "/"):
+            out.append(f"  run {run.name}: {d} -> {url.rstrip('/')}/{d[len(root):].lstrip('/')}/ "
+                       "(its checkpoints and exports)")
+        else:
+            missed.append(run.name)
+    warnings = []
+    if missed:
+        warnings.append(f"rltrain:storage.fsx.s3.fileSystemPath {s3.file_system_path} covers none of the files of run(s) "
+                        f"{', '.join(missed)} (under {env.CHECKPOINT_ROOT}): nothing they write reaches {url}; set it "
+                        f"to {env.CHECKPOINT_ROOT[len(FSX_MOUNT):]} to export every run")
+    return out + [f"  WARNING: {w}" for w in warnings], warnings
+
+
 def lines(cfg: StackConfig, resources: Optional[list[dict[str, Any]]] = None) -> list[str]:
     gpus = cfg.gpu_nodes.instance.gpu_count
     out = []
@@ -103,4 +133,4 @@ def lines(cfg: StackConfig, resources: Optional[list[dict[str, Any]]] = None) ->
         where = curves.run_curves(cfg, run)
         if where:
             out.append(f"  curves: {where}")
-    return out + volume_budget.lines(cfg)
+    return out + volume_budget.lines(cfg) + s3_export(cfg)[0]

@@ -256,8 +256,12 @@ class FsxS3(_Model):
     """the S3 bucket"""
     prefix: str = "checkpoints/"
     """the prefix in the bucket"""
-    file_system_path: str = Field("/checkpoints", pattern=r"^/")
-    """where the bucket's prefix appears on the file system"""
+    # Pods mount the file system's root at /fsx: the runs write under /fsx/runs (components/workloads/env.py
+    # CHECKPOINT_ROOT), the file system's /runs. With an auto-export policy only files under the
+    # association's path are exported (FACTS "FSx data repository association"); the render warns
+    # when it covers none of the runs (issue 43: /checkpoints, the old default, covered nothing).
+    file_system_path: str = Field("/runs", pattern=r"^/")
+    """where the bucket's prefix appears on the file system (the pods' `/fsx` is its root): `/runs` exports every run's checkpoints and exports as they are written; the render prints what is exported, and warns when it covers none of the runs"""
 
 
 class FsxConfig(_Model):
