@@ -284,3 +284,21 @@ def test_the_render_says_what_the_association_exports_and_warns_when_it_covers_n
     lines, warnings = runs_summary.s3_export(validate.load(data))
     assert warnings and "covers none of the files of run(s) single-node, a" in warnings[0]
     assert "set it to /runs" in warnings[0]
+
+
+def test_wandb_through_rlinfs_logger_setting_keeps_tensorboard():
+    data = copy.deepcopy(BASE)
+    data["workloads"]["curves"] = {"loggerBackends": ["wandb"]}
+    with pytest.raises(validate.ConfigError) as e:
+        validate.load(data)
+    assert "keep tensorboard in the list" in dict(e.value.problems)["rltrain:workloads.curves.loggerBackends"]
+    data["workloads"]["curves"] = {"loggerBackends": ["tensorboard", "wandb"]}
+    data["workloads"]["runs"] = [{"name": "a", "overrides": {"runner.logger.logger_backends": "wandb"}}]
+    with pytest.raises(validate.ConfigError) as e:
+        validate.load(data)
+    assert "workloads.curves.loggerBackends" in dict(e.value.problems)[
+        "rltrain:workloads.runs[0].overrides.runner.logger.logger_backends"]
+    data["workloads"]["runs"] = [{"name": "a"}]
+    cfg = validate.load(data)
+    extra = trainer.trainer_env(cfg, 1, env_mod.run_dir(cfg, cfg.run("a")), run=cfg.run("a"))["HYDRA_OVERRIDES"]
+    assert "runner.logger.logger_backends=[tensorboard,wandb]" in extra.split()

@@ -593,7 +593,7 @@ class WorkloadsConfig(_Model):
     resume: Optional[ResumeContract] = None
     """how a trainer without a profile writes checkpoints and is told to resume; None = the profile's terms"""
     mlflow_tracking_uri: Optional[str] = None
-    """passed as `MLFLOW_TRACKING_URI`"""
+    """passed as `MLFLOW_TRACKING_URI` (and the runs' egress to its port opened); RLinf v0.3 has no MLflow logger (its backends: tensorboard, wandb, swanlab), so with the RLinf profiles nothing reaches it unless your own code logs there: the runs' curves are TensorBoard files on /fsx (workloads.curves)"""
     env: dict[str, str] = {}
     """extra env vars; names that look like credentials, names the program sets and values that look like secrets are refused (use `training.secretEnv`)"""
     shm_size_gib: Optional[int] = Field(None, ge=1, alias="shmSizeGiB")

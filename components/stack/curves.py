@@ -3,7 +3,7 @@ Grafana (components/workloads/curves.py)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import field_validator
 
@@ -19,6 +19,10 @@ class CurvesConfig(_Model):
     """none = on when a run's trainer profile says where it writes TensorBoard files (the RLinf profiles)"""
     image: Optional[str] = None
     """TensorBoard image (a specific tag or digest); none = the pin in versions.py (TENSORBOARD_IMAGE)"""
+    # RLinf's MetricLogger.supported_logger and runner.logger.logger_backends (rlinf/utils/metric_logger.py
+    # at 0505431); the image carries wandb and swanlab (RLinf pyproject.toml dependencies).
+    logger_backends: Optional[tuple[Literal["tensorboard", "wandb", "swanlab"], ...]] = None
+    """RLinf's loggers for every run (`runner.logger.logger_backends`), e.g. `[tensorboard, wandb]` with the W&B key from `training.secretEnv` (`WANDB_API_KEY: wandbApiKey`); none = the config's own (`[tensorboard]`); TensorBoard must stay while the curves are on"""
 
     @field_validator("image")
     @classmethod

@@ -198,6 +198,10 @@ IMAGE_PATH = ("/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:/opt/gdrcopy/bin:/usr
               "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 
 MODELS = "/fsx/models"
+# RLINF rlinf/utils/metric_logger.py MetricLogger: runner.logger.logger_backends, a list of
+# tensorboard, wandb, swanlab; every run's, set from workloads.curves.loggerBackends.
+LOGGERS_KEY = "runner.logger.logger_backends"
+LOGGERS_WHY = "the loggers of every run: workloads.curves.loggerBackends"
 ASSETS = "/fsx/assets"
 
 _STAGES = {s.name: s for s in (
@@ -309,7 +313,8 @@ RLINF = TrainerProfile(
     # runner.resume_dir is the resume wrapper's (RLINF examples/embodiment/config/*.yaml runner:).
     output_keys={"runner.logger.log_path": "the run's checkpoint and log directory (run_training_eks.sh sets it from CKPT_PATH)",
                  "runner.logger.experiment_name": "a level of the checkpoint path the resume wrapper reads",
-                 "runner.resume_dir": "resume (the resume wrapper sets it; a warm start is resumeFrom)"},
+                 "runner.resume_dir": "resume (the resume wrapper sets it; a warm start is resumeFrom)",
+                 LOGGERS_KEY: LOGGERS_WHY},
     # RLINF rlinf/utils/metric_logger.py MetricLogger: TensorBoard event files (torch.utils.tensorboard
     # SummaryWriter) in <runner.logger.log_path>/tensorboard; logger_backends ["tensorboard"] in the configs.
     tensorboard_under="{experiment}/tensorboard",
@@ -407,7 +412,8 @@ RLINF_REASONING = TrainerProfile(
     output_keys={"runner.output_dir": "the run's checkpoint directory (the command sets it from CKPT_PATH)",
                  "runner.experiment_name": "a level of the checkpoint path the resume wrapper reads",
                  "runner.logger.log_path": "where the curves are written (TensorBoard serves them from there)",
-                 "runner.resume_dir": "resume (the resume wrapper sets it; a warm start is resumeFrom)"},
+                 "runner.resume_dir": "resume (the resume wrapper sets it; a warm start is resumeFrom)",
+                 LOGGERS_KEY: LOGGERS_WHY},
     # RLINF metric_logger.py: <log_path>/tensorboard = <output_dir>/<experiment_name>/tensorboard.
     tensorboard_under="{config_experiment}/tensorboard",
     # RLINF reasoning_runner.py: rollout/<k> of utils/distributed.py compute_rollout_metrics

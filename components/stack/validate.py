@@ -344,7 +344,7 @@ def _checks(cfg: StackConfig, region: Optional[str], config_keys: set[str], secr
     the top-level keys the stack sets (without `rltrain:`); `refused`: the key paths already refused
     (unknown keys, the models' refusals, secrets by value)."""
     first = (_nodes_network_storage(cfg, region, config_keys, secret_keys) + _kueue(cfg) + _serving(cfg)
-             + _embodied_evaluation(cfg) + _trainer(cfg) + _runs(cfg) + _nccl_image(cfg))
+             + _embodied_evaluation(cfg) + _trainer(cfg) + _runs(cfg) + _loggers(cfg) + _nccl_image(cfg))
     # A key already refused (its value looks like a secret, say) gets no second message from these.
     out = [(where, msg) for where, msg in first if where not in refused]
     out += _monitoring(cfg, config_keys, secret_keys, program=program)
@@ -732,6 +732,15 @@ def _runs(cfg: StackConfig) -> list[Problem]:
         if rf is not None:
             p += _warm_start(cfg, run, tc)
     return p
+
+
+def _loggers(cfg: StackConfig) -> list[Problem]:
+    """workloads.curves.loggerBackends keeps TensorBoard while the curves read its files."""
+    backends = cfg.workloads.curves.logger_backends
+    if backends is not None and cfg.curves_enabled and "tensorboard" not in backends:
+        return [(path("workloads", "curves", "loggerBackends"), "the curves (TensorBoard, the Grafana panel) read the "
+                 "runs' TensorBoard files: keep tensorboard in the list, or set workloads.curves.enabled: false")]
+    return []
 
 
 def _warm_start(cfg: StackConfig, run: Any, tc: trainers.TrainerConfig) -> list[Problem]:

@@ -77,7 +77,7 @@ def run_curves(cfg: StackConfig, run: Run) -> Optional[str]:
         return None
     return (f"TensorBoard run {run.name} ({d}): kubectl -n {cfg.training.namespace} port-forward deploy/{NAME} "
             f"{TENSORBOARD_PORT}, http://localhost:{TENSORBOARD_PORT}"
-            + ("; Grafana: dashboard Runs (reward, loss, seconds per step)" if cfg.monitoring_enabled else ""))
+            + ("; Grafana: rltrain / GPUs, row Training runs (reward, loss, seconds per step)" if cfg.monitoring_enabled else ""))
 
 
 def headline_tags(cfg: StackConfig) -> dict[str, str]:

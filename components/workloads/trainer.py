@@ -106,7 +106,7 @@ def trainer_env(cfg: StackConfig, num_nodes: int, checkpoint_dir: str, *, run: O
         out["PATH"] = profile.path(w.venv_name)
         out["VIRTUAL_ENV"] = f"{profile.venv_root}/{w.venv_name}"
         out.update(profile.asset_env)
-        extra = overrides(cfg, num_nodes) + (runs_mod.hydra_overrides(run.override_map) if run else [])
+        extra = overrides(cfg, num_nodes) + loggers(cfg) + (runs_mod.hydra_overrides(run.override_map) if run else [])
         if extra:
             out[profile.overrides_env] = " ".join(extra)
     terms = w.resume_terms
@@ -128,6 +128,15 @@ def trainer_env(cfg: StackConfig, num_nodes: int, checkpoint_dir: str, *, run: O
         if warm_start:
             out["RESUME_FROM"] = warm_start
     return out
+
+
+def loggers(cfg: StackConfig) -> list[str]:
+    """workloads.curves.loggerBackends as RLinf's override (a Hydra list: brackets, no spaces)."""
+    backends = cfg.workloads.curves.logger_backends
+    profile = cfg.workloads.profile
+    if backends is None or profile is None or trainers.LOGGERS_KEY not in profile.output_keys:
+        return []
+    return [f"{trainers.LOGGERS_KEY}=[{','.join(backends)}]"]
 
 
 def program_keys(cfg: StackConfig, num_nodes: int) -> dict[str, str]:
