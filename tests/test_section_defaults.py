@@ -40,8 +40,8 @@ def test_the_walk_finds_the_sections_with_a_switch():
 def test_a_section_written_without_enabled_keeps_its_default(loc, parent, name, field, sub):
     own = sub.model_fields["enabled"].default
     default = field.default
-    if default is PydanticUndefined or default is None:
-        return  # a required or optional section: no instance default to disagree with
+    if default is PydanticUndefined or not isinstance(default, BaseModel):
+        return  # a required, optional or list section (workloads.runs): no instance default to disagree with
     # The section's default instance and a section written with other keys only agree.
     assert default.enabled == own, (
         f"{'.'.join(loc)}: the field's default says enabled={default.enabled}, the model's {own}: "

@@ -148,8 +148,10 @@ def deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[s
         ),
     )
     return k8s.apps.v1.DeploymentInitArgs(
+        # `pulumi up` does not wait for it to be ready: the curves are a view, never what a deploy
+        # waits on (an image pull or a mount that takes long would otherwise fail the whole `up`).
         metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME),
-                                      security.annotate(template, SKIP_REASONS, kind="Deployment")),
+                                      {**runs.SKIP_AWAIT, **security.annotate(template, SKIP_REASONS, kind="Deployment")}),
         spec=k8s.apps.v1.DeploymentSpecArgs(
             replicas=1,
             # One pod: TensorBoard holds no state worth two, and a new run list replaces it.
