@@ -34,7 +34,7 @@ from components.stack import versions
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.stack.runs import Run
-from components.workloads import env, runs, serving, volumes
+from components.workloads import env, evaluation, runs, volumes
 
 NAME = "rltrain-curves"
 COMPONENT = "curves"
@@ -162,21 +162,9 @@ def deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi.Input[s
 
 
 def network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
-    """In: Prometheus of the monitoring namespace on the metrics port (a port-forward reaches the pod
-    through its kubelet, not through the pod network); out: nothing (the files are on the volume,
-    mounted by the node's kernel)."""
-    prometheus = k8s.networking.v1.NetworkPolicyPeerArgs(
-        namespace_selector=k8s.meta.v1.LabelSelectorArgs(
-            match_labels={"kubernetes.io/metadata.name": cfg.monitoring.namespace}),
-        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(serving.PROMETHEUS_LABELS)))
-    return k8s.networking.v1.NetworkPolicyInitArgs(
-        metadata=runs.object_metadata(NAME, namespace, runs.labels(COMPONENT, NAME)),
-        spec=k8s.networking.v1.NetworkPolicySpecArgs(
-            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(NAME)),
-            policy_types=["Ingress", "Egress"],
-            ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[prometheus], ports=[
-                k8s.networking.v1.NetworkPolicyPortArgs(port=METRICS_PORT, protocol="TCP")])]),
-    )
+    """In: Prometheus on the metrics port (a port-forward reaches the pod through its kubelet, not
+    the pod network); out: nothing (evaluation.prometheus_only_policy)."""
+    return evaluation.prometheus_only_policy(cfg, NAME, COMPONENT, METRICS_PORT, namespace)
 
 
 class Curves(pulumi.ComponentResource):
