@@ -65,6 +65,10 @@ REGENERATE = ".venv/bin/python -m components.offline.scan_report --readme"
 REASONS = {
     "Job/rltrain-training": security.TRAINING,
     "Job/rltrain-multinode": security.TRAINING,
+    # dev-reasoning's named runs (workloads.runs): the training pod's reasons
+    "Job/rltrain-run-lr-2e-6": security.TRAINING,
+    "Job/rltrain-run-lr-5e-7": security.TRAINING,
+    "Deployment/rltrain-curves": "components.workloads.curves:SKIP_REASONS",
     "StatefulSet/rltrain-multinode": multinode.STATEFULSET_SKIP_REASONS,
     "Job/rltrain-validation": validation.SKIP_REASONS,
     "Job/rltrain-staging": staging.SKIP_REASONS,

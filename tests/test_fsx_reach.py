@@ -36,7 +36,9 @@ def test_the_retention_cronjob_on_the_system_nodes_reaches_fsx():
     """Item 1: the retention CronJob (no GPU placement: the system nodes) mounts the claim, and FSx
     admitted Lustre from the GPU nodes' group only: its mount hung, checkpoints were never pruned."""
     clients = dm.fsx_clients(record())
-    assert clients[("system nodes", "cluster-system")] == ["CronJob/rltrain-checkpoint-retention"]
+    # ... and the curves (TensorBoard) Deployment, which reads every run's event files from the volume.
+    assert clients[("system nodes", "cluster-system")] == ["CronJob/rltrain-checkpoint-retention",
+                                                          "Deployment/rltrain-curves"]
     assert set(clients[("GPU nodes", "gpu-nodes")]) == {"Job/rltrain-training", "Job/rltrain-multinode",
                                                         "Job/rltrain-staging", "Job/rltrain-validation"}
     found = flows(record())
@@ -55,27 +57,30 @@ def test_a_record_without_the_new_rule_is_refused_naming_the_pod(rule):
     vs = violations(rows)
     assert [v.resource for v in vs] == [("flow system nodes -> FSx Lustre 988-988" if rule.endswith("-cluster")
                                          and "-to-" not in rule else "flow FSx -> system nodes Lustre 988-988")]
-    assert "CronJob/rltrain-checkpoint-retention mount FSx and can land on system nodes (cluster-system)" \
-        in vs[0].message
+    assert ("CronJob/rltrain-checkpoint-retention, Deployment/rltrain-curves mount FSx and can land on system "
+            "nodes (cluster-system)") in vs[0].message
 
 
 def test_helpers_on_the_system_nodes_of_every_created_stack_reach_fsx():
     """dev-reasoning's evaluation CronJob and eval-metrics Deployment too (no GPU placement)."""
     clients = dm.fsx_clients(record("dev-reasoning"))
     assert set(clients[("system nodes", "cluster-system")]) == {
-        "CronJob/rltrain-checkpoint-retention", "CronJob/rltrain-evaluation", "Deployment/rltrain-eval-metrics"}
+        "CronJob/rltrain-checkpoint-retention", "CronJob/rltrain-evaluation", "Deployment/rltrain-eval-metrics",
+        "Deployment/rltrain-curves"}
     for stack in ("p5", "p4de", "dev", "dev-reasoning", "p5-elastic"):
         assert violations(record(stack)) == [], stack
 
 
 def test_a_pod_moved_onto_the_gpu_nodes_needs_no_system_node_flow():
-    """The flows follow where the pods can land: the retention pod given the GPU placement leaves
-    the system nodes without an FSx client, and their Lustre flows are no longer required."""
+    """The flows follow where the pods can land: the retention and curves pods given the GPU placement
+    leave the system nodes without an FSx client, and their Lustre flows are no longer required."""
     rows = record()
-    cron = next(r for r in rows if r["inputs"].get("kind") == "CronJob")
-    spec = cron["inputs"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     job = next(r for r in rows if r["name"] == "workloads-single-node-job")["inputs"]["spec"]["template"]["spec"]
-    spec["tolerations"], spec["affinity"] = job["tolerations"], {"nodeAffinity": job["affinity"]["nodeAffinity"]}
+    cron = next(r for r in rows if r["inputs"].get("kind") == "CronJob")
+    curves = next(r for r in rows if r["name"] == "workloads-curves-deployment")
+    for spec in (cron["inputs"]["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+                 curves["inputs"]["spec"]["template"]["spec"]):
+        spec["tolerations"], spec["affinity"] = job["tolerations"], {"nodeAffinity": job["affinity"]["nodeAffinity"]}
     clients = dm.fsx_clients(rows)
     assert ("system nodes", "cluster-system") not in clients
     assert "CronJob/rltrain-checkpoint-retention" in clients[("GPU nodes", "gpu-nodes")]

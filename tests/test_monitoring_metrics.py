@@ -19,7 +19,8 @@ from components.scripts import efa_metrics
 SPEC = monitoring_rules.rules_spec(monitoring_rules.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30,
                                                              cluster_queue="rltrain"))
 RECORDED = monitoring_rules.recorded_names(SPEC)
-BOARDS = dashboards.all_dashboards("rltrain", serving=True, evaluation=True)  # the Serving board and its evaluation row
+# The Serving board and its evaluation row; the GPU board's Training runs row (workloads.curves).
+BOARDS = dashboards.all_dashboards("rltrain", serving=True, evaluation=True, curves=True)
 
 
 def _named() -> list[tuple[str, str, str]]:

@@ -195,10 +195,11 @@ def test_staging_from_s3_prefix():
 
 def test_summary_shows_placement_checkpoints_and_attempts():
     text = render.summary(rendered("p5"))
-    assert "run rltrain-multinode (2 x 8 GPUs, maniskill_ppo_openvlaoft in /opt/venv/openvla-oft/bin)" in text
+    assert "run multi-node (rltrain-multinode, 2 x 8 GPUs, maniskill_ppo_openvlaoft in /opt/venv/openvla-oft/bin)" in text
     assert "placement: actor 0-15, env 0-3,8-11, rollout 4-7,12-15" in text
     assert "runner.resume_dir=" in text and "global_step_N" in text
-    assert "cost bound: up to 4 attempt(s) (retries 3) x 24 h x 2 node(s)" in text
+    # In dollars: 4 x 24 h x 2 nodes = 192 node-hours at the catalog's p5.48xlarge price.
+    assert "cost bound: up to 4 attempt(s) (retries 3) x 24 h x 2 node(s) = 192 node-hours x $55.04/h = $10,567.68" in text
     assert runs_summary.RESTARTS not in text
 
 
@@ -209,9 +210,10 @@ def test_summary_flags_a_run_without_resume_mapping():
                                      "retries": 2}},
                       region=None)
     lines = runs_summary.lines(cfg)
-    assert "run rltrain-training (1 x 8 GPUs, own command)" in lines
+    assert "run single-node (rltrain-training, 1 x 8 GPUs, own command)" in lines
     assert f"  resume: none declared: {runs_summary.RESTARTS}" in lines
-    assert f"  cost bound: up to 3 attempt(s) (retries 2) x 24 h x 1 node(s); each retry {runs_summary.RESTARTS}" in lines
+    assert ("  cost bound: up to 3 attempt(s) (retries 2) x 24 h x 1 node(s) = 72 node-hours x $55.04/h = $3,962.88 "
+            f"(on-demand, p5.48xlarge, prices of 2025-06); each retry {runs_summary.RESTARTS}") in lines
 
 
 def test_a_trainer_without_profile_gets_only_its_command_and_declared_resume():

@@ -209,7 +209,8 @@ def test_each_script_in_its_own_immutable_configmap(p5):
     assert launcher.configmap.startswith("rltrain-script-ray-launcher-")
     cms = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
     assert cms == {scripts[f].configmap for f in ("ray_launcher.py", "validate_node.py", "nccl_check.py",
-                                                  "resume_wrapper.py", "stage_assets.py", "retention.py")}
+                                                  "resume_wrapper.py", "stage_assets.py", "retention.py",
+                                                  "curves_metrics.py")}
     job = find(docs, "Job", "rltrain-multinode")
     pod = job["spec"]["template"]
     assert pod["metadata"]["annotations"]["rltrain/scripts-sha256"] == scripts_digest(
@@ -392,7 +393,8 @@ def test_every_child_has_a_parent_and_the_provider(p5):
     assert types == {"rltrain:workloads:Workloads", "rltrain:workloads:ScriptConfigMaps",
                      "rltrain:workloads:TrainingJob", "rltrain:workloads:MultiNodeTraining",
                      "rltrain:workloads:NcclTest", "rltrain:workloads:ClusterValidation",
-                     "rltrain:workloads:StagingJob", "rltrain:workloads:CheckpointRetention"}
+                     "rltrain:workloads:StagingJob", "rltrain:workloads:CheckpointRetention",
+                     "rltrain:workloads:Curves"}
 
 
 def test_disabled_workloads_are_not_created():

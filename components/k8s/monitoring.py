@@ -125,6 +125,8 @@ class MonitoringArgs(BaseModel):
     evaluation: bool = False
     # workloads.embodiedEvaluation: the same PodMonitor (success rate over steps) and the Evaluation dashboard.
     embodied_evaluation: bool = False
+    # workloads.curves: a PodMonitor for the curves exporter and the runs' panels of the GPU dashboard.
+    curves: bool = False
     # The stack installs Kueue: its controller is scraped and the queue alerts name this ClusterQueue.
     kueue_cluster_queue: Optional[str] = None
 
@@ -149,6 +151,7 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
         serving=cfg.workloads.serving.enabled,
         evaluation=cfg.workloads.serving.enabled and cfg.workloads.serving.evaluation.enabled,
         embodied_evaluation=cfg.workloads.embodied_evaluation.enabled,
+        curves=cfg.curves_enabled,
         kueue_cluster_queue=kueue.cluster_queue_name(cfg) if cfg.kueue_install and cfg.kueue_enabled else None)
 
 
@@ -489,6 +492,17 @@ def eval_metrics_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
     }
 
 
+def curves_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
+    """The runs' headline scalars (components/scripts/curves_metrics.py) on the port named `metrics`
+    of the curves Deployment (components/workloads/curves.py, whose NetworkPolicy admits Prometheus
+    there). Every 60 s: the exporter rescans the event files every 30 s."""
+    return {
+        "namespaceSelector": {"matchNames": [a.training_namespace]},
+        "selector": {"matchLabels": {"app.kubernetes.io/component": "curves"}},
+        "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "60s"}],
+    }
+
+
 def ray_network_policy_args(a: MonitoringArgs) -> k8s.networking.v1.NetworkPolicyInitArgs:
     """Added to the runs' own policies (NetworkPolicies are a union): Prometheus pods of the
     monitoring namespace may reach the Ray metrics port of a run pod, nothing else more."""
@@ -638,9 +652,15 @@ class Monitoring(pulumi.ComponentResource):
                 metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-eval-metrics", namespace=args.namespace,
                                                     labels=_labels("eval-metrics")),
                 spec=eval_metrics_podmonitor_spec(args), opts=after_crds)
+        if args.curves:
+            k8s.apiextensions.CustomResource(
+                f"{name}-curves-podmonitor", api_version="monitoring.coreos.com/v1", kind="PodMonitor",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-curves", namespace=args.namespace,
+                                                    labels=_labels("curves")),
+                spec=curves_podmonitor_spec(args), opts=after_crds)
         for board in dashboards.all_dashboards(args.training_namespace, serving=args.serving,
                                                evaluation=args.evaluation,
-                                               embodied_evaluation=args.embodied_evaluation):
+                                               embodied_evaluation=args.embodied_evaluation, curves=args.curves):
             k8s.core.v1.ConfigMap(f"{name}-dashboard-{board.uid}", dashboards.configmap_args(board, args.namespace),
                                   in_ns)
         self.namespace = ns.metadata.name

@@ -645,12 +645,12 @@ def _claim_resize(before, after, changes, cfg):
             "rltrain:storage.allowClaimExpansion", cfg.storage.allow_claim_expansion)
 
 
-def _checkpoint_dirs(r: Resource) -> set[str]:
+def _checkpoint_dirs(r: Resource, var: str = "CKPT_DIR") -> set[str]:
     found: set[str] = set()
 
     def walk(v: Any) -> None:
         if isinstance(v, dict):
-            if v.get("name") == "CKPT_DIR" and isinstance(v.get("value"), str):
+            if v.get("name") == var and isinstance(v.get("value"), str):
                 found.add(v["value"])
             for x in v.values():
                 walk(x)
@@ -662,11 +662,23 @@ def _checkpoint_dirs(r: Resource) -> set[str]:
 
 
 def _fresh_dir(before: Resource, after: Resource) -> str:
-    """The resume contract: a run whose identity changes starts from step 0 in a new directory."""
+    """The resume contract: a run whose identity changes starts from step 0 in a new directory (or
+    from the step its resumeFrom names); one whose directory stays resumes its newest complete step."""
     old, new = _checkpoint_dirs(before), _checkpoint_dirs(after)
     if old and new and old != new:
-        return f"; CKPT_DIR {sorted(old)[0]} -> {sorted(new)[0]}: a fresh checkpoint directory, nothing resumed"
+        return f"; CKPT_DIR {sorted(old)[0]} -> {sorted(new)[0]}: a fresh checkpoint directory, {_start(after)}"
+    if old and new:
+        return f"; CKPT_DIR {sorted(new)[0]} unchanged: it resumes its newest complete step there"
     return ""
+
+
+def _start(r: Resource) -> str:
+    """How a new run starts: fresh, or from another run's step (RESUME_FROM, components/scripts/warm_start.py)."""
+    warm = _checkpoint_dirs(r, "RESUME_FROM")
+    if warm:
+        step = sorted(warm)[0]
+        return f"resumes step {step.rsplit('_', 1)[-1]} of another run ({step}), then its own"
+    return "nothing resumed (a fresh start)"
 
 
 def _run_opt_in(cfg: StackConfig) -> tuple[str, bool]:
@@ -726,7 +738,9 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
     _new_cluster(old, new, verdict, cfg)
     for key in sorted(set(new) - set(old)):
         if new[key].get("custom", True) and not key[0].startswith("rltrain:"):
-            verdict[key] = Impact(key[0], key[1], CREATE, "new")
+            dirs = _checkpoint_dirs(new[key])
+            verdict[key] = Impact(key[0], key[1], CREATE, f"new run: CKPT_DIR {sorted(dirs)[0]}, {_start(new[key])}"
+                                  if dirs else "new")
     for key in sorted(set(old) - set(new)):
         r = old[key]
         if not r.get("custom", True) or key[0].startswith("rltrain:"):
@@ -746,7 +760,10 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
             verdict[key] = Impact(key[0], key[1], DATA_LOSS, f"removed from the stack: {claim_volume_fate(r)}",
                                   "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
         elif r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob"):
-            verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack: the run is stopped and deleted")
+            dirs = _checkpoint_dirs(r)
+            kept = (f"; its checkpoints stay in {sorted(dirs)[0]} (no longer counted by the volume budget nor pruned: "
+                    "keep the run's entry with enabled: false to keep them counted, or delete them)") if dirs else ""
+            verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack: the run is stopped and deleted" + kept)
         else:
             verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack")
     return sorted(verdict.values(), key=lambda i: (SEVERITY.index(i.kind), i.type, i.name))

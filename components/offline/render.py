@@ -220,7 +220,7 @@ def summary(rendered: Rendered) -> str:
     if rendered.accepted:
         lines.append("  " + accepted_line(rendered.accepted))
     lines += ["  " + line for line in image_summary.lines(cfg, rendered.resources, rendered.manifests)]
-    lines += ["  " + line for line in runs_summary.lines(cfg)]
+    lines += ["  " + line for line in runs_summary.lines(cfg, rendered.resources)]
     ckpt = checkpoints.estimate(cfg)
     if ckpt:
         lines.append("  " + ckpt[2])
@@ -311,6 +311,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"Pulumi.{rendered.stack}.yaml: {accepted_line(rendered.accepted)}", file=sys.stderr)
         for r in verdict.allowed:
             print(f"Pulumi.{rendered.stack}.yaml: warning: {r.message()} (allowed)", file=sys.stderr)
+    for rendered in results:
+        for w in runs_summary.s3_export(rendered.cfg)[1]:
+            print(f"Pulumi.{rendered.stack}.yaml: warning: {w}", file=sys.stderr)
     for rendered in results:
         ckpt = checkpoints.estimate(rendered.cfg)
         if ckpt and ckpt[0] > ckpt[1]:

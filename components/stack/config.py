@@ -14,14 +14,17 @@ import ipaddress
 import re
 from typing import Any, Literal, Optional, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from components.stack import catalog, trainers
+from components.stack.curves import CurvesConfig
 from components.stack.elastic import ElasticConfig
 from components.stack.image_build import BuiltImage, ImageSetting, validated as _built_image
 from components.stack.embodied_evaluation import EmbodiedEvaluation
 from components.stack.lifecycle import CheckpointRetention, ExportConfig
 from components.stack.model_base import _Model
+from components.stack.runs import Run, RunConfig
+from components.stack import runs as runs_mod
 
 NAMESPACE = "rltrain"
 SECTIONS = ("cluster", "network", "gpuNodes", "storage", "training", "workloads", "monitoring", "kueue")
@@ -254,8 +257,12 @@ class FsxS3(_Model):
     """the S3 bucket"""
     prefix: str = "checkpoints/"
     """the prefix in the bucket"""
-    file_system_path: str = Field("/checkpoints", pattern=r"^/")
-    """where the bucket's prefix appears on the file system"""
+    # Pods mount the file system's root at /fsx: the runs write under /fsx/runs (components/workloads/env.py
+    # CHECKPOINT_ROOT), the file system's /runs. With an auto-export policy only files under the
+    # association's path are exported (FACTS "FSx data repository association"); the render warns
+    # when it covers none of the runs (issue 43: /checkpoints, the old default, covered nothing).
+    file_system_path: str = Field("/runs", pattern=r"^/")
+    """where the bucket's prefix appears on the file system (the pods' `/fsx` is its root): `/runs` exports every run's checkpoints and exports as they are written; the render prints what is exported, and warns when it covers none of the runs"""
 
 
 class FsxConfig(_Model):
@@ -358,11 +365,15 @@ class TrainingConfig(_Model):
 # workloads
 
 
-class Toggle(_Model):
-    """A workload switched on or off."""
+class SingleNode(_Model):
+    """The single-node training Job: the implicit run `single-node` (components/stack/runs.py).
 
-    enabled: bool = False
-    """create this workload"""
+    Its default lives on the model, not on the section's field: a section written without `enabled`
+    (say `singleNode: {}`) keeps it (a field default of `SingleNode(enabled=True)` over a model
+    default of false would turn it off)."""
+
+    enabled: bool = True
+    """create the single-node run `single-node` (Job `rltrain-training`)"""
 
 
 # Cold pull of a 15-20 GB image (FACTS.md "Start-up latency"), added to every run's deadline (D6);
@@ -376,8 +387,12 @@ VALIDATION_PRIORITY = 1000200
 _PRIORITY = dict(ge=0, le=1000000000)
 
 
-class Validation(Toggle):
-    """The cluster validation Job, one pod per GPU node."""
+class Validation(_Model):
+    """The cluster validation Job, one pod per GPU node (on by default; the default is the model's, so
+    `validation: {priority: ...}` keeps it on)."""
+
+    enabled: bool = True
+    """create the validation Job"""
 
     priority: int = Field(VALIDATION_PRIORITY, **_PRIORITY)
     """value of the `<namespace>-validation-<value>` PriorityClass (queue order only: `preemptionPolicy: Never`)"""
@@ -438,9 +453,9 @@ DEFAULT_CHECKPOINT_LAYOUT = "global_step_{step}/actor/huggingface"
 class ServingModel(_Model):
     """What the server loads: a run's checkpoint (by run and step) or a fixed path on the shared volume."""
 
-    # The program knows each run's directory (components/workloads/env.py checkpoint_dir).
-    run: Optional[Literal["single-node", "multi-node"]] = None
-    """training run whose checkpoint directory holds the served model"""
+    # The program knows each run's directory (components/workloads/env.py run_dir).
+    run: Optional[str] = Field(None, pattern=runs_mod.NAME_PATTERN)
+    """training run whose checkpoint directory holds the served model: `single-node`, `multi-node` or a named run (workloads.runs) of the stack's trainer config"""
     # A new step is a config change, shown as a serving restart.
     step: Optional[int] = Field(None, ge=0)
     """checkpoint step served (with run)"""
@@ -579,7 +594,7 @@ class WorkloadsConfig(_Model):
     resume: Optional[ResumeContract] = None
     """how a trainer without a profile writes checkpoints and is told to resume; None = the profile's terms"""
     mlflow_tracking_uri: Optional[str] = None
-    """passed as `MLFLOW_TRACKING_URI`"""
+    """passed as `MLFLOW_TRACKING_URI` (and the runs' egress to its port opened); RLinf v0.3 has no MLflow logger (its backends: tensorboard, wandb, swanlab), so with the RLinf profiles nothing reaches it unless your own code logs there: the runs' curves are TensorBoard files on /fsx (workloads.curves)"""
     env: dict[str, str] = {}
     """extra env vars; names that look like credentials, names the program sets and values that look like secrets are refused (use `training.secretEnv`)"""
     shm_size_gib: Optional[int] = Field(None, ge=1, alias="shmSizeGiB")
@@ -605,18 +620,22 @@ class WorkloadsConfig(_Model):
     """exit codes (1-255) that fail the run at once (usage error, not executable, not found); a multi-node run ignores 6 and 9 instead (the Ray launcher's head or peer lost)"""
     priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)
     """value of the `<namespace>-training-<value>` PriorityClass (the training runs' place in the queue; a new value is a new class, and the runs are recreated with it)"""
-    single_node: Toggle = Toggle(enabled=True)
-    """the single-node training Job (on by default)"""
+    single_node: SingleNode = SingleNode()
+    """the single-node training Job (on by default): the implicit run `single-node`"""
+    runs: tuple[RunConfig, ...] = ()
+    """named training runs, each with its own config, node count, overrides, priority and deadline, and its own checkpoint directory and curves ([experiments](experiments.md)); beside the implicit `single-node` and `multi-node` runs of singleNode / multiNode"""
     multi_node: MultiNode = MultiNode()
-    """multi-node Ray training"""
+    """multi-node Ray training: `enabled` creates the implicit run `multi-node`; the other keys are the multi-node form of every run of 2+ nodes"""
     nccl_test: NcclTest = NcclTest()
     """the NCCL all_reduce check"""
-    validation: Validation = Validation(enabled=True)
+    validation: Validation = Validation()
     """cluster validation, one pod per GPU node (on by default)"""
     serving: ServingConfig = ServingConfig()
     """the vLLM server for the policy being trained (off by default)"""
     embodied_evaluation: EmbodiedEvaluation = EmbodiedEvaluation()
     """the embodied family's evaluation: RLinf's own evaluation of a checkpoint in the simulator, a GPU Job through the queue (off by default)"""
+    curves: CurvesConfig = CurvesConfig()
+    """TensorBoard over every run's event files and the Grafana panel of their headline scalars (components/stack/curves.py)"""
     training_after_checks: bool = False
     """opt-in gate: the training runs are created only after validation and the NCCL test (those enabled) succeeded; `pulumi up` then waits for them"""
     # The run gets SIGTERM and its grace period, then starts over.
@@ -779,6 +798,7 @@ class KueueConfig(_Model):
 
 
 class StackConfig(_Model):
+    _stack: Optional["StackConfig"] = PrivateAttr(None)
     cluster: ClusterConfig = ClusterConfig()
     network: NetworkConfig = NetworkConfig()
     gpu_nodes: GpuNodesConfig
@@ -819,7 +839,7 @@ class StackConfig(_Model):
     def training_secret_keys(self) -> tuple[str, ...]:
         """Secret config keys that go into the training Secret (secretEnv, the Ray token)."""
         keys = set(self.training.secret_env.values())
-        if self.workloads.multi_node.enabled and self.workloads.multi_node.ray_auth_token_secret:
+        if self.multi_node_runs and self.workloads.multi_node.ray_auth_token_secret:
             keys.add(self.workloads.multi_node.ray_auth_token_secret)
         return tuple(sorted(keys))
 
@@ -841,8 +861,74 @@ class StackConfig(_Model):
     def kuberay_operator(self) -> bool:
         """The stack installs the KubeRay operator: the RayJob form is on (StackConfig.installs)."""
         mn = self.workloads.multi_node
-        return mn.enabled and mn.form == "rayjob" and self.installs(mn.install_kuberay)
+        return mn.form == "rayjob" and self.multi_node_runs and self.installs(mn.install_kuberay)
 
     @property
     def multi_node_count(self) -> int:
         return self.workloads.multi_node.nodes or self.gpu_nodes.count
+
+    # --- the training runs (components/stack/runs.py) ---------------------------------------------
+
+    @property
+    def training_runs(self) -> tuple[Run, ...]:
+        """Every training run of the stack: the implicit `single-node` and `multi-node` (when their
+        section is enabled), then the named runs in the order written, disabled ones included (their
+        entry keeps their identity)."""
+        w = self.workloads
+        common = dict(trainer=w.trainer, config_name=w.config_name, priority=w.priority,
+                      max_run_minutes=w.max_run_minutes)
+        out = []
+        if w.single_node.enabled:
+            out.append(runs_mod.implicit("single-node", 1, **common))
+        if w.multi_node.enabled:
+            out.append(runs_mod.implicit("multi-node", self.multi_node_count, **common))
+        out += [runs_mod.named(rc, i, **common) for i, rc in enumerate(w.runs)]
+        return tuple(out)
+
+    @property
+    def enabled_runs(self) -> tuple[Run, ...]:
+        return tuple(r for r in self.training_runs if r.enabled)
+
+    def run(self, name: str) -> Optional[Run]:
+        return next((r for r in self.training_runs if r.name == name), None)
+
+    @property
+    def curves_enabled(self) -> bool:
+        """The curves Deployment (components/workloads/curves.py): `workloads.curves.enabled`, none = on
+        when a run's trainer profile says where it writes TensorBoard files."""
+        on = self.workloads.curves.enabled
+        known = any((p := trainers.get(r.trainer)) is not None and p.tensorboard_under for r in self.training_runs)
+        return known if on is None else bool(on and self.training_runs)
+
+    @property
+    def multi_node_runs(self) -> bool:
+        """Some enabled run takes 2+ nodes: the multi-node form's objects (KubeRay, the launcher, the
+        Ray token) are needed."""
+        return any(r.multi_node for r in self.enabled_runs)
+
+    def for_run(self, run: Run) -> "StackConfig":
+        """The stack as one run sees it: its trainer profile and config (with their venv, model and
+        command), its priority, deadline and node count. The implicit runs see the stack as it is."""
+        if run.implicit:
+            return self
+        w = self.workloads
+        upd: dict[str, Any] = {"priority": run.priority, "max_run_minutes": run.max_run_minutes}
+        if run.trainer != w.trainer or run.config_name != w.config_name:
+            profile = trainers.get(run.trainer)
+            tc = profile.configs.get(run.config_name) if profile else None
+            upd.update(trainer=run.trainer, config_name=run.config_name)
+            if run.trainer != w.trainer and profile is not None:
+                upd.update(command=profile.command, experiment_name=profile.experiment_name)
+            if tc is not None:
+                upd.update(venv_name=tc.venv, model_path=tc.model_path)
+        if run.multi_node:
+            upd["multi_node"] = w.multi_node.model_copy(update={"nodes": run.nodes})
+        view = self.model_copy(update={"workloads": w.model_copy(update=upd)})
+        view._stack = self
+        return view
+
+    @property
+    def stack(self) -> "StackConfig":
+        """The whole stack (a run's view, StackConfig.for_run, keeps it: another run's identity is
+        derived from the stack, never from a view)."""
+        return self._stack or self

@@ -68,7 +68,7 @@ def pod_gpu_shapes(cfg: StackConfig) -> list[int]:
     """GPUs per pod of every GPU pod shape the stack runs on the node group."""
     w, it = cfg.workloads, cfg.gpu_nodes.instance
     shapes = []
-    if w.single_node.enabled or w.multi_node.enabled or w.validation.enabled or w.nccl_test.enabled:
+    if cfg.enabled_runs or w.validation.enabled or w.nccl_test.enabled:
         shapes.append(it.gpu_count)
     if w.serving.enabled:
         shapes.append(w.serving.gpus_per_replica)

@@ -24,6 +24,7 @@ Pure: Pulumi is imported only by `from_pulumi`, when the program calls it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import ipaddress
 import json
@@ -34,6 +35,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ValidationError
 
 from components.stack import catalog, image_build, secrets_scan, trainers, versions, volume_budget
+from components.stack import runs as runs_mod
 from components.stack.config import (GRAFANA_PASSWORD_KEY, NAMESPACE, SECTIONS, SERVING_PROGRAM_FLAGS, StackConfig,
                                      check_pinned_image)
 from components.stack.labels import PROTECTED_ENV
@@ -211,6 +213,8 @@ PATTERN_WORDS = {
     r"^[A-Za-z_][A-Za-z0-9_]*$": "an environment variable name: letters, digits and '_', not starting with a digit",
     r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$": "an S3 location such as s3://my-bucket/models/",
     r"\{step_dir\}": "text containing {step_dir} (replaced by the newest complete step directory)",
+    runs_mod.NAME_PATTERN: "a run name: at most 40 characters, lowercase letters, digits and '-', starting with a "
+                           "letter and ending with a letter or digit",
 }
 _TYPE_WORDS = {
     "tuple_type": "should be a list", "list_type": "should be a list", "set_type": "should be a list",
@@ -340,7 +344,7 @@ def _checks(cfg: StackConfig, region: Optional[str], config_keys: set[str], secr
     the top-level keys the stack sets (without `rltrain:`); `refused`: the key paths already refused
     (unknown keys, the models' refusals, secrets by value)."""
     first = (_nodes_network_storage(cfg, region, config_keys, secret_keys) + _kueue(cfg) + _serving(cfg)
-             + _embodied_evaluation(cfg) + _trainer(cfg) + _nccl_image(cfg))
+             + _embodied_evaluation(cfg) + _trainer(cfg) + _runs(cfg) + _loggers(cfg) + _nccl_image(cfg))
     # A key already refused (its value looks like a secret, say) gets no second message from these.
     out = [(where, msg) for where, msg in first if where not in refused]
     out += _monitoring(cfg, config_keys, secret_keys, program=program)
@@ -418,7 +422,7 @@ def _nodes_network_storage(cfg: StackConfig, region: Optional[str], config_keys:
                       f"{state} (named by training.secretEnv.{env}): "
                       f"pulumi config set --secret {NAMESPACE}:{key} VALUE"))
     ray_key = cfg.workloads.multi_node.ray_auth_token_secret
-    if cfg.workloads.multi_node.enabled and ray_key and ray_key not in secret_keys:
+    if cfg.multi_node_runs and ray_key and ray_key not in secret_keys:
         # Without this the program's require_secret fails while it runs (a traceback, not a key path).
         state = "is not secret" if ray_key in config_keys else "is missing"
         p.append((path(ray_key),
@@ -466,7 +470,7 @@ def _kueue(cfg: StackConfig) -> list[Problem]:
     if k.cluster_queue and not cfg.byo_cluster:
         p.append((path("kueue", "clusterQueue"), "only with cluster.existing: a created cluster gets the "
                   "stack's own ClusterQueue"))
-    if cfg.kueue_enabled and w.multi_node.enabled and w.multi_node.form == "statefulset":
+    if cfg.kueue_enabled and cfg.multi_node_runs and w.multi_node.form == "statefulset":
         p.append((path("workloads", "multiNode", "form"),
                   "statefulset cannot be queued whole (it never finishes: Kueue would hold its nodes forever "
                   "and every other run would queue behind it): use indexed-job, or set rltrain:kueue.enabled "
@@ -510,12 +514,26 @@ def _embodied_evaluation(cfg: StackConfig) -> list[Problem]:
         return [(path(*key, "enabled"), f"RLinf's embodied evaluation needs an embodied trainer profile "
                  f"({', '.join(embodied)}) and one of its configs; {what}{hint}")]
     p: list[Problem] = []
-    run_on = {"single-node": w.single_node.enabled, "multi-node": w.multi_node.enabled}
-    if not run_on[ev.run]:
-        p.append((path(*key, "run"), f"the {ev.run} run is not enabled (workloads.{'singleNode' if ev.run == 'single-node' else 'multiNode'}.enabled): "
-                  f"its checkpoints are not written by this stack"))
+    p += _named_run(cfg, key + ("run",), ev.run)
     p += _saved_step((*key, "step"), ev.step, tc.saves, w.config_name)
     return p
+
+
+def _named_run(cfg: StackConfig, key: tuple[Any, ...], name: str) -> list[Problem]:
+    """A run named by serving or an evaluation: a run of the stack (a named one with `enabled: false`
+    too: its checkpoints stay) of the stack's trainer config (their model facts are the stack's)."""
+    run = cfg.run(name)
+    w = cfg.workloads
+    if run is None:
+        implicit = {"single-node": "workloads.singleNode.enabled", "multi-node": "workloads.multiNode.enabled"}
+        why = (f"the {name} run is not enabled ({implicit[name]})" if name in implicit
+               else f"{name!r} is not a run of this stack")
+        known = ", ".join(r.name for r in cfg.training_runs) or "none"
+        return [(path(*key), f"{why}: its checkpoints are not written by this stack; runs: {known}")]
+    if (run.trainer, run.config_name) != (w.trainer, w.config_name):
+        return [(path(*key), f"run {name} trains {run.trainer} {run.config_name}, not the stack's {w.trainer} "
+                 f"{w.config_name}: serving and evaluation read the stack's config (its model, layout and venv)")]
+    return []
 
 
 def _served_model(cfg: StackConfig) -> list[Problem]:
@@ -598,6 +616,8 @@ def _serving(cfg: StackConfig) -> list[Problem]:
         p.append((path(*key, "model"), "set either run (with step) or path"))
     if m.run is not None and m.step is None:
         p.append((path(*key, "model", "step"), f"required with run {m.run!r}: the checkpoint step to serve"))
+    if m.run is not None:
+        p += _named_run(cfg, key + ("model", "run"), m.run)
     if m.path is not None and m.step is not None:
         p.append((path(*key, "model", "step"), "only with run; path names the model directory itself"))
     p += _served_model(cfg)
@@ -647,6 +667,107 @@ def _trainer(cfg: StackConfig) -> list[Problem]:
                   f"set by the program from trainer profile {profile.name} (venv, assets, placement, "
                   "checkpoints); remove it, or use workloads.trainer: none and set everything yourself"))
     return p
+
+
+def _runs(cfg: StackConfig) -> list[Problem]:
+    """The named runs (components/stack/runs.py): unique names, a trainer and config the profiles
+    know and the staging Job stages, no override of a key the program sets, no more nodes than the
+    stack can ever hold, a warm start from a run of the same shape at a step its config saves."""
+    p: list[Problem] = []
+    w, g = cfg.workloads, cfg.gpu_nodes
+    seen: dict[str, tuple] = {}
+    for run in cfg.training_runs:
+        if run.name in seen:
+            first = path(*seen[run.name])
+            p.append((path(*run.key, "name") if not run.implicit else path(*run.key),
+                      f"{run.name!r} is already the name of {first}: every run of the stack has a name of its own "
+                      "(its Job, checkpoint directory and curves are named after it)"))
+        seen.setdefault(run.name, run.key)
+    for run in cfg.training_runs:
+        if run.implicit:
+            continue
+        key = run.key
+        profile = trainers.get(run.trainer)
+        if profile is None:
+            if run.trainer != trainers.NO_TRAINER:
+                p.append((path(*key, "trainer"), f"unknown trainer profile {run.trainer!r}; known: "
+                          f"{', '.join([*trainers.PROFILES, trainers.NO_TRAINER])}"))
+            elif run.override_map:
+                p.append((path(*key, "overrides"), "a run without a trainer profile (trainer none) has no Hydra "
+                          "command line to pass overrides to: set workloads.command and workloads.env instead"))
+            continue
+        if run.trainer != w.trainer and w.trainer != trainers.NO_TRAINER and "command" in w.model_fields_set:
+            p.append((path(*key, "trainer"), f"workloads.command is set for trainer {w.trainer}; a run of "
+                      f"{run.trainer} runs that profile's own command: use one trainer per stack, or remove "
+                      "workloads.command"))
+        tc = profile.configs.get(run.config_name)
+        if tc is None:
+            p.append((path(*key, "configName"), f"{run.config_name!r} is not a config of trainer {profile.name} "
+                      f"({profile.source}); known: {', '.join(profile.configs)}"))
+            continue
+        stack_tc = w.trainer_config
+        if w.staging_enabled and w.profile is not None and stack_tc is not None:
+            staged = {w.profile.stages[s].dest for s in stack_tc.stages}
+            missing = [s for s in tc.stages if profile.stages[s].dest not in staged]
+            if missing:
+                p.append((path(*key, "configName"), f"{run.config_name} needs {', '.join(missing)}, which the "
+                          f"staging Job does not put on /fsx (it stages workloads.configName {w.config_name}'s): "
+                          "use a config of the same models, or stage them first"))
+        if run.nodes > g.node_limit:
+            what = "gpuNodes.elastic.maxNodes" if g.elastic.enabled else "gpuNodes.count"
+            p.append((path(*key, "nodes"), f"{run.nodes} nodes, and the stack never has more than {g.node_limit} "
+                      f"({what}): Kueue would never admit the run whole. Allowed: 1-{g.node_limit}"))
+        if run.multi_node and not tc.spreads:
+            multi = [n for n, c in profile.configs.items() if c.spreads]
+            p.append((path(*key, "nodes"), f"{run.config_name} places every component under one comma-joined key, "
+                      f"which no override can spread over {run.nodes} nodes; for 2+ nodes use one of: {', '.join(multi)}"))
+        owned = trainers.program_keys(profile, tc, run.nodes, g.instance.gpu_count)
+        for k in run.override_map:
+            bare = runs_mod.bare_key(k)
+            hit = next((o for o in owned if bare == o or bare.startswith(o + ".") or o.startswith(bare + ".")), None)
+            if hit is not None:
+                p.append((path(*key, "overrides", k), f"set by the program ({hit}: {owned[hit]}); every key it sets "
+                          f"for this run: {', '.join(sorted(owned))}"))
+        rf = run.resume_from
+        if rf is not None:
+            p += _warm_start(cfg, run, tc)
+    return p
+
+
+def _loggers(cfg: StackConfig) -> list[Problem]:
+    """workloads.curves.loggerBackends keeps TensorBoard while the curves read its files."""
+    backends = cfg.workloads.curves.logger_backends
+    if backends is not None and cfg.curves_enabled and "tensorboard" not in backends:
+        return [(path("workloads", "curves", "loggerBackends"), "the curves (TensorBoard, the Grafana panel) read the "
+                 "runs' TensorBoard files: keep tensorboard in the list, or set workloads.curves.enabled: false")]
+    return []
+
+
+def _warm_start(cfg: StackConfig, run: Any, tc: trainers.TrainerConfig) -> list[Problem]:
+    """resumeFrom: another run of the stack, of the same shape, at a step its config saves. The
+    shape is what the checkpoint's tensors and sharding depend on: the trainer, its config (model,
+    precision, parallelism) and the node count (the DCP shards and the data loader state were saved
+    for that world size: RLinf rlinf/hybrid_engines/fsdp/strategy/base.py, reasoning_runner.py
+    data/data.pt). The overrides may differ: that is what a warm start is for. Whether the step is
+    complete only the volume knows: components/scripts/warm_start.py checks it when the run starts."""
+    rf, key = run.resume_from, run.key + ("resumeFrom",)
+    source = cfg.run(rf.run)
+    if source is None or rf.run == run.name:
+        known = [r.name for r in cfg.training_runs if r.name != run.name]
+        return [(path(*key, "run"), f"{rf.run!r} " + ("is this run itself" if rf.run == run.name else
+                 "is not a run of this stack") + f"; runs: {', '.join(known) or 'none'} (a removed run's "
+                 "checkpoints stay on /fsx: keep its entry with enabled: false to start from them)")]
+    diffs = [f"{what} {a} vs {b}" for what, a, b in (("trainer", source.trainer, run.trainer),
+                                                      ("config", source.config_name, run.config_name),
+                                                      ("nodes", source.nodes, run.nodes)) if a != b]
+    if diffs:
+        return [(path(*key, "run"), f"{rf.run} has another shape ({'; '.join(diffs)}): its checkpoint's tensors "
+                 "and shards do not load into this run; warm-start from a run of the same trainer, config and nodes")]
+    saves = tc.saves
+    interval = source.override_map.get("runner.save_interval")
+    if saves is not None and isinstance(interval, int) and interval > 0:
+        saves = dataclasses.replace(saves, save_interval=interval)
+    return _saved_step(key + ("step",), rf.step, saves, f"{rf.run} ({source.config_name})")
 
 
 def _monitoring(cfg: StackConfig, config_keys: set[str], secret_keys: set[str], *,
@@ -812,7 +933,8 @@ def _pod_security(cfg: StackConfig) -> list[Problem]:
     if cfg.training.pod_security != "restricted":
         return []
     w = cfg.workloads
-    enabled = {"singleNode": w.single_node.enabled, "multiNode": w.multi_node.enabled,
+    enabled = {"singleNode": w.single_node.enabled or any(not r.multi_node for r in cfg.enabled_runs),
+               "multiNode": cfg.multi_node_runs,
                "ncclTest": w.nccl_test.enabled, "validation": w.validation.enabled}
     refused = [f"workloads.{k} ({why})" for k, why in WORKLOAD_POD_SECURITY.items() if enabled[k]]
     if not refused:
@@ -1034,6 +1156,8 @@ def widest_run(cfg: StackConfig) -> tuple[int, str]:
     widths = [(cfg.gpu_nodes.count, "gpuNodes.count (validation, the NCCL test, the default run width)")]
     if w.multi_node.enabled:
         widths.append((cfg.multi_node_count, "the multi-node run (workloads.multiNode.nodes)"))
+    widths += [(r.nodes, f"run {r.name} (workloads.runs[{r.key[-1]}].nodes)") for r in cfg.enabled_runs
+               if not r.implicit]
     return max(widths, key=lambda x: x[0])
 
 

@@ -142,6 +142,12 @@ def eks_addons(kubernetes_version: str) -> dict[str, str]:
 # `vllm.entrypoints.openai.api_server`; the program names the module itself so the pod does not
 # depend on the image's ENTRYPOINT. Metric names read by the dashboard: monitoring_metrics.py.
 VLLM_OPENAI_IMAGE = "docker.io/vllm/vllm-openai:v0.11.0"
+# TensorBoard for the runs' curves (components/workloads/curves.py): TensorFlow's CPU image, whose
+# tensorflow 2.20.0 pip package requires tensorboard~=2.20 (tensorflow/tools/pip_package/setup.py at
+# v2.20.0, REQUIRED_PACKAGES). Pinned by tag only: not pulled from here, check `docker run --rm IMAGE
+# tensorboard --version` before the first `up`. The RLinf training image also carries tensorboard
+# (RLinf pyproject.toml at 0505431 lists it) but is 15-20 GB, too large for the system nodes.
+TENSORBOARD_IMAGE = "docker.io/tensorflow/tensorflow:2.20.0"
 # The evaluation CronJob's script uses the standard library only: the same pinned Python image as
 # the EFA exporter.
 EVALUATION_IMAGE = EFA_EXPORTER_IMAGE

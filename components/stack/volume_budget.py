@@ -47,8 +47,9 @@ class Budget:
 
 
 def run_names(cfg: StackConfig) -> list[str]:
-    w = cfg.workloads
-    return [n for n, on in (("single-node", w.single_node.enabled), ("multi-node", w.multi_node.enabled)) if on]
+    """Every run whose checkpoints the volume keeps: the enabled runs, and a named run with
+    `enabled: false` (its Job is gone, its checkpoints stay and are pruned like the others)."""
+    return [r.name for r in cfg.training_runs]
 
 
 def checkpoint_gib(cfg: StackConfig) -> Optional[float]:
@@ -149,8 +150,10 @@ def lines(cfg: StackConfig) -> list[str]:
         if retention_on(cfg) or cfg.workloads.resume_terms is None:
             return []
         return ["volume budget: none (workloads.checkpoints.enabled false: nothing prunes checkpoints)"]
+    off = {r.name for r in cfg.training_runs if not r.enabled}
     out = [f"checkpoint budget {run}: ({b.keep} kept + 1 being written"
            + (" + 1 served" if served_extra(cfg, run) else "") + f") x {b.checkpoint_gib:,.1f} GiB = {g:,.1f} GiB"
+           + (" (disabled: its Job is gone, its checkpoints stay)" if run in off else "")
            for run, g in b.runs]
     breakdown = save_breakdown(cfg)
     if breakdown:

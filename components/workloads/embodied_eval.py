@@ -64,11 +64,13 @@ def name(cfg: StackConfig) -> str:
 
 
 def run_nodes(cfg: StackConfig) -> int:
-    return 1 if cfg.workloads.embodied_evaluation.run == "single-node" else cfg.multi_node_count
+    run = cfg.run(cfg.workloads.embodied_evaluation.run)
+    return run.nodes if run is not None else 1 if cfg.workloads.embodied_evaluation.run == "single-node" \
+        else cfg.multi_node_count
 
 
 def checkpoint_dir(cfg: StackConfig) -> str:
-    return env.checkpoint_dir(cfg, run_nodes(cfg))
+    return env.dir_of(cfg, cfg.workloads.embodied_evaluation.run)
 
 
 def out_dir(cfg: StackConfig) -> str:

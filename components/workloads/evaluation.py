@@ -45,7 +45,7 @@ SKIP_REASONS = security.Reasons(
 def out_dir(cfg: StackConfig) -> str:
     m = cfg.workloads.serving.model
     if m.run:
-        return f"{env.checkpoint_dir(cfg, serving.run_nodes(cfg, m.run))}/eval"
+        return f"{env.dir_of(cfg, m.run)}/eval"
     return posixpath.join(posixpath.dirname(m.path.rstrip("/")), "eval")
 
 
@@ -221,17 +221,24 @@ def metrics_deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi
 
 def metrics_network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
     """In: Prometheus of the monitoring namespace on the metrics port; out: nothing."""
+    return prometheus_only_policy(cfg, METRICS_NAME, METRICS_COMPONENT, METRICS_PORT, namespace)
+
+
+def prometheus_only_policy(cfg: StackConfig, name: str, component: str, port: int,
+                           namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
+    """The pods of `name`: in, Prometheus of the monitoring namespace on `port`; out, nothing (an
+    exporter reading files on the volume, mounted by the node's kernel)."""
     prometheus = k8s.networking.v1.NetworkPolicyPeerArgs(
         namespace_selector=k8s.meta.v1.LabelSelectorArgs(
             match_labels={"kubernetes.io/metadata.name": cfg.monitoring.namespace}),
         pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(serving.PROMETHEUS_LABELS)))
     return k8s.networking.v1.NetworkPolicyInitArgs(
-        metadata=runs.object_metadata(METRICS_NAME, namespace, runs.labels(METRICS_COMPONENT, METRICS_NAME)),
+        metadata=runs.object_metadata(name, namespace, runs.labels(component, name)),
         spec=k8s.networking.v1.NetworkPolicySpecArgs(
-            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(METRICS_NAME)),
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(name)),
             policy_types=["Ingress", "Egress"],
             ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[prometheus], ports=[
-                k8s.networking.v1.NetworkPolicyPortArgs(port=METRICS_PORT, protocol="TCP")])]),
+                k8s.networking.v1.NetworkPolicyPortArgs(port=port, protocol="TCP")])]),
     )
 
 

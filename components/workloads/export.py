@@ -56,7 +56,9 @@ def enabled(cfg: StackConfig) -> bool:
 
 
 def nodes(cfg: StackConfig) -> int:
-    return 1 if cfg.workloads.serving.model.run == "single-node" else cfg.multi_node_count
+    run = cfg.workloads.serving.model.run or ""
+    found = cfg.run(run)
+    return found.nodes if found is not None else 1 if run == "single-node" else cfg.multi_node_count
 
 
 def name(cfg: StackConfig) -> str:
@@ -66,7 +68,7 @@ def name(cfg: StackConfig) -> str:
 def out_dir(cfg: StackConfig) -> str:
     terms = cfg.workloads.resume_terms
     assert terms is not None
-    return f"{env.checkpoint_dir(cfg, nodes(cfg))}/exports/{terms.step_prefix}{cfg.workloads.serving.model.step}"
+    return f"{env.dir_of(cfg, cfg.workloads.serving.model.run or '')}/exports/{terms.step_prefix}{cfg.workloads.serving.model.step}"
 
 
 def marker(cfg: StackConfig) -> str:
@@ -91,7 +93,7 @@ def args(cfg: StackConfig) -> list[str]:
     w = cfg.workloads
     terms, profile = w.resume_terms, w.profile
     assert terms is not None and profile is not None
-    return [f"--family={profile.family}", f"--steps-dir={trainer.steps_dir(cfg, env.checkpoint_dir(cfg, nodes(cfg)))}",
+    return [f"--family={profile.family}", f"--steps-dir={trainer.steps_dir(cfg, env.dir_of(cfg, w.serving.model.run or ''))}",
             f"--prefix={terms.step_prefix}", f"--marks={','.join(terms.complete_marks)}",
             f"--step={w.serving.model.step}", f"--base-model={w.model_path}", f"--out={out_dir(cfg)}",
             f"--wait-seconds={wait_seconds(cfg)}", "--poll-seconds=60"]

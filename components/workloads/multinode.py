@@ -74,8 +74,8 @@ def service_name(run: str) -> str:
     return f"{run}-svc"
 
 
-def launcher_command(cfg: StackConfig) -> list[str]:
-    return ["python3", LAUNCHER, "--", *trainer.training_command(cfg)]
+def launcher_command(cfg: StackConfig, run=None) -> list[str]:
+    return ["python3", LAUNCHER, "--", *trainer.training_command(cfg, run)]
 
 
 def head_host(run: str, namespace: pulumi.Input[str]) -> pulumi.Output[str]:
@@ -238,15 +238,16 @@ def pod_template(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
         claim_name=a.claim_name,
         secret_name=secret_name,
         pod_labels=runs.labels(COMPONENT, run),
-        command=launcher_command(cfg),
+        command=launcher_command(cfg, a.run),
         num_nodes=cfg.multi_node_count,
         extra_env=ray_env(cfg, run, namespace),
         affinity=placement.run_affinity(run),
         restart_policy="Never" if form == "indexed-job" else "Always",
         # A StatefulSet sets the subdomain from serviceName itself.
         subdomain=service_name(run) if form == "indexed-job" else None,
-        scripts=[a.scripts["ray_launcher.py"], *(a.scripts[f] for f in trainer.scripts(cfg))],
+        scripts=[a.scripts["ray_launcher.py"], *(a.scripts[f] for f in trainer.scripts(cfg, a.run))],
         secret_refs=ray_secret_refs(cfg),
+        run=a.run,
         # Kueue places the pod set preferably under one nearest switch (never required).
         annotations=kueue.podset_topology(cfg) if form == "indexed-job" else None,
         ports=[k8s.core.v1.ContainerPortArgs(name=RAY_METRICS_PORT_NAME, container_port=RAY_METRICS_PORT,
@@ -320,7 +321,7 @@ class MultiNodeTraining(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:MultiNodeTraining", name, None, opts)
         cfg = args.cfg
-        run = RUN
+        run = args.run.resource_name if args.run is not None else RUN
         obj_labels = runs.labels(COMPONENT, run)
         svc = k8s.core.v1.Service(
             f"{name}-svc", headless_service_args(run, namespace, cfg.workloads.multi_node.ray_port, obj_labels),

@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 
 from components.stack import elastic, image_build
 from components.stack.config import StackConfig
+from components.stack.runs import Run
 from components.workloads.env import env_vars
 from components.workloads.placement import gpu_affinity, gpu_tolerations
 from components.workloads.runs import CONTAINER, priority_class
@@ -48,6 +49,7 @@ def training_pod_template(
     priority_class_name: Optional[str] = None,
     service_account: Optional[str] = None,
     ports: Sequence[k8s.core.v1.ContainerPortArgs] = (),
+    run: Optional[Run] = None,
 ) -> k8s.core.v1.PodTemplateSpecArgs:
     """One whole GPU node's pod running `command` in the training image.
 
@@ -57,11 +59,13 @@ def training_pod_template(
     `priority_class_name`: default the training PriorityClass; checks run in their own (queue order).
     `command` None: the image's own (a KubeRay Ray container, whose command KubeRay writes).
     `ports`: the container's named ports (Ray's metrics port, which the Ray PodMonitor scrapes by name).
+    `run`: the training run the pod belongs to (its checkpoint directory and overrides); None = the
+    implicit run of `num_nodes`.
     """
     w = cfg.workloads
     sizing = sizing or pod_sizing(cfg)
     env = env_vars(cfg, num_nodes=num_nodes, secret_name=secret_name, efa=sizing.efa, extra=extra_env,
-                   include_secrets=include_secrets, checkpoints=checkpoints, secret_refs=secret_refs)
+                   include_secrets=include_secrets, checkpoints=checkpoints, secret_refs=secret_refs, run=run)
     container = k8s.core.v1.ContainerArgs(
         name=CONTAINER,
         image=image_build.pod_image(w.image),

@@ -101,15 +101,16 @@ SKIP_REASONS = dataclasses.replace(
 
 
 class RayJobTrainingArgs(runs.WorkloadArgs):
-    pass
+    # The stack's first RayJob run installs the KubeRay operator (StackConfig.kuberay_operator), once.
+    install_operator: bool = True
 
 
 def token_secret_name(run: str = RUN) -> str:
     return f"{run}-ray-token"
 
 
-def entrypoint(cfg: StackConfig) -> str:
-    return shlex.join(trainer.training_command(cfg))
+def entrypoint(cfg: StackConfig, run=None) -> str:
+    return shlex.join(trainer.training_command(cfg, run))
 
 
 def head_start_params(cfg: StackConfig) -> dict[str, str]:
@@ -161,7 +162,8 @@ def ray_pod_template(a: RayJobTrainingArgs, secret_name: Optional[pulumi.Input[s
         annotations=podset_annotations(cfg),
         ports=ports,
         # The entrypoint runs on the head: its resume wrapper is mounted on every Ray pod (one template).
-        scripts=[a.scripts[f] for f in trainer.scripts(cfg)],
+        scripts=[a.scripts[f] for f in trainer.scripts(cfg, a.run)],
+        run=a.run,
     )
 
 
@@ -174,7 +176,7 @@ def rayjob_spec(a: RayJobTrainingArgs, secret_name: Optional[pulumi.Input[str]],
     if token_secret:
         auth["secretName"] = token_secret
     return {
-        "entrypoint": entrypoint(cfg),
+        "entrypoint": entrypoint(cfg, a.run),
         "submissionMode": SUBMISSION_MODE,
         # Delete the Ray cluster when the job ends (Kueue requires it of a queued RayJob).
         "shutdownAfterJobFinishes": True,
@@ -240,10 +242,10 @@ class RayJobTraining(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:RayJobTraining", name, None, opts)
         cfg = args.cfg
-        run = RUN
+        run = args.run.resource_name if args.run is not None else RUN
         obj_labels = runs.labels(COMPONENT, run)
         deps: list[pulumi.Resource] = []
-        if cfg.kuberay_operator:
+        if cfg.kuberay_operator and args.install_operator:
             deps.append(kuberay.operator_release(f"{name}-kuberay-operator", self, opts))
         guards = guard_names(run)
         # The other forms' same-run policy and PDB (multinode.run_guards), under this form's names.

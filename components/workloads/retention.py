@@ -26,7 +26,7 @@ from components.stack import versions, volume_budget
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.k8s import security
-from components.workloads import env, runs, serving, trainer, volumes
+from components.workloads import env, runs, trainer, volumes
 
 NAME = "rltrain-checkpoint-retention"
 COMPONENT = "checkpoint-retention"
@@ -42,15 +42,13 @@ SKIP_REASONS = security.Reasons(
 
 
 def enabled(cfg: StackConfig) -> bool:
-    w = cfg.workloads
-    return (w.single_node.enabled or w.multi_node.enabled) and trainer.resume_mapped(cfg) \
+    return bool(cfg.training_runs) and trainer.resume_mapped(cfg) \
         and volume_budget.retention_on(cfg)
 
 
 def steps_dirs(cfg: StackConfig) -> dict[str, str]:
     """Run -> its steps directory."""
-    return {run: trainer.steps_dir(cfg, env.checkpoint_dir(cfg, serving.run_nodes(cfg, run)))
-            for run in volume_budget.run_names(cfg)}
+    return {r.name: trainer.steps_dir(cfg.for_run(r), env.run_dir(cfg, r)) for r in cfg.training_runs}
 
 
 def args(cfg: StackConfig) -> list[str]:

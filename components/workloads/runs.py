@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from components.k8s.options import child_opts  # noqa: F401  (runs.child_opts, as before)
 from components.scripts import ray_launcher, resume_wrapper
 from components.stack.config import StackConfig
+from components.stack.runs import Run
 from components.stack.labels import JOB_IMMUTABLE
 from components.stack.labels import MANAGED_BY, short_hash  # noqa: F401  (runs.short_hash, as before)
 from components.workloads.script_files import Script
@@ -157,6 +158,9 @@ class WorkloadArgs(BaseModel):
     # A check run the training runs wait for (workloads.trainingAfterChecks): `pulumi up` waits up to
     # this long for it to succeed. None: `pulumi up` waits only for the object to exist.
     await_seconds: Optional[int] = Field(None, ge=60)
+    # The training run a run builder builds (components/stack/runs.py); None = the implicit run of
+    # the builder's form. `cfg` is then the stack as that run sees it (StackConfig.for_run).
+    run: Optional[Run] = None
 
 
 def dns_peer() -> k8s.networking.v1.NetworkPolicyPeerArgs:

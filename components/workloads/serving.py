@@ -119,7 +119,8 @@ def image(cfg: StackConfig) -> str:
 
 
 def run_nodes(cfg: StackConfig, run: str) -> int:
-    return 1 if run == "single-node" else cfg.multi_node_count
+    found = cfg.run(run)
+    return found.nodes if found is not None else 1 if run == "single-node" else cfg.multi_node_count
 
 
 def model_path(cfg: StackConfig) -> str:
@@ -130,7 +131,7 @@ def model_path(cfg: StackConfig) -> str:
     assert m.run is not None and m.step is not None  # config refuses otherwise
     if export.enabled(cfg):  # what the export Job writes (export.py), never the raw trainer layout
         return export.out_dir(cfg)
-    ckpt = env.checkpoint_dir(cfg, run_nodes(cfg, m.run))
+    ckpt = env.dir_of(cfg, m.run)
     # Step directories sit where the trainer writes them: with a trainer profile that is below the
     # run's directory (RLinf: <experiment>/<config experiment>/checkpoints, components/stack/trainers.py).
     steps = trainer.steps_dir(cfg, ckpt) if cfg.workloads.resume_terms is not None else ckpt
@@ -271,8 +272,7 @@ class Rollout:
 def training_nodes(cfg: StackConfig) -> int:
     """Whole GPU nodes the largest training run holds while serving runs (runs queue one after
     another; the checks are short and run before)."""
-    w = cfg.workloads
-    return max([0] + ([1] if w.single_node.enabled else []) + ([cfg.multi_node_count] if w.multi_node.enabled else []))
+    return max([0] + [r.nodes for r in cfg.enabled_runs])
 
 
 def free_gpus(cfg: StackConfig) -> tuple[list[int], list[int]]:
