@@ -48,6 +48,10 @@ def test_one_node_pod_fits_beside_the_efa_huge_pages(instance):
     s = sizing.pod_sizing(cfg, efa=False)
     alloc = catalog.get(instance).allocatable(efa=True)
     assert s.memory_mib + catalog.DAEMONSET_MEMORY_MIB <= alloc.memory_mib_conservative
+    # Kueue's quota is net of them too: a quota above what the node offers admits pods the
+    # scheduler cannot place.
+    from components.k8s import kueue
+    assert kueue.node_offer(cfg)["memory"] == alloc.memory_mib_conservative - catalog.DAEMONSET_MEMORY_MIB
 
 
 def test_launch_template_is_autonamed_and_created_before_the_old_one_goes():

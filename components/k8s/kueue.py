@@ -66,7 +66,7 @@ import pulumi_kubernetes as k8s
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.stack import catalog, versions
+from components.stack import catalog, node_efa, versions
 from components.stack.config import StackConfig
 from components.stack.labels import GPU_TAINT_KEY, KUEUE_MANAGED_LABEL, MANAGED_BY, ROLE_LABEL, short_hash
 from components.k8s.options import child_opts
@@ -191,7 +191,9 @@ def node_offer(cfg: StackConfig) -> dict[str, int]:
     DaemonSets (catalog figures). Keys in the order the ClusterQueue lists them."""
     g = cfg.gpu_nodes
     it = g.instance
-    alloc = it.allocatable(efa=g.efa_enabled)
+    # Net of the EFA huge pages whenever the node carries EFA interfaces, even when the pods use none
+    # (one node): the driver allocates them on every EFA-enabled instance (stack/node_efa.py).
+    alloc = it.allocatable(efa=node_efa.interfaces(g))
     offer = {"cpu": alloc.cpu_milli - catalog.DAEMONSET_CPU_MILLI,
              "memory": alloc.memory_mib_conservative - catalog.DAEMONSET_MEMORY_MIB,
              GPU: it.gpu_count}

@@ -52,7 +52,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.stack import versions
+from components.stack import node_efa, versions
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.k8s import security
@@ -193,7 +193,8 @@ def replica_sizing(cfg: StackConfig) -> PodSizing:
         mem_gib = math.ceil(weights_gib(cfg)) + shm_gib(cfg) + HOST_ALLOWANCE_GIB
         return PodSizing(cpu=CPU_BASE + CPU_PER_GPU * gpus, memory_mib=mem_gib * 1024, shm_gib=shm_gib(cfg),
                          gpus=gpus, efa=0, cpu_limit=True)
-    whole = sizing.sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node, shm=1)
+    whole = sizing.sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node, shm=1,
+                              node_efa=node_efa.interfaces(cfg.gpu_nodes))
     mem_gib = whole.memory_gib * gpus // it.gpu_count
     return PodSizing(cpu=whole.cpu * gpus // it.gpu_count, memory_mib=mem_gib * 1024, shm_gib=shm_gib(cfg),
                      gpus=gpus, efa=0, cpu_limit=True)
