@@ -186,6 +186,11 @@ case "$*" in
     cat "{bin_dir}/runs.json" ;;
   "api repos/o/r/actions/runs/"*"/approvals") id="${{2#repos/o/r/actions/runs/}}"; id="${{id%/approvals}}"
     cat "{bin_dir}/approvals-$id.json" 2>/dev/null || echo '[]' ;;
+  # How a2fe564's ci/deploy-find-plan.sh asked (gh's --jq is jq's language): tests/test_review_trust.py
+  # shows that script picking a fork's run.
+  "api repos/o/r/commits/{SHA}/pulls --jq "*) jq -r "$4" "{bin_dir}/pulls.json" ;;
+  "api repos/o/r/actions/workflows/pr.yml/runs?event=pull_request&head_sha={HEAD}&status=completed&per_page=100 --jq "*)
+    jq -r "$4" "{bin_dir}/runs.json" ;;
   *) echo "unexpected gh $*" >&2; exit 9 ;;
 esac
 """)

@@ -239,7 +239,10 @@ def test_4_the_gate_needs_this_runs_approval_by_someone_else_in_a_strict_environ
         tmp_path, environment, approvals, policies, extra, why):
     answer = [{**a, "environments": [{"name": extra.get("PROTECTED_ENVIRONMENT", "preview")}]}
               for a in APPROVED_BY[approvals]]
-    res, out, unavailable = gate(tmp_path, environment, answer, policies, **extra)
+    # AWS_ROLE_ARN and PULUMI_ACCESS_TOKEN as a2fe564's workflow handed the gate the secrets themselves (the
+    # gate now ignores them): that gate passed every case here, the configuration's weaker settings warned.
+    res, out, unavailable = gate(tmp_path, environment, answer, policies, AWS_ROLE_ARN="arn",
+                                 PULUMI_ACCESS_TOKEN="pul-x", **extra)
     assert res.returncode == 1, res.stdout
     assert out["has-credentials"] == "false" and why in res.stdout and why in unavailable.read_text()
 
@@ -262,7 +265,13 @@ def test_5_a_deploy_refuses_when_main_moved_on_before_up(tmp_path):
     bin_dir = tmp_path / "bin"
     fake_pulumi(bin_dir)
     fake_main(bin_dir, sha="9" * 40)
-    res = deploy(tmp_path, store(tmp_path))
+    # The same plan also where a2fe564's deploy read it (PLAN_DIR, the artifact): that script applied it.
+    root = store(tmp_path)
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+    (artifact / "plan-p5.json").write_text((root / "p5" / f"run-{RUN}" / "plan.json").read_text())
+    (artifact / "plan-p5.meta").write_text((root / "p5" / f"run-{RUN}" / "plan.meta").read_text())
+    res = deploy(tmp_path, root, PLAN_DIR=str(artifact))
     assert res.returncode == 1
     assert "REFUSED: main is now 999999999999, no longer" in res.stdout and "nothing was applied" in res.stdout
     calls = pulumi_calls(tmp_path)
