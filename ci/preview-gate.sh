@@ -17,7 +17,9 @@
 # job's environment (PROTECTED_ENVIRONMENT, default `preview`: required reviewers, no administrator
 # bypass, self-review prevented; with DEPLOY_BRANCH, deployments from that branch only) and this run's
 # approval of it (GITHUB_RUN_ID's review history: approved by someone other than PR_AUTHOR and
-# GITHUB_TRIGGERING_ACTOR). Read with `gh api` (GH_TOKEN, GITHUB_REPOSITORY; the job needs
+# GITHUB_TRIGGERING_ACTOR, GitHub's default variable naming who started this run or its re-run:
+# https://docs.github.com/en/actions/reference/variables-reference#default-environment-variables).
+# Read with `gh api` (GH_TOKEN, GITHUB_REPOSITORY; the job needs
 # `actions: read`). Then has-credentials=false, an error names why, and the step fails. This guards
 # against a repository set up wrongly and against a run nobody else approved; it cannot stop a pull
 # request that edits this script in a repository without reviewers: there, its run already holds the
