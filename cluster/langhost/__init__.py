@@ -9,8 +9,8 @@ cluster/versions.env).
 Test-harness code: nothing a user installs imports it (requirements.txt adds nothing for it: it needs
 only `pulumi` and `grpcio`, which the program's own SDK brings), and nothing deployed imports `cluster/`.
 
-What the CLI expects of a language host, read in pulumi/pulumi at the CLI's pinned release (v3.274.0,
-cluster/versions.env; the paths below are the same at the v3.260 snapshot read first):
+What the CLI expects of a language host, read in the CLI's own source at its pinned release (v3.274.0,
+cluster/versions.env: github.com/pulumi/pulumi/pkg/v3 and sdk/v3 as cluster/build.sh downloads them):
 
 - pkg/resource/plugin/langruntime_plugin.go `NewLanguageRuntime`: the executable `pulumi-language-<runtime>`
   is found by sdk/go/common/workspace/plugins.go `getPluginInfoAndPath` (Pulumi.yaml's `plugins.languages`,
@@ -20,15 +20,19 @@ cluster/versions.env; the paths below are the same at the v3.260 snapshot read f
 - pkg/resource/plugin/plugin.go `newPlugin`: the host writes one line to stdout, the port its gRPC
   server listens on (127.0.0.1); everything it writes after that line, and all of stderr, the CLI
   shows as the program's output. The CLI then calls the `pulumirpc.LanguageRuntime` service the
-  Python SDK ships generated (`pulumi.runtime.proto.language_pb2_grpc`): `GetRequiredPackages`,
-  `Run` (one per preview or update: the monitor's address, the project, stack, config and secret
-  keys, dry run, parallelism, the program's root, directory and entry point), `RunPlugin` for a
-  Python policy pack given as a directory (pkg/resource/plugin/analyzer_plugin.go `NewPolicyAnalyzer`:
-  a pack whose runtime has a language host runs through that host), `GetPluginInfo`, `About`,
-  `GetProgramDependencies`, `InstallDependencies` (`pulumi install`).
+  Python SDK ships generated (`pulumi.runtime.proto.language_pb2_grpc`; the client side is
+  langruntime_plugin.go's `langhost` methods): `GetRequiredPackages`, `Run` (one per preview or update:
+  the monitor's address, the project, stack, config and secret keys, dry run, parallelism, the program's
+  root, directory and entry point), `RunPlugin` for a policy pack given as a directory
+  (pkg/resource/plugin/analyzer_plugin.go `NewPolicyAnalyzer` starts the directory as a plugin, and
+  plugin.go `ExecPlugin` runs a directory through its PulumiPolicy.yaml runtime's host), `GetPluginInfo`,
+  `About`, `GetProgramDependencies`, `InstallDependencies` (`pulumi install`).
 
-How it runs a program: like Pulumi's own host (sdk/python/cmd/pulumi-language-python/main.go `Run`,
-`constructArguments`), each `Run` starts a fresh Python process on `program.py` with the same
+Pulumi's own Python host is a Go module of its own (sdk/python/cmd/pulumi-language-python), which the
+proxy does not serve: it was read in the pulumi/pulumi repository snapshot of 2026-08 (v3.260
+development; main.go `Run`, `constructArguments`, `RunPlugin`), not at v3.274.0.
+
+How it runs a program: like Pulumi's own host, each `Run` starts a fresh Python process on `program.py` with the same
 arguments (`--monitor`, `--engine`, `--project`, `--root_directory`, `--stack`, `--pwd`, `--dry_run`,
 `--parallel`, `--organization`, the entry point) and the config in `PULUMI_CONFIG` /
 `PULUMI_CONFIG_SECRET_KEYS`; `program.py` configures the SDK's runtime the way the Automation API's

@@ -6,10 +6,10 @@ program's own: its virtualenv's python, or the harness's).
     env: PULUMI_CONFIG (JSON object), PULUMI_CONFIG_SECRET_KEYS (JSON list)
 
 The same arguments Pulumi's own host passes its executor (sdk/python/cmd/pulumi-language-python/main.go
-`constructArguments`, v3.274.0). The runtime is set up the way the installed SDK's Automation API sets
-it up for an inline program (pulumi/automation/_server.py `LanguageServer.Run`: the settings, the
-config with its secret keys, an event loop whose default executor has 4 x parallel threads,
-`run_in_stack`), and the entry point runs with `runpy.run_path` as `__main__`, as `python ENTRY` would.
+`constructArguments`, read at v3.260 development: cluster/langhost/__init__.py). The runtime is set up
+the way the installed SDK's Automation API sets it up for an inline program (pulumi/automation/_server.py
+`LanguageServer.Run`: the settings, the config with its secret keys, an event loop whose default
+executor has 4 x parallel threads, `run_in_stack`), and the entry point runs with `runpy.run_path` as `__main__`, as `python ENTRY` would.
 
 Exit 0: the program ran. Exit 32: it failed and the error is already reported to the engine (as a
 `pulumi.log.error`), so the host tells the engine to bail without another message (Pulumi's host
