@@ -12,7 +12,10 @@ where main points); the plan store is a directory (file://).
    is refused (another tree); the deploy of C2 while main already points at C3 (a re-run of an older
    deploy) is refused right before `up`. The cluster keeps C1's image.
 4. main at C2, but the live stack drifted after the review (a ConfigMap deleted by hand): the real CLI
-   refuses 201's plan ("not allowed by the plan") and the ConfigMap stays deleted.
+   refuses 201's plan and the ConfigMap stays deleted. The refreshed `up` finds no live ConfigMap, and
+   the program's goal for it no longer matches what the plan recorded against the old inputs: "resource
+   URN violates plan: properties changed" (pkg/v3 v3.274.0 resource/deploy/step_generator.go, the
+   plan's `checkGoal`).
 
 One cluster start (the module's `cluster`); the impact guard is a stand-in (`true`: it is
 ci/render-review.sh, tested in tests/test_review_flow.py).
@@ -228,5 +231,5 @@ def test_deploy_applies_the_reviewed_plan_and_refuses_every_other(cluster, tmp_p
     refused = s.deploy(c2, 201)
     assert refused.returncode == 1, refused.stdout[-6000:]
     assert f"REFUSED: pulumi up --plan of {STACK} stopped" in refused.stdout
-    assert "not allowed by the plan" in refused.stdout, refused.stdout[-6000:]
+    assert "workloads-scripts-validate-node violates plan: properties changed" in refused.stdout, refused.stdout[-6000:]
     assert cluster.get("v1", "ConfigMap", drifted, NAMESPACE) is None
