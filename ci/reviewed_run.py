@@ -35,12 +35,15 @@ Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
 from typing import Any
+
+# Beside this script (python3 ci/reviewed_run.py puts ci/ first on sys.path): every JSON value of a
+# `gh --paginate` answer, one per page.
+from upsert_comment import json_stream as stream
 
 
 class Refused(Exception):
@@ -52,18 +55,6 @@ def gh(*args: str) -> str:
     if proc.returncode != 0:
         raise Refused(f"gh {' '.join(args[:2])} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc.stdout
-
-
-def stream(text: str) -> list[Any]:
-    """Every JSON value in `text` (gh --paginate prints one array or object per page)."""
-    out, decoder, i = [], json.JSONDecoder(), 0
-    while True:
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i >= len(text):
-            return out
-        value, i = decoder.raw_decode(text, i)
-        out.append(value)
 
 
 def merged_pull(repo: str, sha: str) -> dict[str, Any]:
