@@ -209,14 +209,19 @@ def test_each_script_in_its_own_immutable_configmap(p5):
     assert launcher.configmap.startswith("rltrain-script-ray-launcher-")
     cms = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
     assert cms == {scripts[f].configmap for f in ("ray_launcher.py", "validate_node.py", "nccl_check.py",
-                                                  "resume_wrapper.py", "stage_assets.py", "retention.py")}
+                                                  "resume_wrapper.py", "checkpoint_complete.py", "stage_assets.py",
+                                                  "retention.py")}
     job = find(docs, "Job", "rltrain-multinode")
     pod = job["spec"]["template"]
+    complete = scripts["checkpoint_complete.py"]
     assert pod["metadata"]["annotations"]["rltrain/scripts-sha256"] == scripts_digest(
-        [launcher, scripts["resume_wrapper.py"]])
+        [launcher, scripts["resume_wrapper.py"], complete])
     [vol] = [v for v in pod["spec"]["volumes"] if v["name"] == "scripts"]
     wrapper = scripts["resume_wrapper.py"]
+    # The wrapper imports the completeness test from the module mounted beside it.
     assert vol["projected"] == {"defaultMode": 0o755, "sources": [
+        {"configMap": {"name": complete.configmap, "items": [
+            {"key": "checkpoint_complete.py", "path": "checkpoint_complete.py"}]}},
         {"configMap": {"name": launcher.configmap, "items": [
             {"key": "ray_launcher.py", "path": "ray_launcher.py"},
             *({"key": f"_ray_launcher.{name}", "path": f"_ray_launcher/{name}"} for name in parts)]}},

@@ -111,6 +111,8 @@ def scripts_used(cfg: StackConfig) -> list[str]:
                                    (embodied_eval.enabled(cfg), "eval_metrics.py"),
                                    (w.nccl_test.enabled and w.training_after_checks, "check_gate.py"),
                                    (training and trainer.resume_mapped(cfg), trainer.WRAPPER),
+                                   (training and trainer.resume_mapped(cfg) or retention.enabled(cfg)
+                                    or export.enabled(cfg) or embodied_eval.enabled(cfg), trainer.COMPLETENESS),
                                    (training and w.staging_enabled, staging.SCRIPT),
                                    (retention.enabled(cfg), retention.SCRIPT),
                                    (export.enabled(cfg), export.SCRIPT)) if on})

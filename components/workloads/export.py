@@ -176,7 +176,7 @@ class ExportJob(pulumi.ComponentResource):
         netpol = k8s.networking.v1.NetworkPolicy(f"{name_}-netpol", runs.isolated_network_policy(name(cfg), COMPONENT, namespace),
                                                  runs.child_opts(self, opts))
         # Replaced (a new step) delete first, like every Job here (policy rule run-replacement).
-        self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT]]),
+        self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT], args_.scripts[trainer.COMPLETENESS]]),
                                     runs.child_opts(self, opts, netpol, delete_before_replace=True,
                                                     replace_on_changes=runs.REPLACE_JOB_ON))
         self.register_outputs({"job": name(cfg), "path": out_dir(cfg)})

@@ -1407,7 +1407,7 @@ def test_the_launcher_runs_from_exactly_the_files_its_configmap_mounts(tmp_path)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(data[source["configMap"]["name"]][item["key"]])
     assert sorted(p.relative_to(scripts).as_posix() for p in scripts.rglob("*.py")) == sorted(
-        ["ray_launcher.py", "resume_wrapper.py", "_ray_launcher/__init__.py",
+        ["ray_launcher.py", "resume_wrapper.py", "checkpoint_complete.py", "_ray_launcher/__init__.py",
          *(f"_ray_launcher/{p.name}" for p in (LAUNCHER_PATH.parent / "_ray_launcher").glob("*.py")
            if p.name != "__init__.py")])
     [trainer] = [c for c in pod["containers"] if c["name"] == "trainer"]
