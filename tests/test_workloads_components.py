@@ -104,7 +104,8 @@ def test_p5_training_job(p5):
     vols = {v["name"]: v for v in pod["volumes"]}
     assert vols["fsx"]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Gi"}
-    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60
+    # + room for the infrastructure restarts, each a repair and a cold pull (components/stack/node_repair.py)
+    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60 + 3 * 2400
     assert "ttlSecondsAfterFinished" not in spec  # a finished run stays until the stack disables it
     assert spec["backoffLimit"] == cfg.workloads.retries and spec["completions"] == 1
     assert pod["restartPolicy"] == "Never"
@@ -168,7 +169,8 @@ def test_multinode_indexed_job(p5):
     assert spec["completions"] == spec["parallelism"] == 2
     assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
     assert [r["action"] for r in spec["podFailurePolicy"]["rules"]] == ["Ignore", "Ignore", "FailJob"]
-    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60
+    # + room for the infrastructure restarts, each a repair and a cold pull (components/stack/node_repair.py)
+    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60 + 3 * 2400
     assert job["metadata"]["annotations"]["pulumi.com/waitFor"] == "jsonpath={.metadata.uid}"
     assert "pulumi.com/skipAwait" not in job["metadata"]["annotations"]
     assert pod["subdomain"] == "rltrain-multinode-svc"

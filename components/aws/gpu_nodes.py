@@ -15,7 +15,7 @@ import pulumi
 import pulumi_aws as aws
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.stack import catalog
+from components.stack import catalog, node_repair
 
 from components.aws import iam
 from components.stack.labels import ALLOW_NODE_ROLL_TAG, GPU_TAINT_KEY, ROLL_INPUTS, gpu_node_labels
@@ -170,8 +170,9 @@ def network_interfaces(a: GpuNodeGroupArgs, security_group_ids: list[pulumi.Inpu
 
 
 def node_config_yaml(a: GpuNodeGroupArgs) -> Optional[str]:
-    """nodeadm NodeConfig: containerd and kubelet on the local NVMe disks as RAID0, and SOCI
-    parallel pull. EKS appends the cluster part itself for managed node groups."""
+    """nodeadm NodeConfig: containerd and kubelet on the local NVMe disks as RAID0, SOCI parallel
+    pull, the kubelet's CPU / Topology Manager policies and its graceful node shutdown. EKS appends
+    the cluster part itself for managed node groups."""
     spec = []
     if a.local_storage_raid0 and a.instance.has_nvme:
         spec += ["  instance:", "    localStorage:", "      strategy: RAID0"]
@@ -182,10 +183,12 @@ def node_config_yaml(a: GpuNodeGroupArgs) -> Optional[str]:
     # new launch template version: new nodes, so no stale cpu_manager_state on an old one.
     kubelet = [f"      {k}: {v}" for k, v in (("cpuManagerPolicy", a.cpu_manager_policy),
                                               ("topologyManagerPolicy", a.topology_manager_policy)) if v]
-    if kubelet:
-        spec += ["  kubelet:", "    config:", *kubelet]
-    if not spec:
-        return None
+    # Graceful node shutdown, so that a reboot repair (EKS node repair reboots a node for most H100
+    # XIDs) is a disruption the Job's pod failure policy ignores, not a ContainerStatusUnknown exit
+    # 137 it counts; the periods and their sources: components/stack/node_repair.py.
+    kubelet += [f"      shutdownGracePeriod: {node_repair.shutdown_grace_seconds()}s",
+                f"      shutdownGracePeriodCriticalPods: {node_repair.CRITICAL_PODS_SHUTDOWN_SECONDS}s"]
+    spec += ["  kubelet:", "    config:", *kubelet]
     return "\n".join(["---", "apiVersion: node.eks.aws/v1alpha1", "kind: NodeConfig", "spec:", *spec]) + "\n"
 
 
