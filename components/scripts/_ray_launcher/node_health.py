@@ -23,8 +23,9 @@ Unhealthy, for a node that hosts a pod of this run that has not ended:
 - a `NoExecute` taint (not-ready, unreachable, out-of-service: the taint manager evicts its pods);
 - one of the agent's conditions (AGENT_CONDITIONS) False with a reason EKS repairs: every reason
   but the DCGM ones (`DCGMError`, `DCGMDiagnosticFailure`, `DCGMHealthCode<N>`), whose repair action is
-  None (node-health-nma, "AcceleratedHardware node health issues"): no repair will come for those,
-  and a failure beside them is the trainer's.
+  None (node-health-nma, "AcceleratedHardware node health issues"): no repair is due for those (and
+  at agent v1.7.0 a DCGMError stays False after DCGM recovers, aws/eks-node-monitoring-agent#266), so
+  waiting for one would hold the run for nothing, and a failure beside one is the trainer's.
 
 The API is read with the pod's service-account token (the run's Role and ClusterRole allow listing
 pods in the namespace and reading nodes: components/workloads/node_health_access.py). When it cannot
