@@ -27,7 +27,7 @@ import pulumi_kubernetes as k8s
 
 from components.scripts import export_hf
 from components.stack import image_build
-from components.stack.config import IMAGE_PULL_MARGIN_SECONDS, StackConfig
+from components.stack.config import StackConfig
 from components.stack.labels import EXPORT_COMPONENT
 from components.k8s import security
 from components.workloads import env, placement, runs, trainer, volumes
@@ -77,7 +77,9 @@ def wait_seconds(cfg: StackConfig) -> int:
     ex = cfg.workloads.serving.export
     if ex.wait_minutes is not None:
         return ex.wait_minutes * 60
-    return cfg.workloads.max_run_minutes * 60 + IMAGE_PULL_MARGIN_SECONDS
+    # The run's own deadline: a step can be written as late as the run may last, the restarts its
+    # bounds allow included (runs.deadline_seconds).
+    return runs.deadline_seconds(cfg)
 
 
 def memory_gib(cfg: StackConfig) -> int:
