@@ -287,15 +287,25 @@ def keep_ledger(path: str, limit: Optional[int], step: Optional[str], env: Mappi
     return True
 
 
+def settings() -> Optional[tuple]:
+    """(ledger, limit, the command's env, step) from this process's environment; None after saying
+    what is wrong with it."""
+    try:
+        ledger, limit = ledger_settings(os.environ)
+        env, step = resume_plan(os.environ)
+    except ValueError as exc:
+        say(str(exc))
+        return None
+    return ledger, limit, env, step
+
+
 def record_stall(why: str) -> int:
     """`--record-stall WHY`: count an attempt that ended before the trainer started, against the same
     bound; EXIT_NO_PROGRESS when it is over it. Without a ledger: nothing to do (0)."""
-    try:
-        ledger, limit = ledger_settings(os.environ)
-        _, step = resume_plan(os.environ)
-    except ValueError as exc:
-        say(str(exc))
+    found = settings()
+    if found is None:
         return EXIT_USAGE
+    ledger, limit, _, step = found
     if ledger is None:
         return 0
     return 0 if keep_ledger(ledger, limit, step, os.environ, kind=why) else EXIT_NO_PROGRESS
@@ -313,12 +323,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args:
         say("usage: resume_wrapper.py -- <training command> [args...]")
         return EXIT_USAGE
-    try:
-        ledger, limit = ledger_settings(os.environ)
-        env, step = resume_plan(os.environ)
-    except ValueError as exc:
-        say(str(exc))
+    found = settings()
+    if found is None:
         return EXIT_USAGE
+    ledger, limit, env, step = found
     if ledger is not None and not keep_ledger(ledger, limit, step, os.environ):
         return EXIT_NO_PROGRESS
     sys.stdout.flush()
