@@ -102,7 +102,7 @@ _ray_launcher/auth.py for why and how (Ray 2.60's sources).
 Exit codes (module-level EXIT_* names, importable by the Pulumi program):
 
     0   success (or an idle pod stopped by SIGTERM/SIGINT, or a worker whose
-        `ray start --block` exited 0)
+        `ray start --block` exited 0 without being stopped)
     2   EXIT_USAGE: bad configuration or usage
     3   EXIT_NODES_TIMEOUT: the head did not see NUM_NODES nodes (with healthy
         Kubernetes nodes) in time. With a start ledger the attempt is recorded
@@ -142,8 +142,8 @@ Exit codes (module-level EXIT_* names, importable by the Pulumi program):
     127 EXIT_NOT_FOUND: the training command or the `ray` CLI was not found
         on PATH (the message names the PATH searched: an image whose Ray lives
         in a virtual environment needs its bin directory first on PATH)
-    143/130 SIGTERM/SIGINT arrived before training started, stopped a joined
-        worker (`ray start --block` itself would exit 1), or stopped the
+    143/130 SIGTERM/SIGINT arrived before training started, stopped a
+        worker (`ray start --block` itself would exit 1, or 0), or stopped the
         head's trainer, which exited 0 on it: a stop is never a success (the
         Job's success policy on index 0 would complete a run that did not
         finish)

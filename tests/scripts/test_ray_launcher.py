@@ -385,7 +385,7 @@ case "$FAKE_RAY_MODE" in
   join|join-gcs-lost)
     echo "2026-01-01 00:00:00,000 SUCC scripts.py:1251 -- Ray runtime started."
     # Like Ray's own handler: SIGTERM ends `ray start --block` with exit 1.
-    trap 'echo "fake ray: SIGTERM"; exit 1' TERM
+    trap 'echo "fake ray: SIGTERM"; exit ${FAKE_RAY_TERM_CODE:-1}' TERM
     while [ ! -e "$FAKE_RAY_RELEASE" ]; do sleep 0.05; done
     if [ "$FAKE_RAY_MODE" = join-gcs-lost ]; then
       echo "(raylet) rpc_client.h:204: Failed to connect to GCS within 60 seconds. GCS may have been killed." >&2
@@ -926,7 +926,8 @@ def test_worker_exit_code_tells_a_lost_head_from_a_failure(
     assert ("Ray runtime started." in worker.stdout) == mode.startswith("join")
 
 
-def test_sigterm_stops_a_joined_worker_with_143(launchers, fake_ray, silent_head):
+@pytest.mark.parametrize("ray_code", [1, 0])
+def test_sigterm_stops_a_joined_worker_with_143(launchers, fake_ray, silent_head, ray_code):
     worker = launchers.start(
         fake_ray.env(
             launchers,
@@ -935,6 +936,7 @@ def test_sigterm_stops_a_joined_worker_with_143(launchers, fake_ray, silent_head
             JOB_COMPLETION_INDEX="1",
             RAY_HEAD_HOST=silent_head.host,
             RAY_PORT=str(silent_head.port),
+            FAKE_RAY_TERM_CODE=str(ray_code),
         ),
         ["true"],
         container=True,
@@ -943,11 +945,12 @@ def test_sigterm_stops_a_joined_worker_with_143(launchers, fake_ray, silent_head
 
     os.kill(worker.launcher_pid(), signal.SIGTERM)
 
-    # Forwarded to `ray start --block`, which exits 1 (as Ray does); the pod
-    # reports the signal, and no head loss.
+    # Forwarded to `ray start --block`, which exits 1 (as Ray does) or 0; the pod reports the
+    # signal, never a success (a succeeded index of the Indexed Job is not recreated), and no
+    # head loss.
     assert worker.wait(timeout=10) == 128 + signal.SIGTERM, worker.describe()
     assert "fake ray: SIGTERM" in worker.stdout
-    assert "`ray start --block` exited with code 1 after SIGTERM" in worker.stdout
+    assert f"`ray start --block` exited with code {ray_code} after SIGTERM" in worker.stdout
     assert "lost the Ray head" not in worker.stderr
 
 
