@@ -200,7 +200,8 @@ def test_runbook_names_every_repair_alert():
     spec = mr.rules_spec(mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30, gpu_node_count=2))
     alerts = [r["alert"] for g in spec["groups"] for r in g["rules"]
               if r.get("annotations", {}).get("runbook_url") == mr.REPAIR_RUNBOOK]
-    assert sorted(alerts) == ["RltrainGpuNodeRepairInProgress", "RltrainGpuNodeUnhealthy", "RltrainRunPodsReplaced"]
+    assert sorted(alerts) == ["RltrainGpuNodeRebootRepairInProgress", "RltrainGpuNodeRebooted",
+                              "RltrainGpuNodeRepairInProgress", "RltrainGpuNodeUnhealthy", "RltrainRunPodsReplaced"]
     assert all(f"`{a}`" in text for a in alerts)
     # No repair-in-progress alert where the group's size is not fixed (byo, Capacity Block).
     spec0 = mr.rules_spec(mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30))

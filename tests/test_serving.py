@@ -467,11 +467,14 @@ def test_nodeadm_node_config_carries_the_kubelet_policies():
     from components.aws.gpu_nodes import GpuNodeGroupArgs, node_config_yaml
     base = dict(cluster_name="c", instance_type="p5.48xlarge", count=2, efa=True, root_volume_gib=500,
                 root_volume_throughput=1000, root_volume_iops=16000, local_storage_raid0=False, fast_image_pull=False)
-    assert node_config_yaml(GpuNodeGroupArgs(**base)) is None
+    # Graceful node shutdown on every GPU node (components/stack/node_repair.py), the policies when set.
+    shutdown = {"shutdownGracePeriod": "3630s", "shutdownGracePeriodCriticalPods": "30s"}
+    assert yaml.safe_load(node_config_yaml(GpuNodeGroupArgs(**base)))["spec"] == {"kubelet": {"config": shutdown}}
     doc = yaml.safe_load(node_config_yaml(GpuNodeGroupArgs(**base, cpu_manager_policy="static",
                                                            topology_manager_policy="best-effort")))
     assert doc["kind"] == "NodeConfig"
-    assert doc["spec"]["kubelet"]["config"] == {"cpuManagerPolicy": "static", "topologyManagerPolicy": "best-effort"}
+    assert doc["spec"]["kubelet"]["config"] == {"cpuManagerPolicy": "static", "topologyManagerPolicy": "best-effort",
+                                                **shutdown}
 
 
 def test_per_gpu_memory_counts_the_kv_heads_vllm_copies_past_their_number():

@@ -104,7 +104,8 @@ def test_p5_training_job(p5):
     vols = {v["name"]: v for v in pod["volumes"]}
     assert vols["fsx"]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Gi"}
-    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60
+    # + room for the infrastructure restarts, each a repair and a cold pull (components/stack/node_repair.py)
+    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60 + 3 * 2400
     assert "ttlSecondsAfterFinished" not in spec  # a finished run stays until the stack disables it
     assert spec["backoffLimit"] == cfg.workloads.retries and spec["completions"] == 1
     assert pod["restartPolicy"] == "Never"
@@ -168,7 +169,8 @@ def test_multinode_indexed_job(p5):
     assert spec["completions"] == spec["parallelism"] == 2
     assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
     assert [r["action"] for r in spec["podFailurePolicy"]["rules"]] == ["Ignore", "Ignore", "FailJob"]
-    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60
+    # + room for the infrastructure restarts, each a repair and a cold pull (components/stack/node_repair.py)
+    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60 + 3 * 2400
     assert job["metadata"]["annotations"]["pulumi.com/waitFor"] == "jsonpath={.metadata.uid}"
     assert "pulumi.com/skipAwait" not in job["metadata"]["annotations"]
     assert pod["subdomain"] == "rltrain-multinode-svc"
@@ -209,15 +211,19 @@ def test_each_script_in_its_own_immutable_configmap(p5):
     assert launcher.configmap.startswith("rltrain-script-ray-launcher-")
     cms = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
     assert cms == {scripts[f].configmap for f in ("ray_launcher.py", "validate_node.py", "nccl_check.py",
-                                                  "resume_wrapper.py", "stage_assets.py", "retention.py",
-                                                  "curves_metrics.py")}
+                                                  "resume_wrapper.py", "checkpoint_complete.py", "stage_assets.py",
+                                                  "retention.py", "curves_metrics.py")}
     job = find(docs, "Job", "rltrain-multinode")
     pod = job["spec"]["template"]
+    complete = scripts["checkpoint_complete.py"]
     assert pod["metadata"]["annotations"]["rltrain/scripts-sha256"] == scripts_digest(
-        [launcher, scripts["resume_wrapper.py"]])
+        [launcher, scripts["resume_wrapper.py"], complete])
     [vol] = [v for v in pod["spec"]["volumes"] if v["name"] == "scripts"]
     wrapper = scripts["resume_wrapper.py"]
+    # The wrapper imports the completeness test from the module mounted beside it.
     assert vol["projected"] == {"defaultMode": 0o755, "sources": [
+        {"configMap": {"name": complete.configmap, "items": [
+            {"key": "checkpoint_complete.py", "path": "checkpoint_complete.py"}]}},
         {"configMap": {"name": launcher.configmap, "items": [
             {"key": "ray_launcher.py", "path": "ray_launcher.py"},
             *({"key": f"_ray_launcher.{name}", "path": f"_ray_launcher/{name}"} for name in parts)]}},

@@ -15,7 +15,7 @@ import pulumi
 import pulumi_aws as aws
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.stack import catalog
+from components.stack import catalog, node_repair
 
 from components.aws import iam
 from components.stack.labels import ALLOW_NODE_ROLL_TAG, GPU_TAINT_KEY, ROLL_INPUTS, gpu_node_labels
@@ -174,14 +174,21 @@ def network_interfaces(a: GpuNodeGroupArgs, security_group_ids: list[pulumi.Inpu
 def kubelet_config(a: GpuNodeGroupArgs) -> dict[str, str]:
     """The kubelet settings nodeadm merges over the configuration it generates (NodeConfig API,
     awslabs/amazon-eks-ami nodeadm/api/v1alpha1 KubeletOptions.Config), in the order written. A
-    changed policy is a new launch template version: new nodes, so no stale cpu_manager_state."""
+    changed policy is a new launch template version: new nodes, so no stale cpu_manager_state.
+
+    Graceful node shutdown, so that a reboot repair (EKS node repair reboots a node for most H100
+    XIDs) is a disruption the Job's pod failure policy ignores, not a ContainerStatusUnknown exit
+    137 it counts; the periods and their sources: components/stack/node_repair.py."""
     settings = (("cpuManagerPolicy", a.cpu_manager_policy), ("topologyManagerPolicy", a.topology_manager_policy))
-    return {k: v for k, v in settings if v}
+    out = {k: v for k, v in settings if v}
+    out["shutdownGracePeriod"] = f"{node_repair.shutdown_grace_seconds()}s"
+    out["shutdownGracePeriodCriticalPods"] = f"{node_repair.CRITICAL_PODS_SHUTDOWN_SECONDS}s"
+    return out
 
 
 def node_config_yaml(a: GpuNodeGroupArgs, *, local_storage: bool = True) -> Optional[str]:
     """nodeadm NodeConfig: containerd and kubelet on the local NVMe disks as RAID0, SOCI parallel
-    pull, the kubelet settings. EKS appends the cluster part itself for managed node groups.
+    pull, the kubelet settings (CPU / Topology Manager policies, graceful node shutdown). EKS appends the cluster part itself for managed node groups.
 
     `local_storage` False: leave the RAID0 out, for Karpenter, which writes it into its own
     NodeConfig part from the EC2NodeClass's instanceStorePolicy (karpenter_node_class.py).

@@ -28,6 +28,7 @@ import sys
 from typing import Mapping, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checkpoint_complete  # noqa: E402  (mounted beside this file)
 import resume_wrapper  # noqa: E402  (mounted beside this file)
 
 EXIT_USAGE = resume_wrapper.EXIT_USAGE
@@ -51,10 +52,12 @@ def warm_env(env: Mapping[str, str]) -> tuple[dict[str, str], Optional[str]]:
         say(f"the run has its own complete step {own}: {RESUME_FROM} not used")
         return out, None
     warm = env[RESUME_FROM]
-    absent = [m for m in marks if not os.path.isfile(os.path.join(warm, m))]
-    if absent:
-        raise ValueError(f"{RESUME_FROM}={warm} is not a complete step (missing {', '.join(absent)}): resumeFrom names "
-                         "a step that was never saved, was deleted, or is still being written")
+    # The one test of a complete step (checkpoint_complete.py): every mark present and loadable, so a
+    # torn full_weights.pt of the other run is refused here as the resume wrapper skips its own.
+    why = checkpoint_complete.incomplete_reason(warm, marks)
+    if why:
+        raise ValueError(f"{RESUME_FROM}={warm} is not a complete step ({why}): resumeFrom names "
+                         "a step that was never saved, was deleted, is torn, or is still being written")
     arg = env["RESUME_FORMAT"].replace("{step_dir}", warm)
     name = env["RESUME_ENV"]
     out[name] = f"{out[name]} {arg}" if out.get(name) else arg

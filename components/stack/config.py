@@ -410,8 +410,8 @@ class MultiNode(_Model):
     """number of nodes, 2 or more; none = every GPU node"""
     ray_port: int = Field(6379, ge=1024, le=65535)
     """Ray head port (launcher forms only; refused with `rayjob`)"""
-    node_wait_seconds: int = Field(300, ge=10, le=3600)
-    """how long the head waits for every node (launcher forms only; refused with `rayjob`)"""
+    node_wait_seconds: Optional[int] = Field(None, ge=10, le=3600)
+    """how long the head waits for every node of the run to be up and healthy (launcher forms only; refused with `rayjob`); none = the time a node repair takes, 40 min (EKS's longest repair wait, 30 min, plus the 10-minute cold-pull margin), so that a repair never ends a run"""
     # Delivered from the training Secret. None in the launcher forms: no token.
     ray_auth_token_secret: Optional[str] = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
     """secret config key holding a Ray auth token: every pod gets it as `RAY_AUTH_TOKEN` and Ray refuses clients without it; with `rayjob` none = KubeRay's own token per Ray cluster"""
@@ -617,7 +617,7 @@ class WorkloadsConfig(_Model):
     infrastructure_restarts: int = Field(3, ge=0, le=20)
     """bounds whole-run restarts after infrastructure failures, twice: with queueing on, a run whose pods are not all Ready within `kueue.podsReadyTimeoutMinutes` (after admission, or after a pod was lost with its node) is evicted whole, requeued with backoff and admitted again, and after this many such requeues it is deactivated (reason RequeuingLimitExceeded); and, whatever restarted it (a node lost, any eviction, a retried crash), a run with a resume mapping that would be started more than this many times again from the same checkpoint (or fresh again) without a newer complete one fails instead (its Job Failed, reason PodFailurePolicy, exit 10 of the resume wrapper)"""
     fail_fast_exit_codes: tuple[int, ...] = (2, 126, 127)
-    """exit codes (1-255) that fail the run at once (usage error, not executable, not found); a multi-node run ignores 6 and 9 instead (the Ray launcher's head or peer lost)"""
+    """exit codes (1-255) that fail the run at once (usage error, not executable, not found); a multi-node run ignores 6 and 9 instead (the Ray launcher's head or peer lost, or a node of the run unhealthy), and with a resume mapping also 3 and 4 (its waits for nodes that did not come; bounded by `infrastructureRestarts`)"""
     priority: int = Field(TRAINING_PRIORITY, **_PRIORITY)
     """value of the `<namespace>-training-<value>` PriorityClass (the training runs' place in the queue; a new value is a new class, and the runs are recreated with it)"""
     single_node: SingleNode = SingleNode()

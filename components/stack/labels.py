@@ -66,7 +66,9 @@ PROTECTED_ENV = frozenset({
     "RAY_JOIN_DEADLINE_SECONDS", "RAY_PEER_CHECK_SECONDS", "NODE_RANK_ENV", "RAY_DASHBOARD", "STAGE_ITEMS",
     # components/scripts/resume_wrapper.py (components/workloads/trainer.py WRAPPER_ENV)
     "RESUME_STEPS_DIR", "RESUME_STEP_PREFIX", "RESUME_COMPLETE_MARKS", "RESUME_ENV", "RESUME_FORMAT",
-    "RESUME_LEDGER", "RESUME_MAX_STALLED_RESTARTS",
+    "RESUME_LEDGER", "RESUME_MAX_STALLED_RESTARTS", "RESUME_LEDGER_SCOPE",
+    # components/scripts/ray_launcher.py's node-health check (components/workloads/node_health_access.py)
+    "RUN_POD_SELECTOR",
 })
 
 # A Job's fields the API server never lets an update change beyond the pod template, completions,

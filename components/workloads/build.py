@@ -115,6 +115,8 @@ def scripts_used(cfg: StackConfig) -> list[str]:
                                    (w.nccl_test.enabled and w.training_after_checks, "check_gate.py"),
                                    (training and trainer.resume_mapped(cfg), trainer.WRAPPER),
                                    (any(trainer.warm(cfg, r) for r in cfg.enabled_runs), trainer.WARM),
+                                   (training and trainer.resume_mapped(cfg) or retention.enabled(cfg)
+                                    or export.enabled(cfg) or embodied_eval.enabled(cfg), trainer.COMPLETENESS),
                                    (training and w.staging_enabled, staging.SCRIPT),
                                    (retention.enabled(cfg), retention.SCRIPT),
                                    (curves.enabled(cfg), curves.SCRIPT),

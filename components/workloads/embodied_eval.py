@@ -182,7 +182,7 @@ class EmbodiedEvaluationJob(pulumi.ComponentResource):
         cfg = args_.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name_}-netpol", runs.isolated_network_policy(name(cfg), COMPONENT, namespace),
                                                  runs.child_opts(self, opts))
-        self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT]]),
+        self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT], args_.scripts[trainer.COMPLETENESS]]),
                                     runs.child_opts(self, opts, netpol, delete_before_replace=True,
                                                     replace_on_changes=runs.REPLACE_JOB_ON))
         self.metrics = evaluation.eval_metrics(self, name_, cfg, args_.claim_name, namespace,

@@ -148,6 +148,8 @@ def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.I
         raise ValueError(f"training.secretEnv names {', '.join(clash)}, which is also a plain env var")
     out = [_plain(k, v) for k, v in values.items()]
     out += [_field("POD_NAMESPACE", "metadata.namespace"), _field("NODE_NAME", "spec.nodeName")]
+    if checkpoints and trainer.resume_mapped(cfg):
+        out.append(_field(trainer.LEDGER_SCOPE_ENV, trainer.LEDGER_SCOPE_FIELD))
     out += secrets
     return sorted(out, key=lambda e: e.name)
 

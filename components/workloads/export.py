@@ -27,7 +27,7 @@ import pulumi_kubernetes as k8s
 
 from components.scripts import export_hf
 from components.stack import image_build
-from components.stack.config import IMAGE_PULL_MARGIN_SECONDS, StackConfig
+from components.stack.config import StackConfig
 from components.stack.labels import EXPORT_COMPONENT
 from components.k8s import security
 from components.workloads import env, placement, runs, trainer, volumes
@@ -79,7 +79,9 @@ def wait_seconds(cfg: StackConfig) -> int:
     ex = cfg.workloads.serving.export
     if ex.wait_minutes is not None:
         return ex.wait_minutes * 60
-    return cfg.workloads.max_run_minutes * 60 + IMAGE_PULL_MARGIN_SECONDS
+    # The run's own deadline: a step can be written as late as the run may last, the restarts its
+    # bounds allow included (runs.deadline_seconds).
+    return runs.deadline_seconds(cfg)
 
 
 def memory_gib(cfg: StackConfig) -> int:
@@ -178,7 +180,7 @@ class ExportJob(pulumi.ComponentResource):
         netpol = k8s.networking.v1.NetworkPolicy(f"{name_}-netpol", runs.isolated_network_policy(name(cfg), COMPONENT, namespace),
                                                  runs.child_opts(self, opts))
         # Replaced (a new step) delete first, like every Job here (policy rule run-replacement).
-        self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT]]),
+        self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT], args_.scripts[trainer.COMPLETENESS]]),
                                     runs.child_opts(self, opts, netpol, delete_before_replace=True,
                                                     replace_on_changes=runs.REPLACE_JOB_ON))
         self.register_outputs({"job": name(cfg), "path": out_dir(cfg)})

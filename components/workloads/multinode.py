@@ -44,10 +44,11 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.stack import node_repair
 from components.stack.config import StackConfig
 from components.k8s import kueue
 from components.k8s import security
-from components.workloads import env, placement, pod, runs, trainer, volumes
+from components.workloads import env, node_health_access, placement, pod, runs, trainer, volumes
 RUN = "rltrain-multinode"
 COMPONENT = "multinode"
 LAUNCHER = "/scripts/ray_launcher.py"
@@ -110,9 +111,15 @@ def ray_env(cfg: StackConfig, run: str, namespace: pulumi.Input[str]) -> dict[st
     env: dict[str, pulumi.Input[str]] = {
         "RAY_HEAD_HOST": head_host(run, namespace),
         "RAY_PORT": str(mn.ray_port),
-        "RAY_NODE_WAIT_SECONDS": str(mn.node_wait_seconds),
+        # Both waits outlast a node repair (components/stack/node_repair.py): a head waiting for a
+        # worker whose node is repaired, a worker waiting for a head whose node is, see it come
+        # back instead of giving up (exits 3 and 4, runs.ray_ignored_exit_codes).
+        "RAY_NODE_WAIT_SECONDS": str(mn.node_wait_seconds or node_repair.repair_bound_seconds()),
+        "RAY_JOIN_DEADLINE_SECONDS": str(node_repair.repair_bound_seconds()),
         EXTRA_ARGS_ENV: ray_start_extra_args(cfg),
     }
+    # The head's node check names the run's pods (node_health_access.py).
+    env.update(node_health_access.env(run))
     if mn.form == "statefulset":
         env["RUN_DONE_MARKER"] = done_marker(cfg, run)
     rank_env = trainer.node_rank_env(cfg)
@@ -252,6 +259,7 @@ def pod_template(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
         annotations=kueue.podset_topology(cfg) if form == "indexed-job" else None,
         ports=[k8s.core.v1.ContainerPortArgs(name=RAY_METRICS_PORT_NAME, container_port=RAY_METRICS_PORT,
                                              protocol="TCP")],
+        api_token=True,
     )
 
 
@@ -267,7 +275,9 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
         # The queue label (Kueue on): admitted whole, every pod at once, or not at all.
         metadata=runs.object_metadata(run, namespace, {**runs.labels(COMPONENT, run), **kueue.queue_labels(cfg)},
                                      {**runs.AWAIT_CREATED,
-                                      **security.annotate(template, security.TRAINING, kind="Job")}),
+                                      **security.annotations([*security.skips(template.spec, security.TRAINING,
+                                                                              kind="Job"),
+                                                              node_health_access.TOKEN_SKIP])}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
@@ -298,7 +308,9 @@ def statefulset_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
     return k8s.apps.v1.StatefulSetInitArgs(
         metadata=runs.object_metadata(run, namespace, runs.labels(COMPONENT, run),
                                      {**runs.AWAIT_CREATED,
-                                      **security.annotate(template, STATEFULSET_SKIP_REASONS, kind="StatefulSet")}),
+                                      **security.annotations([*security.skips(template.spec, STATEFULSET_SKIP_REASONS,
+                                                                              kind="StatefulSet"),
+                                                              node_health_access.TOKEN_SKIP])}),
         spec=k8s.apps.v1.StatefulSetSpecArgs(
             service_name=service_name(run),
             replicas=cfg.multi_node_count,
@@ -327,9 +339,10 @@ class MultiNodeTraining(pulumi.ComponentResource):
             f"{name}-svc", headless_service_args(run, namespace, cfg.workloads.multi_node.ray_port, obj_labels),
             runs.child_opts(self, opts))
         netpol, pdb = run_guards(name, run, namespace, obj_labels, cfg, self, opts, pods=cfg.multi_node_count)
+        access = node_health_access.build(name, cfg, run, namespace, self, opts)
         # Fixed name + delete-before-replace: see job.py. The pods must not start before the
-        # Service (DNS), the policy and the PDB exist.
-        deps = (svc, netpol, pdb)
+        # Service (DNS), the policy, the PDB and the head's API access exist.
+        deps = (svc, netpol, pdb, *access)
         if cfg.workloads.multi_node.form == "indexed-job":
             workload = k8s.batch.v1.Job(
                 f"{name}-job", job_args(args, namespace, secret_name, run),

@@ -50,6 +50,7 @@ def training_pod_template(
     service_account: Optional[str] = None,
     ports: Sequence[k8s.core.v1.ContainerPortArgs] = (),
     run: Optional[Run] = None,
+    api_token: bool = False,
 ) -> k8s.core.v1.PodTemplateSpecArgs:
     """One whole GPU node's pod running `command` in the training image.
 
@@ -61,6 +62,8 @@ def training_pod_template(
     `ports`: the container's named ports (Ray's metrics port, which the Ray PodMonitor scrapes by name).
     `run`: the training run the pod belongs to (its checkpoint directory and overrides); None = the
     implicit run of `num_nodes`.
+    `api_token`: mount the service account's API token (the Ray launcher's node check,
+    node_health_access.py); off for every other pod.
     """
     w = cfg.workloads
     sizing = sizing or pod_sizing(cfg)
@@ -84,7 +87,7 @@ def training_pod_template(
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy=restart_policy,
             service_account_name=service_account or cfg.training.service_account,
-            automount_service_account_token=False,
+            automount_service_account_token=api_token,
             priority_class_name=priority_class_name or priority_class(cfg),
             termination_grace_period_seconds=w.termination_grace_period_seconds,
             # GPU nodes by affinity (placement.py: Kueue owns nodeSelector); callers pass

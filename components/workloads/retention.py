@@ -124,6 +124,6 @@ class CheckpointRetention(pulumi.ComponentResource):
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", runs.isolated_network_policy(NAME, COMPONENT, namespace),
                                                  runs.child_opts(self, opts))
         self.cronjob = k8s.batch.v1.CronJob(
-            f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT]]),
+            f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT], args.scripts[trainer.COMPLETENESS]]),
             runs.child_opts(self, opts, netpol))
         self.register_outputs({"cronjob": NAME})

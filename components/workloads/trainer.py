@@ -29,9 +29,19 @@ WRAPPER = "resume_wrapper.py"
 WRAPPER_PATH = f"/scripts/{WRAPPER}"
 WARM = "warm_start.py"
 WARM_PATH = f"/scripts/{WARM}"
+# The one test of a complete checkpoint step (a module the wrapper, the export, the retention and
+# the embodied evaluation import; mounted beside each of them).
+COMPLETENESS = "checkpoint_complete.py"
 # The wrapper's own variables (components/scripts/resume_wrapper.py).
 WRAPPER_ENV = ("RESUME_STEPS_DIR", "RESUME_STEP_PREFIX", "RESUME_COMPLETE_MARKS", "RESUME_ENV", "RESUME_FORMAT",
-               "RESUME_LEDGER", "RESUME_MAX_STALLED_RESTARTS")
+               "RESUME_LEDGER", "RESUME_MAX_STALLED_RESTARTS", "RESUME_LEDGER_SCOPE")
+# The ledger counts the starts of the current Job only (resume_wrapper.py RESUME_LEDGER_SCOPE): its
+# UID from the pod's label, which the API server adds to every Job's pod template with the legacy
+# `controller-uid` (Kubernetes v1.35.4 pkg/registry/batch/job/strategy.go generateSelector; the
+# prefixed key is the one the Job's selector matches). A pod without it (a StatefulSet's, a RayJob's)
+# gets an empty value (the downward API's value of a missing label): every entry counts there.
+LEDGER_SCOPE_ENV = "RESUME_LEDGER_SCOPE"
+LEDGER_SCOPE_FIELD = "metadata.labels['batch.kubernetes.io/controller-uid']"
 # The wrapper's start ledger, inside the run's own checkpoint directory (so it lives exactly as long
 # as the checkpoints it counts progress in) and outside the trainer's step directories.
 LEDGER_UNDER = ".rltrain/starts.jsonl"
@@ -59,7 +69,7 @@ def training_command(cfg: StackConfig, run: Optional[Run] = None) -> list[str]:
 
 
 def scripts(cfg: StackConfig, run: Optional[Run] = None) -> list[str]:
-    return ([WRAPPER] if resume_mapped(cfg) else []) + ([WARM] if warm(cfg, run) else [])
+    return ([WRAPPER, COMPLETENESS] if resume_mapped(cfg) else []) + ([WARM] if warm(cfg, run) else [])
 
 
 def steps_dir(cfg: StackConfig, checkpoint_dir: str) -> str:

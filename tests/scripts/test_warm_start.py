@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from components.scripts import resume_wrapper, warm_start
+from checkpoint_files import write_mark
+
+from components.scripts import checkpoint_complete, resume_wrapper, warm_start
 
 MARKS = ("actor/.metadata", "actor/full_weights.pt")
 TRAINER = "import os, sys; open(sys.argv[1], 'a').write(os.environ.get('OVR', '') + '\\n')"
@@ -19,7 +21,7 @@ TRAINER = "import os, sys; open(sys.argv[1], 'a').write(os.environ.get('OVR', ''
 def _setup(tmp_path: Path):
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    for mod in (resume_wrapper, warm_start):  # as the ConfigMaps mount them: one directory
+    for mod in (checkpoint_complete, resume_wrapper, warm_start):  # as the ConfigMaps mount them: one directory
         shutil.copy(mod.__file__, scripts / Path(mod.__file__).name)
     own = tmp_path / "own" / "checkpoints"
     other = tmp_path / "other" / "checkpoints"
@@ -32,8 +34,7 @@ def _setup(tmp_path: Path):
 def _step(steps: Path, n: int, complete: bool = True) -> str:
     d = steps / f"global_step_{n}"
     for mark in MARKS if complete else MARKS[:1]:
-        (d / mark).parent.mkdir(parents=True, exist_ok=True)
-        (d / mark).write_text("x")
+        write_mark(d / mark)  # in the format the completeness test reads (a torch.save zip, a pickle)
     return str(d)
 
 
@@ -66,7 +67,20 @@ def test_an_incomplete_or_missing_step_is_refused_not_trained_from_scratch(tmp_p
     _step(other, 100, complete=False)
     p = _start(scripts, env, tmp_path / "ran")
     assert p.returncode == warm_start.EXIT_USAGE == 2
-    assert "is not a complete step (missing actor/full_weights.pt)" in p.stderr
+    assert "is not a complete step (actor/full_weights.pt: missing)" in p.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_torn_step_of_the_other_run_is_refused(tmp_path):
+    """The shared completeness test: a full_weights.pt cut short mid-write (torch.save writes in
+    place) is not a step to start from, though every mark exists."""
+    scripts, own, other, env = _setup(tmp_path)
+    warm = Path(_step(other, 100))
+    weights = warm / "actor/full_weights.pt"
+    weights.write_bytes(weights.read_bytes()[:-200])
+    p = _start(scripts, env, tmp_path / "ran")
+    assert p.returncode == warm_start.EXIT_USAGE
+    assert "actor/full_weights.pt" in p.stderr and "torn" in p.stderr
     assert not (tmp_path / "ran").exists()
     shutil.rmtree(other)
     p = _start(scripts, env, tmp_path / "ran")
