@@ -20,7 +20,7 @@ from test_config import load, problems
 from test_kueue_support import load_variant, variant, write_variant
 
 from components.offline import impact, numa, policy, render, schedule
-from components.stack import topology
+from components.stack import fit, topology
 from components.workloads import env, evaluation, serving, trainer
 
 SCRIPT = Path(__file__).resolve().parent.parent / "components" / "scripts" / "evaluate.py"
@@ -243,7 +243,7 @@ def test_placed_like_the_training_pods(served):
     # Two 4-GPU replicas fit one p5: packed (preferred), not one per node.
     assert "podAffinity" in spec["affinity"] and "podAntiAffinity" not in spec["affinity"]
     whole = load_variant("p5", edits(gpusPerReplica=8, replicas=1, model={"path": "/fsx/models/big"}))
-    assert serving.one_replica_per_node(whole)
+    assert fit.one_replica_per_node(whole)
 
 
 def test_network_policy_admits_the_namespace_and_the_monitoring_scrape_only(served):
