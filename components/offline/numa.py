@@ -21,9 +21,10 @@ import base64
 import re
 from typing import Any, Optional
 
-from components.offline.resources import (GPU, INSTANCE_TYPE, LAUNCH_TEMPLATE, POD_TEMPLATES, Reads, Violation, gpu_node_groups,
-                                         of_types, pod_requests, pods, rule)
+from components.offline.resources import (INSTANCE_TYPE, LAUNCH_TEMPLATE, POD_TEMPLATES, Reads, Violation,
+                                          gpu_node_groups, of_types, pod_requests, pods, policy_rule)
 from components.stack import topology
+from components.stack.labels import GPU
 
 _SETTING = re.compile(r"^\s*(cpuManagerPolicy|topologyManagerPolicy):\s*(\S+)\s*$", re.M)
 # Elastic mode (components/aws/karpenter.py): no GPU launch template; Karpenter's EC2NodeClass
@@ -121,7 +122,7 @@ USER_DATA = Reads("the kubelet settings (a launch template's userData, nodeadm N
                   every=False)
 
 
-@rule("numa-policy-admits", "the GPU nodes' Topology Manager policy admits every pod that runs there "
+@policy_rule("numa-policy-admits", "the GPU nodes' Topology Manager policy admits every pod that runs there "
                             "(single-numa-node rejects a pod wider than one NUMA node)",
       reads=(POD_TEMPLATES, INSTANCE_TYPE, USER_DATA))
 def _numa_policy(resources, ctx):

@@ -37,6 +37,7 @@ from components.offline.unset_secrets import load_stack  # noqa: F401  (render.l
 from components.stack import secrets_scan, stackfile, validate
 from components.stack.outputs import usd_text
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
+from components.offline.resources import Violation
 
 _K8S_OBJECT = re.compile(r"^kubernetes:(?!helm\.sh|yaml|kustomize)[^:]+:[A-Za-z][A-Za-z0-9]*$")
 _HEAD_KEYS = ("apiVersion", "kind", "metadata")
@@ -108,7 +109,7 @@ class Rendered:
     def resources(self) -> list[dict[str, Any]]:
         return [r.as_json() for r in self.result.records]
 
-    def violations(self) -> list[policy.Violation]:
+    def violations(self) -> list[Violation]:
         return policy.evaluate(self.resources)
 
 

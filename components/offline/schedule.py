@@ -43,12 +43,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from components.offline import deploy_model
-from components.offline.resources import (EFA, GPU, GPU_NODE_COUNT, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, POD_TEMPLATES,
-                                          WORKLOAD_KINDS, Context, Pod, Violation, context, k8s_objects,
-                                          namespace_annotations, node_requirements, pod_requests, rule,
-                                          spec_of)
+from components.offline.resources import (GPU_NODE_COUNT, GPU_TAINT, INSTANCE_TYPE, POD_TEMPLATES, WORKLOAD_KINDS,
+                                          Context, Pod, Violation, context, k8s_objects, namespace_annotations,
+                                          node_requirements, pod_requests, policy_rule, spec_of)
 from components.stack import catalog, fit
-from components.stack.labels import GPU_NODES_ANNOTATION, QUEUE_LABEL
+from components.stack.labels import EFA, GPU, GPU_NODES_ANNOTATION, HUGEPAGES, QUEUE_LABEL
 from components.stack.versions import KUEUE_CHART_REF as KUEUE_CHART
 
 Resource = dict[str, Any]
@@ -629,7 +628,7 @@ def report(resources: list[Resource]) -> list[str]:
 # --- rules ---------------------------------------------------------------------------------------
 
 
-@rule("schedule-fits", "every GPU workload fits the GPU node group whole (one pod per node for multi-node "
+@policy_rule("schedule-fits", "every GPU workload fits the GPU node group whole (one pod per node for multi-node "
                        "runs, allocatable after the DaemonSets, the queue's coverage and quota)",
       reads=(POD_TEMPLATES, INSTANCE_TYPE, GPU_NODE_COUNT))
 def _schedule_fits(resources, ctx):
@@ -643,7 +642,7 @@ def _schedule_fits(resources, ctx):
                             "catalog) or request only resources the GPU nodes offer", o.workload.pulumi_name)
 
 
-@rule("rollout-fits", "a Deployment on the GPU nodes surges only when its surge pods fit beside the serving pods "
+@policy_rule("rollout-fits", "a Deployment on the GPU nodes surges only when its surge pods fit beside the serving pods "
                       "and the runs that start with them", reads=(POD_TEMPLATES, INSTANCE_TYPE, GPU_NODE_COUNT))
 def _rollout_fits(resources, ctx):
     s = simulate(resources)
@@ -663,7 +662,7 @@ def _reaches(graph: "deploy_model.Graph", start: str, targets: Iterable[str]) ->
     return not targets or graph.reaches(start, targets)
 
 
-@rule("kueue-queue", "queued workloads name a LocalQueue of the stack whose ClusterQueue covers every resource "
+@policy_rule("kueue-queue", "queued workloads name a LocalQueue of the stack whose ClusterQueue covers every resource "
                      "their pods request, leave suspend to Kueue, and come after the queue and Kueue",
       reads=(POD_TEMPLATES, spec_of("LocalQueue"), spec_of("ClusterQueue")))
 def _kueue_queue(resources, ctx):
@@ -700,7 +699,7 @@ def _kueue_queue(resources, ctx):
                                 "refuses it or it is never admitted", f"add depends_on on {what}", w.pulumi_name)
 
 
-@rule("gpu-runs-queued", "with a LocalQueue in the stack (Kueue on), every GPU run names it: an unqueued run "
+@policy_rule("gpu-runs-queued", "with a LocalQueue in the stack (Kueue on), every GPU run names it: an unqueued run "
                          "is not admitted whole and takes GPUs past the queue",
       reads=(POD_TEMPLATES, spec_of("LocalQueue", what="metadata")))
 def _gpu_runs_queued(resources, ctx):
