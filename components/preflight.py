@@ -556,12 +556,6 @@ def iter_checks(cfg: StackConfig, region: str, clients: ClientFactory,
                            lambda b=bucket, k=key: check_bucket(clients("s3", region), b, region, k))
 
 
-def run_checks(cfg: StackConfig, region: str, clients: ClientFactory,
-               public_ip: Optional[Callable[[], Optional[str]]] = None,
-               which: Callable[[str], Optional[str]] = shutil.which) -> list[Result]:
-    return list(iter_checks(cfg, region, clients, public_ip=public_ip, which=which))
-
-
 def my_public_ip() -> Optional[str]:  # pragma: no cover - needs the network
     """This machine's public IPv4 as AWS sees it (checkip.amazonaws.com answers with it, one line)."""
     import urllib.request

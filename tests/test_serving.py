@@ -313,7 +313,13 @@ def test_a_stack_where_training_cannot_run_beside_serving_is_refused():
 # --- NUMA / topology ------------------------------------------------------------------------------
 
 def node_config(r):
-    return numa.kubelet_policies(r.resources)
+    """{setting: value} the GPU node groups' templates agree on (one GPU group: its template's);
+    None when the record has no launch template (a bring-your-own cluster)."""
+    per = numa.template_policies(r.resources)
+    if per is None:
+        return None
+    found = [s for s in per.values() if s] or [{}]
+    return {k: v for k, v in found[0].items() if all(s.get(k) == v for s in found)}
 
 
 def test_policies_are_chosen_from_the_pod_shapes(served):

@@ -429,10 +429,6 @@ class FlowResult:
 
 
 INTERNET = "internet"
-# What EKS documents for the cluster security group it creates: it admits all traffic from its
-# members and allows all egress (EKS user guide, "cluster security group requirements"). The
-# control plane's ENIs carry it, so do managed nodes without a custom launch template.
-EKS_SG_IMPLICIT = ("ingress self all", "egress 0.0.0.0/0 all")
 
 
 SG_RULE_TYPES = ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",

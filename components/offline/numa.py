@@ -86,16 +86,6 @@ def template_policies(resources: list[dict[str, Any]]) -> Optional[dict[str, dic
     return None if templates is None else {lt["name"]: _settings(lt) for lt in templates}
 
 
-def kubelet_policies(resources: list[dict[str, Any]]) -> Optional[dict[str, str]]:
-    """{setting: value} the GPU node groups' templates agree on (one GPU group: its template's);
-    None when the record has no launch template (a bring-your-own cluster)."""
-    per = template_policies(resources)
-    if per is None:
-        return None
-    found = [s for s in per.values() if s] or [{}]
-    return {k: v for k, v in found[0].items() if all(s.get(k) == v for s in found)}
-
-
 def _guaranteed_cpus(spec: dict[str, Any]) -> float:
     """Integer CPUs of a pod whose every container has CPU limit == request (0 otherwise)."""
     total = 0.0
