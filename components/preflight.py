@@ -592,7 +592,7 @@ def checks_help() -> str:
 def main(argv: Optional[list[str]] = None, clients: Optional[ClientFactory] = None,
          public_ip: Optional[Callable[[], Optional[str]]] = None,
          which: Callable[[str], Optional[str]] = shutil.which, out: Optional[TextIO] = None) -> int:
-    from components.offline import render  # reads the stack file as the render does
+    from components.offline import unset_secrets  # reads the stack file as the render does
     from components.stack import stackfile
     from components.stack.validate import ConfigError
 
@@ -602,7 +602,7 @@ def main(argv: Optional[list[str]] = None, clients: Optional[ClientFactory] = No
     args = ap.parse_args(argv)
     out = out or sys.stdout
     try:
-        cfg_values, _, cfg = render.load_stack(args.stack)
+        cfg_values, _, cfg = unset_secrets.load_stack(args.stack)
     except (ConfigError, stackfile.StackFileError) as exc:
         print(f"Pulumi.{args.stack}.yaml: {exc}", file=sys.stderr)
         return 2

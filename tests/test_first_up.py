@@ -10,7 +10,7 @@ import pytest
 from support import rendered
 
 from components.aws import account_checks, platform
-from components.offline import mock_engine, render
+from components.offline import mock_engine, unset_secrets
 from components.offline.mock_engine import run_program
 from components.stack import validate
 
@@ -56,7 +56,7 @@ def _with(values, section, **patch):
 
 def test_the_placeholder_cidr_is_refused_by_a_real_deploy_before_any_aws_resource(monkeypatch):
     monitors = _real_deploy(monkeypatch)
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
     assert "rltrain:cluster.publicAccessCidrs: 203.0.113.0/24 is a documentation range" in str(e.value)
@@ -65,7 +65,7 @@ def test_the_placeholder_cidr_is_refused_by_a_real_deploy_before_any_aws_resourc
 
 def test_the_deploying_role_in_admin_role_arns_is_refused_by_a_real_deploy(monkeypatch):
     monitors = _real_deploy(monkeypatch)
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"], adminRoleArns=[ROLE])
     with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
@@ -75,7 +75,7 @@ def test_the_deploying_role_in_admin_role_arns_is_refused_by_a_real_deploy(monke
 
 def test_an_az_eks_refuses_is_refused_by_a_real_deploy(monkeypatch):
     monitors = _real_deploy(monkeypatch, zones={"us-east-1a": "use1-az4", "us-east-1b": "use1-az3"})
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"])
     with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
@@ -86,7 +86,7 @@ def test_an_az_eks_refuses_is_refused_by_a_real_deploy(monkeypatch):
 
 def test_a_real_deploy_with_real_cidrs_and_another_admin_goes_ahead(monkeypatch):
     _real_deploy(monkeypatch)
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"],
                  adminRoleArns=["arn:aws:iam::123456789012:role/Admins"])
     result = run_program(stack="p5", config=vals, secret_keys=secret)
@@ -142,7 +142,7 @@ def test_policy_rule_holds_the_node_roll_opt_in():
 
 
 def test_opting_in_tags_the_node_group(monkeypatch):
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     result = run_program(stack="p5", config=_with(vals, "gpuNodes", allowNodeRoll=True), secret_keys=secret)
     ng = result.one("aws:eks/nodeGroup:NodeGroup")
     assert ng.inputs["tags"] == {"rltrain/allow-node-roll": "true"}

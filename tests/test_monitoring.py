@@ -11,7 +11,7 @@ import pytest
 from support import obj, objects, rendered
 
 from components.k8s import dashboards, monitoring
-from components.offline import render
+from components.offline import render, unset_secrets
 from components.offline.mock_engine import run_program
 from components.stack import validate, versions
 from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
@@ -35,7 +35,7 @@ def mon(r) -> list[dict]:
 def render_with(stack: str, monitoring_cfg: dict, secrets: dict[str, str], **sections: dict) -> render.Rendered:
     """Render a stack with `rltrain:monitoring` (and any other `sections`) replaced and extra
     secret config keys."""
-    values, secret_keys, _ = render.load_stack(stack)
+    values, secret_keys, _ = unset_secrets.load_stack(stack)
     values = {**values, "rltrain:monitoring": json.dumps(monitoring_cfg)}
     values.update({f"rltrain:{k}": json.dumps(v) for k, v in sections.items()})
     values.update({f"rltrain:{k}": v for k, v in secrets.items()})

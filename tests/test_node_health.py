@@ -11,6 +11,7 @@ from support import rendered
 from test_monitoring import releases, render_with
 
 from components.aws import gpu_nodes
+from components.offline import unset_secrets
 from components.k8s import monitoring, node_health
 from components.stack import catalog, validate, versions
 from components.stack.labels import GPU_TAINT_KEY
@@ -151,7 +152,7 @@ def test_byo_whose_owners_run_the_agent_points_the_exporter_at_it():
 
 
 def test_node_monitoring_agent_key_only_on_byo():
-    values, secret_keys, _ = __import__("components.offline.render", fromlist=["load_stack"]).load_stack("p5")
+    values, secret_keys, _ = unset_secrets.load_stack("p5")
     data = {k[8:]: v for k, v in values.items() if k.startswith("rltrain:")}
     mon = json.loads(data.get("monitoring", "{}"))
     data["monitoring"] = json.dumps({**mon, "nodeMonitoringAgent": True})

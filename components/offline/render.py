@@ -32,8 +32,10 @@ import yaml
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy, runs_summary
 from components.offline import checkpoints, image_summary, impact, unset_secrets, yaml_emit
+# load_stack's home is unset_secrets.py; cluster/stacks.py, ci/record_drift.py and tests/sim still read it
+# from here (render.load_stack), until their owners import it from there.
+from components.offline.unset_secrets import load_stack
 from components.workloads import embodied_eval, export, serving
-from components.offline.unset_secrets import load_stack  # noqa: F401  (render.load_stack, as before)
 from components.stack import secrets_scan, stackfile, validate
 from components.stack.outputs import usd_text
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program

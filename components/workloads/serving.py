@@ -58,6 +58,7 @@ from components.stack.labels import CHECKS_SERVICE_ACCOUNT, GPU
 from components.k8s import security
 from components.workloads import env, export, placement, runs, sizing, trainer, volumes
 from components.workloads.sizing import PodSizing
+from components.k8s.options import child_opts
 
 NAME = "rltrain-serving"
 COMPONENT = "serving"
@@ -511,12 +512,12 @@ class Serving(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:Serving", name, None, opts)
         cfg = args.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(cfg, namespace),
-                                                 runs.child_opts(self, opts))
-        pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(cfg, namespace), runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
+        pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(cfg, namespace), child_opts(self, opts))
         self.service = k8s.core.v1.Service(f"{name}-service", service_args(cfg, namespace),
-                                           runs.child_opts(self, opts))
+                                           child_opts(self, opts))
         self.deployment = k8s.apps.v1.Deployment(f"{name}-deployment",
                                                  deployment_args(cfg, args.claim_name, namespace),
-                                                 runs.child_opts(self, opts, netpol, pdb))
+                                                 child_opts(self, opts, netpol, pdb))
         self.model_path = model_path(cfg)
         self.register_outputs({"deployment": NAME, "service": NAME, "modelPath": self.model_path})

@@ -36,7 +36,7 @@ from components.stack.catalog import SHM_MAX_SHARE
 from components.stack.node_efa import interfaces as efa_interfaces
 from components.stack.config import StackConfig
 
-from components.stack.labels import EFA, GPU, HUGEPAGES  # noqa: F401  (sizing.GPU, ..., as before)
+from components.stack.labels import EFA, GPU, HUGEPAGES
 
 CPU_HEADROOM = 0.02
 # The memory headroom and /dev/shm's share of the memory limit: catalog.MEMORY_HEADROOM,
