@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from components.stack import catalog, fit, image_build, secrets_scan, trainers, versions, volume_budget
+from components.stack import catalog, fit, image_build, secrets_scan, stackfile, trainers, versions, volume_budget
 from components.stack import runs as runs_mod
 from components.stack.config import (GRAFANA_PASSWORD_KEY, NAMESPACE, SECTIONS, SERVING_PROGRAM_FLAGS, StackConfig,
                                      check_pinned_image)
@@ -143,6 +143,9 @@ def from_pulumi() -> StackConfig:
     from pulumi.runtime.config import CONFIG  # the in-process config map (no public accessor lists its keys)
 
     prefix = f"{NAMESPACE}:"
+    if stackfile.OFFLINE_KEY in pulumi.runtime.get_config_env():  # handed over by the CLI: from a stack file
+        raise ConfigError([(stackfile.OFFLINE_KEY, "set by the offline render's engine only "
+                            "(components/stack/stackfile.py): remove it, it would skip the deploy's account checks")])
     merged = {**pulumi.runtime.get_config_env(), **CONFIG.get()}
     values = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
     secret = set(pulumi.runtime.get_config_secret_keys_env()) | {k for k in merged if pulumi.runtime.is_config_secret(k)}
