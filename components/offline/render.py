@@ -31,7 +31,7 @@ import yaml
 
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy, runs_summary
-from components.offline import checkpoints, image_summary, impact, unset_secrets, yaml_emit
+from components.offline import checkpoints, image_summary, impact, unset_secrets
 # load_stack's home is unset_secrets.py; cluster/stacks.py, ci/record_drift.py and tests/sim still read it
 # from here (render.load_stack), until their owners import it from there.
 from components.offline.unset_secrets import load_stack
@@ -46,13 +46,7 @@ _HEAD_KEYS = ("apiVersion", "kind", "metadata")
 
 
 class _Dumper(yaml.SafeDumper):
-    # PyYAML's own scalar analysis and literal writer, with regular expressions instead of a loop per
-    # character (yaml_emit.py): the same bytes written.
-    def analyze_scalar(self, scalar: str):
-        return yaml_emit.analyze(scalar, bool(self.allow_unicode))
-
-    def write_literal(self, text: str) -> None:
-        yaml_emit.write_literal(self, text)
+    """PyYAML's safe dumper, with the render's representer of strings (`_str`)."""
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
