@@ -1,5 +1,5 @@
-"""Sizing (whole node for one training pod; derived from `components.stack.catalog`, D9/D10)
-----------------------------------------------------------------------------------
+"""Sizing: the whole node for one training pod, derived from `components.stack.catalog` (D9/D10).
+
 GPUs and EFA devices: all the node has (`gpu_count`; `efa_devices_per_node`, 0 when EFA is off,
 and then the key is omitted). Extended resources: limits == requests.
 
