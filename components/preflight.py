@@ -556,12 +556,6 @@ def iter_checks(cfg: StackConfig, region: str, clients: ClientFactory,
                            lambda b=bucket, k=key: check_bucket(clients("s3", region), b, region, k))
 
 
-def run_checks(cfg: StackConfig, region: str, clients: ClientFactory,
-               public_ip: Optional[Callable[[], Optional[str]]] = None,
-               which: Callable[[str], Optional[str]] = shutil.which) -> list[Result]:
-    return list(iter_checks(cfg, region, clients, public_ip=public_ip, which=which))
-
-
 def my_public_ip() -> Optional[str]:  # pragma: no cover - needs the network
     """This machine's public IPv4 as AWS sees it (checkip.amazonaws.com answers with it, one line)."""
     import urllib.request
@@ -598,7 +592,7 @@ def checks_help() -> str:
 def main(argv: Optional[list[str]] = None, clients: Optional[ClientFactory] = None,
          public_ip: Optional[Callable[[], Optional[str]]] = None,
          which: Callable[[str], Optional[str]] = shutil.which, out: Optional[TextIO] = None) -> int:
-    from components.offline import render  # reads the stack file as the render does
+    from components.offline import unset_secrets  # reads the stack file as the render does
     from components.stack import stackfile
     from components.stack.validate import ConfigError
 
@@ -608,7 +602,7 @@ def main(argv: Optional[list[str]] = None, clients: Optional[ClientFactory] = No
     args = ap.parse_args(argv)
     out = out or sys.stdout
     try:
-        cfg_values, _, cfg = render.load_stack(args.stack)
+        cfg_values, _, cfg = unset_secrets.load_stack(args.stack)
     except (ConfigError, stackfile.StackFileError) as exc:
         print(f"Pulumi.{args.stack}.yaml: {exc}", file=sys.stderr)
         return 2

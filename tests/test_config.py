@@ -8,7 +8,7 @@ import yaml
 from components.stack import catalog
 from components.stack import config, validate
 from components.stack import stackfile
-from components.offline import render
+from components.offline import unset_secrets
 
 BASE = {
     "cluster": {"publicAccessCidrs": ["203.0.113.0/24"]},
@@ -35,13 +35,13 @@ def problems(**kw):
 @pytest.mark.parametrize("stack", stackfile.stack_names())
 def test_every_stack_file_validates(stack):
     # As the render reads it: the committed files hold no secret, which is no error offline.
-    cfg = render.load_stack(stack)[-1]
+    cfg = unset_secrets.load_stack(stack)[-1]
     assert cfg.gpu_nodes.count >= 1
 
 
 def test_stack_shapes():
     def cfg_of(stack):
-        return render.load_stack(stack)[-1]
+        return unset_secrets.load_stack(stack)[-1]
     assert (cfg_of("p4de").gpu_nodes.instance_type, cfg_of("p4de").gpu_nodes.count) == ("p4de.24xlarge", 2)
     assert (cfg_of("p5").gpu_nodes.instance_type, cfg_of("p5").gpu_nodes.count) == ("p5.48xlarge", 2)
     dev = cfg_of("dev")

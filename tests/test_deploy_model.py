@@ -16,6 +16,7 @@ import pytest
 from support import rendered
 
 from components.offline import deploy_model, policy, render
+from components.offline.resources import Violation
 from components.offline.mock_engine import ROOT, after_deploy, eks_cluster_security_group
 from components.stack import catalog
 from components.workloads import nccl
@@ -33,7 +34,7 @@ def by_name(rows: list[dict], name: str, type_prefix: str = "") -> dict:
     return found[0]
 
 
-def violations(rows: list[dict], rule: str) -> list[policy.Violation]:
+def violations(rows: list[dict], rule: str) -> list[Violation]:
     return [v for v in policy.evaluate(rows, rules=[rule])]
 
 

@@ -3,6 +3,7 @@ creates anything, and what it owns so that `pulumi destroy` leaves nothing behin
 
 from __future__ import annotations
 
+import contextvars
 import json
 from types import SimpleNamespace
 
@@ -10,9 +11,9 @@ import pytest
 from support import rendered
 
 from components.aws import account_checks, platform
-from components.offline import mock_engine, render
+from components.offline import mock_engine, unset_secrets
 from components.offline.mock_engine import run_program
-from components.stack import validate
+from components.stack import stackfile, validate
 
 ROLE = "arn:aws:iam::123456789012:role/platform/Deployer"
 ASSUMED = "arn:aws:sts::123456789012:assumed-role/Deployer/alice@example.com"
@@ -56,7 +57,7 @@ def _with(values, section, **patch):
 
 def test_the_placeholder_cidr_is_refused_by_a_real_deploy_before_any_aws_resource(monkeypatch):
     monitors = _real_deploy(monkeypatch)
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
     assert "rltrain:cluster.publicAccessCidrs: 203.0.113.0/24 is a documentation range" in str(e.value)
@@ -65,7 +66,7 @@ def test_the_placeholder_cidr_is_refused_by_a_real_deploy_before_any_aws_resourc
 
 def test_the_deploying_role_in_admin_role_arns_is_refused_by_a_real_deploy(monkeypatch):
     monitors = _real_deploy(monkeypatch)
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"], adminRoleArns=[ROLE])
     with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
@@ -75,7 +76,7 @@ def test_the_deploying_role_in_admin_role_arns_is_refused_by_a_real_deploy(monke
 
 def test_an_az_eks_refuses_is_refused_by_a_real_deploy(monkeypatch):
     monitors = _real_deploy(monkeypatch, zones={"us-east-1a": "use1-az4", "us-east-1b": "use1-az3"})
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"])
     with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
@@ -86,7 +87,7 @@ def test_an_az_eks_refuses_is_refused_by_a_real_deploy(monkeypatch):
 
 def test_a_real_deploy_with_real_cidrs_and_another_admin_goes_ahead(monkeypatch):
     _real_deploy(monkeypatch)
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"],
                  adminRoleArns=["arn:aws:iam::123456789012:role/Admins"])
     result = run_program(stack="p5", config=vals, secret_keys=secret)
@@ -95,6 +96,23 @@ def test_a_real_deploy_with_real_cidrs_and_another_admin_goes_ahead(monkeypatch)
 
 def test_the_offline_render_keeps_accepting_the_placeholder():
     assert rendered("p5").cfg.cluster.public_access_cidrs == ("203.0.113.0/24",)
+
+
+def test_the_render_tells_the_program_it_is_offline_and_no_stack_file_can(monkeypatch, tmp_path):
+    # The offline engine says so in the run's own config (stackfile.OFFLINE_KEY), and only there.
+    seen = []
+    run_program(stack="p5", config={}, program=lambda: seen.append(platform.offline()))
+    assert seen == [True] and contextvars.Context().run(platform.offline) is False
+    # A stack file cannot say it: the render refuses to read it, a real deploy refuses to run it.
+    doc = tmp_path / "Pulumi.x.yaml"
+    doc.write_text(f"config:\n  {stackfile.OFFLINE_KEY}: true\n")
+    with pytest.raises(stackfile.StackFileError, match="set by the offline render's engine only"):
+        stackfile.read(doc)
+    monkeypatch.setenv("PULUMI_CONFIG", json.dumps({stackfile.OFFLINE_KEY: "true"}))
+    with pytest.raises(validate.ConfigError) as e:
+        contextvars.Context().run(validate.from_pulumi)
+    assert e.value.problems == [(stackfile.OFFLINE_KEY, "set by the offline render's engine only "
+                                 "(components/stack/stackfile.py): remove it, it would skip the deploy's account checks")]
 
 
 def test_the_stack_owns_the_control_plane_log_group():
@@ -142,7 +160,7 @@ def test_policy_rule_holds_the_node_roll_opt_in():
 
 
 def test_opting_in_tags_the_node_group(monkeypatch):
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     result = run_program(stack="p5", config=_with(vals, "gpuNodes", allowNodeRoll=True), secret_keys=secret)
     ng = result.one("aws:eks/nodeGroup:NodeGroup")
     assert ng.inputs["tags"] == {"rltrain/allow-node-roll": "true"}

@@ -16,6 +16,7 @@ from support import rendered
 
 from components.offline import deploy_model as dm
 from components.offline import policy, render
+from components.offline.resources import Violation
 
 LUSTRE = ("988-988", "1018-1023")
 
@@ -28,7 +29,7 @@ def flows(rows) -> dict[str, dm.FlowResult]:
     return {r.flow.name: r for r in dm.evaluate_flows(rows)}
 
 
-def violations(rows) -> list[policy.Violation]:
+def violations(rows) -> list[Violation]:
     return list(policy.evaluate(rows, rules=["network-flows"]))
 
 

@@ -11,7 +11,7 @@ import pytest
 from support import obj, objects, rendered
 
 from components.k8s import dashboards, monitoring
-from components.offline import render
+from components.offline import render, unset_secrets
 from components.offline.mock_engine import run_program
 from components.stack import validate, versions
 from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
@@ -19,6 +19,9 @@ from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 CREATED = ("dev", "p4de", "p5")
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CHART_KEYS = json.loads((Path(monitoring.__file__).parent / "monitoring_chart_keys.json").read_text())
+
+# The command README.md and docs/monitoring.md give for Grafana (the chart's Service of the release).
+PORT_FORWARD = "kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80"
 
 
 def releases(r) -> dict[str, dict]:
@@ -32,7 +35,7 @@ def mon(r) -> list[dict]:
 def render_with(stack: str, monitoring_cfg: dict, secrets: dict[str, str], **sections: dict) -> render.Rendered:
     """Render a stack with `rltrain:monitoring` (and any other `sections`) replaced and extra
     secret config keys."""
-    values, secret_keys, _ = render.load_stack(stack)
+    values, secret_keys, _ = unset_secrets.load_stack(stack)
     values = {**values, "rltrain:monitoring": json.dumps(monitoring_cfg)}
     values.update({f"rltrain:{k}": json.dumps(v) for k, v in sections.items()})
     values.update({f"rltrain:{k}": v for k, v in secrets.items()})
@@ -304,8 +307,7 @@ def test_dashboards_provisioned_through_the_sidecar(stack):
 
 
 def test_port_forward_command_names_the_chart_service():
-    assert monitoring.grafana_port_forward("monitoring") == (
-        "kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80")
+    assert PORT_FORWARD == f"kubectl -n monitoring port-forward svc/{monitoring.GRAFANA_SERVICE} 3000:80"
 
 
 def test_monitoring_page_picture_is_the_current_dashboard_and_says_synthetic():
@@ -317,4 +319,4 @@ def test_monitoring_page_picture_is_the_current_dashboard_and_says_synthetic():
     titles = {p.title for p in dashboards.gpu_board("rltrain").panels}
     assert all(t.replace("&", "&amp;") in committed for t in titles)
     page = (Path(__file__).resolve().parents[1] / "docs" / "monitoring.md").read_text()
-    assert "](gpu-dashboard.svg)" in page and monitoring.grafana_port_forward("monitoring") in page
+    assert "](gpu-dashboard.svg)" in page and PORT_FORWARD in page

@@ -28,6 +28,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy  # 
 
 import preview_records
 from components.offline import policy
+from components.offline.resources import POD_TEMPLATES
 from components.offline.mock_engine import ROOT, UNKNOWN
 from components.stack.stackfile import SECRET
 
@@ -213,7 +214,7 @@ def test_violation_is_mandatory_with_the_resource_urn(analyzer, mutate, rule, fi
     d = response.diagnostics[0]
     assert d.urn == urn_of("p5", rows, "kubernetes:batch/v1:Job", "workloads-single-node-job")
     assert d.enforcementLevel == proto.MANDATORY and d.policyPackName == "rltrain-guardrails"
-    assert d.message.startswith(policy.RULES[rule][1] + "\nJob/rltrain-training")
+    assert d.message.startswith(policy.RULES[rule].description + "\nJob/rltrain-training")
 
 
 def test_efa_message_reads_as_the_render(analyzer):
@@ -411,5 +412,5 @@ def test_a_recorded_job_without_its_spec_is_unread_not_passed(analyzer):
     response = analyze(analyzer, "sim", rows)
     unread = {(d.policyName, d.urn, d.enforcementLevel) for d in response.diagnostics
               if "read nothing of Job workloads-validation-job (it was sent: apiVersion, kind, metadata" in d.message}
-    readers = {name for name, reads in policy.READS.items() if policy.POD_TEMPLATES in reads} | {"job-deadline"}
+    readers = {name for name, rule in policy.RULES.items() if POD_TEMPLATES in rule.reads} | {"job-deadline"}
     assert unread == {(name, urn_of("sim", rows, job["type"], job["name"]), proto.MANDATORY) for name in readers}

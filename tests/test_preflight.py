@@ -21,6 +21,10 @@ ZONE_ID = "use1-az4"
 PINNED = versions.eks_addons("1.35")
 
 
+def run_checks(*args, **kw) -> list:
+    return list(preflight.iter_checks(*args, **kw))
+
+
 # One session for the module: its loader parses each service model once (ec2's is megabytes of JSON;
 # a session per test parsed it again in every test). Each Account still gets clients of its own.
 SESSION = boto3.Session(aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="example", region_name=REGION)
@@ -170,7 +174,7 @@ def p5_cfg(cidrs=OFFICE, admins=(), endpoint_public=True, image=BROUGHT):
 
 def run(acct: Account, cfg=None, ip: str | None = "198.18.0.10", aws_cli: str | None = "/usr/local/bin/aws"
         ) -> list[preflight.Result]:
-    results = preflight.run_checks(cfg or p5_cfg(), REGION, acct, public_ip=lambda: ip, which=lambda _: aws_cli)
+    results = run_checks(cfg or p5_cfg(), REGION, acct, public_ip=lambda: ip, which=lambda _: aws_cli)
     acct.verify()
     return results
 
@@ -263,7 +267,7 @@ P5_CHECKS = ("AWS CLI", "deploying identity", "endpoint access", "availability z
 def test_without_credentials_every_check_is_listed_with_the_permission_it_needs():
     # Issue 44 item 7: the GPU AZ's lookup sat outside any try and the run ended in a traceback.
     log: list[str] = []
-    results = preflight.run_checks(
+    results = run_checks(
         p5_cfg(), REGION, NoCredentials(log), public_ip=lambda: "198.18.0.10", which=lambda _: "/usr/bin/aws")
     assert [r.name for r in results] == list(P5_CHECKS)
     missing = {r.name: r.needs for r in results if r.needs}
@@ -507,7 +511,7 @@ def test_us_east_1_bucket_answers_null():
 
 def test_byo_stack_checks_only_image_and_buckets():
     acct = Account()
-    results = preflight.run_checks(rendered("byo").cfg, REGION, acct)
+    results = run_checks(rendered("byo").cfg, REGION, acct)
     assert all(r.name in ("training image",) or r.name.startswith("S3 bucket") for r in results)
 
 

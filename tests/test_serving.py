@@ -20,7 +20,7 @@ from test_config import load, problems
 from test_kueue_support import load_variant, variant, write_variant
 
 from components.offline import impact, numa, policy, render, schedule
-from components.stack import topology
+from components.stack import fit, topology
 from components.workloads import env, evaluation, serving, trainer
 
 SCRIPT = Path(__file__).resolve().parent.parent / "components" / "scripts" / "evaluate.py"
@@ -243,7 +243,7 @@ def test_placed_like_the_training_pods(served):
     # Two 4-GPU replicas fit one p5: packed (preferred), not one per node.
     assert "podAffinity" in spec["affinity"] and "podAntiAffinity" not in spec["affinity"]
     whole = load_variant("p5", edits(gpusPerReplica=8, replicas=1, model={"path": "/fsx/models/big"}))
-    assert serving.one_replica_per_node(whole)
+    assert fit.one_replica_per_node(whole)
 
 
 def test_network_policy_admits_the_namespace_and_the_monitoring_scrape_only(served):
@@ -313,7 +313,13 @@ def test_a_stack_where_training_cannot_run_beside_serving_is_refused():
 # --- NUMA / topology ------------------------------------------------------------------------------
 
 def node_config(r):
-    return numa.kubelet_policies(r.resources)
+    """{setting: value} the GPU node groups' templates agree on (one GPU group: its template's);
+    None when the record has no launch template (a bring-your-own cluster)."""
+    per = numa.template_policies(r.resources)
+    if per is None:
+        return None
+    found = [s for s in per.values() if s] or [{}]
+    return {k: v for k, v in found[0].items() if all(s.get(k) == v for s in found)}
 
 
 def test_policies_are_chosen_from_the_pod_shapes(served):

@@ -11,7 +11,7 @@ from support import rendered
 from test_validate import problems, section
 from test_workloads_components import _render, container, env, find
 
-from components.offline import render, runs_summary
+from components.offline import render, runs_summary, unset_secrets
 from components.offline.mock_engine import run_program
 from components.stack import trainers, validate
 from components.workloads import env as env_mod
@@ -49,7 +49,7 @@ def test_unknown_config_is_refused_naming_the_known_ones(tmp_path):
 
 
 def test_unknown_config_is_refused_before_any_resource():
-    values, secret_keys, _ = render.load_stack("p5")
+    values, secret_keys, _ = unset_secrets.load_stack("p5")
     values = dict(values)
     w = json.loads(values["rltrain:workloads"])
     w["configName"] = "maniskill_openvla_ppo"

@@ -110,7 +110,7 @@ def test_a_secret_given_in_plain_text_is_still_refused(tmp_path):
     path.write_text(yaml.safe_dump(doc))
     shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     with pytest.raises(validate.ConfigError) as err:
-        render.load_stack("p5", tmp_path)
+        unset_secrets.load_stack("p5", tmp_path)
     assert [w for w, _ in err.value.problems] == ["rltrain:hfToken"]
     assert "is not secret" in err.value.problems[0][1]
 
@@ -120,7 +120,7 @@ def test_other_problems_are_reported_beside_unset_secrets(tmp_path):
     doc["config"]["rltrain:gpuNodes"]["count"] = 0
     (tmp_path / "Pulumi.p5.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(validate.ConfigError) as err:
-        render.load_stack("p5", tmp_path)
+        unset_secrets.load_stack("p5", tmp_path)
     assert [w for w, _ in err.value.problems] == ["rltrain:gpuNodes.count"]
 
 

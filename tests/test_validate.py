@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel
 from support import STACKS, rendered
 
-from components.offline import render
+from components.offline import render, unset_secrets
 from components.offline.mock_engine import ROOT
 from components.stack import catalog, config, labels, secrets_scan, stackfile, validate
 
@@ -39,9 +39,9 @@ def stack_doc(stack: str) -> dict[str, Any]:
 
 
 def load_doc(doc: dict[str, Any], tmp_path: Path) -> config.StackConfig:
-    """Validated as the render validates a stack file (render.load_stack)."""
+    """Validated as the render validates a stack file (unset_secrets.load_stack)."""
     (tmp_path / "Pulumi.x.yaml").write_text(yaml.safe_dump(doc))
-    return render.load_stack("x", tmp_path)[-1]
+    return unset_secrets.load_stack("x", tmp_path)[-1]
 
 
 def problems(mutate: Callable[[dict[str, Any]], Any], tmp_path: Path, stack: str = "p5") -> tuple[dict[str, str], str]:

@@ -9,7 +9,7 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from components.stack import validate
-from components.offline import render
+from components.offline import render, unset_secrets
 from components.offline.resources import node_requirements
 from components.offline.mock_engine import run_program
 from components.scripts import resume_wrapper
@@ -19,7 +19,7 @@ from components.workloads.script_files import SCRIPTS_DIR, read_scripts, scripts
 
 
 def _render(stack: str, mutate=None, kueue=None):
-    values, secret_keys, cfg = render.load_stack(stack)
+    values, secret_keys, cfg = unset_secrets.load_stack(stack)
     if mutate or kueue:
         values = dict(values)
         w = json.loads(values["rltrain:workloads"])

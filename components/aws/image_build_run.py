@@ -199,14 +199,6 @@ def by_value(cls: type) -> Iterator[None]:
             o.__module__ = module
 
 
-def serialized(provider: ImageBuildProvider) -> str:
-    """The provider as Pulumi stores it (base64 of dill), pickled by value."""
-    from pulumi.dynamic.dynamic import serialize_provider
-
-    with by_value(type(provider)):
-        return serialize_provider(provider)
-
-
 # The type token the engine records: pulumi.dynamic.Resource prefixes `pulumi-python:dynamic/<module>`.
 TYPE = "pulumi-python:dynamic/rltrain:ImageBuild"
 

@@ -50,8 +50,6 @@ RELEASE = "kube-prometheus-stack"
 DCGM_RELEASE = "dcgm-exporter"
 # Service names the chart derives from the release name (its fullname, truncated to 26 characters).
 GRAFANA_SERVICE = f"{RELEASE}-grafana"
-PROMETHEUS_SERVICE = f"{RELEASE}-prometheus"
-ALERTMANAGER_SERVICE = f"{RELEASE}-alertmanager"
 # Short on purpose: checkov's secret scan (test_checkov) flags a longer name beside "existingSecret"
 # as a high-entropy string.
 GRAFANA_SECRET = "grafana-admin"
@@ -665,10 +663,6 @@ class Monitoring(pulumi.ComponentResource):
                                   in_ns)
         self.namespace = ns.metadata.name
         self.register_outputs({"namespace": self.namespace})
-
-
-def grafana_port_forward(namespace: str) -> str:
-    return f"kubectl -n {namespace} port-forward svc/{GRAFANA_SERVICE} 3000:80"
 
 
 def build_monitoring(cfg: StackConfig, *, secret: Callable[[str], pulumi.Output[str]],

@@ -161,11 +161,6 @@ EMITTED: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def emitted_names() -> dict[str, str]:
-    """metric name -> the exporter that emits it."""
-    return {name: exporter for exporter, (_, names) in EMITTED.items() for name in names}
-
-
 # --- metric names in a PromQL expression --------------------------------------------------------
 
 _KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",

@@ -382,5 +382,3 @@ def expressions(spec: dict[str, Any]) -> list[tuple[str, str]]:
     return [(r.get("alert") or r["record"], r["expr"]) for g in spec["groups"] for r in g["rules"]]
 
 
-def recorded_names(spec: dict[str, Any]) -> set[str]:
-    return {r["record"] for g in spec["groups"] for r in g["rules"] if "record" in r}

@@ -73,11 +73,6 @@ def agent_configuration_json() -> str:
     return json.dumps(agent_configuration(), sort_keys=True)
 
 
-def agent_runs_dcgm_on(instance_type: str) -> bool:
-    """Whether the agent's dcgm-server is scheduled on this instance type (its default affinity)."""
-    return instance_type in versions.NODE_MONITORING_AGENT_DCGM_TYPES
-
-
 def hostengine_address() -> str:
     """The agent's host engine as the exporter's pod reaches it: the node's address, the hostPort."""
     return f"$({NODE_IP_ENV}):{versions.NODE_MONITORING_AGENT_DCGM_PORT}"
@@ -92,9 +87,3 @@ def exporter_hostengine_values(shared: bool) -> dict[str, Any]:
         "arguments": [*EXPORTER_COUNTERS_ARGS, REMOTE_HOSTENGINE_FLAG, hostengine_address()],
         "extraEnv": [{"name": NODE_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}],
     }
-
-
-def exporter_starts_own_engine(values: dict[str, Any]) -> bool:
-    """Whether a dcgm-exporter release with these values starts its own embedded host engine."""
-    args = values.get("arguments", list(EXPORTER_COUNTERS_ARGS))
-    return REMOTE_HOSTENGINE_FLAG not in args and "--remote-hostengine-info" not in args

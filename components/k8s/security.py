@@ -62,10 +62,6 @@ def pod_security_context(*, run_as: Optional[int] = None) -> k8s.core.v1.PodSecu
         seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"))
 
 
-def image_is_digest(image: str) -> bool:
-    return "@sha256:" in image
-
-
 # ---------------------------------------------------------------------------------------------
 # checkov skips
 

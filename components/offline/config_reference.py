@@ -6,10 +6,10 @@
 
 Every key of every section, with its type, default and description, comes from the models: the
 key as written in the stack file (the field's alias), the type from its annotation, the default
-from the field, the description from the field's docstring (components/stack/model_base.py reads
-them; `description=` only where the text is computed). A key without a description is an error, so a
-new key cannot reach the stack files undocumented. tests/test_config_reference.py keeps the page
-current.
+from the field, the description from the field's docstring (pydantic's `use_attribute_docstrings`,
+components/stack/model_base.py; `description=` only where the text is computed). A key without a
+description is an error, so a new key cannot reach the stack files undocumented.
+tests/test_config_reference.py keeps the page current.
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from components.offline.mock_engine import UNKNOWN
-from components.offline.resources import (GPU, EFA, LAUNCH_TEMPLATE, POD_TEMPLATES, Reads, Violation, inputs_of, k8s_objects, pods, rule, spec_of)
+from components.offline.resources import (LAUNCH_TEMPLATE, POD_TEMPLATES, Reads, Violation, inputs_of, k8s_objects,
+                                          pods, policy_rule, spec_of)
+from components.stack.labels import EFA, GPU
 
 Resource = dict[str, Any]
 _PLACEHOLDER = re.compile(r"^\[known after deploy: (?P<res>.+)\.(?P<out>[^.\]]+)\]$")
@@ -128,7 +130,7 @@ def releases(resources: list[Resource], chart: str) -> set[str]:
             and r["inputs"].get("chart") == chart}
 
 
-@rule("deploy-order", "everything acting on the cluster comes after it; GPU workloads after the GPU "
+@policy_rule("deploy-order", "everything acting on the cluster comes after it; GPU workloads after the GPU "
                       "nodes, the device plugins and their volume", reads=(DEPENDENCIES, POD_TEMPLATES))
 def _order(resources, ctx):
     if not any("dependsOn" in r for r in resources):
@@ -214,7 +216,7 @@ VALIDATED_AT_CREATE: dict[str, tuple[str, Any]] = {
 }
 
 
-@rule("create-time-validation", "a resource AWS validates at create time waits for what it validates", reads=(
+@policy_rule("create-time-validation", "a resource AWS validates at create time waits for what it validates", reads=(
     DEPENDENCIES, inputs_of(*VALIDATED_AT_CREATE, what="the properties of every FSx file system (securityGroupIds)")))
 def _create_time_validation(resources, ctx):
     if not any("dependsOn" in r for r in resources):
@@ -259,7 +261,7 @@ def _addon_conflict_settings(resources: list[Resource]) -> Iterable[tuple[str, s
                     yield f"add-on {addon} (pulumi-eks {key})", r["name"], opts
 
 
-@rule("addon-conflicts", "every EKS add-on resolves conflicts with what EKS bootstrapped, on create and update",
+@policy_rule("addon-conflicts", "every EKS add-on resolves conflicts with what EKS bootstrapped, on create and update",
       reads=(inputs_of("aws:eks/addon:Addon", what="the properties of every EKS add-on (resolveConflictsOn*)"),))
 def _addon_conflicts(resources, ctx):
     for what, name, settings in _addon_conflict_settings(resources):
@@ -346,7 +348,7 @@ ROLE_REFS = Reads("the role a node group, add-on or Pod Identity association use
                   lambda r: r["type"] in USES_ROLE, _names_a_role, every=False)
 
 
-@rule("iam-before-use", "node groups, add-ons and Pod Identity associations come after their role's policies",
+@policy_rule("iam-before-use", "node groups, add-ons and Pod Identity associations come after their role's policies",
       reads=(DEPENDENCIES, ROLE_REFS))
 def _iam_before_use(resources, ctx):
     if not any("dependsOn" in r for r in resources):
@@ -427,10 +429,6 @@ class FlowResult:
 
 
 INTERNET = "internet"
-# What EKS documents for the cluster security group it creates: it admits all traffic from its
-# members and allows all egress (EKS user guide, "cluster security group requirements"). The
-# control plane's ENIs carry it, so do managed nodes without a custom launch template.
-EKS_SG_IMPLICIT = ("ingress self all", "egress 0.0.0.0/0 all")
 
 
 SG_RULE_TYPES = ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
@@ -920,7 +918,7 @@ def _has_security_groups(resources: list[Resource]) -> bool:
     return any(r["type"] in SG_RULE_TYPES for r in resources)
 
 
-@rule("network-flows", "every flow a working cluster needs is allowed by the security groups", reads=(
+@policy_rule("network-flows", "every flow a working cluster needs is allowed by the security groups", reads=(
     inputs_of(*SG_RULE_TYPES, what="the properties of every security group rule (securityGroupId, ipProtocol, ports)"),
     # The derived flows: where the pods that mount FSx or call a Service can land; read where the
     # stack has security groups at all (a bring-your-own cluster's are its owners').
@@ -969,7 +967,7 @@ def _as_list(v: Any) -> list[str]:
     return [v] if isinstance(v, str) else list(v or [])
 
 
-@rule("least-privilege", "no *FullAccess managed policy and no wildcard action on a wildcard resource", reads=(
+@policy_rule("least-privilege", "no *FullAccess managed policy and no wildcard action on a wildcard resource", reads=(
     inputs_of("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/rolePolicy:RolePolicy",
               "aws:iam/policy:Policy", what="the properties of every policy and attachment (policyArn, policy)"),))
 def _privilege(resources, ctx):
@@ -1024,7 +1022,7 @@ def replacement_sequence(r: Resource) -> list[str]:
     return steps
 
 
-@rule("run-replacement", "replacing a run never leaves it killed without a successor",
+@policy_rule("run-replacement", "replacing a run never leaves it killed without a successor",
       reads=(spec_of(*RUN_KINDS, what="metadata"),))
 def _run_replacement(resources, ctx):
     for r in resources:
@@ -1077,7 +1075,7 @@ def enforcement(resources: list[Resource]) -> Optional[bool]:
                       "vpcCniOptions to read NetworkPolicy enforcement from")
 
 
-@rule("network-policy", "every GPU pod is selected by a NetworkPolicy, and policies exist only where enforced",
+@policy_rule("network-policy", "every GPU pod is selected by a NetworkPolicy, and policies exist only where enforced",
       reads=(POD_TEMPLATES, spec_of("NetworkPolicy")))
 def _network_policy(resources, ctx):
     policies = [(o.get("metadata") or {}, o.get("spec") or {}) for _, o in k8s_objects(resources)

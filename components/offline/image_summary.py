@@ -15,7 +15,6 @@ from components.image import image_tag
 from components.stack.config import StackConfig
 
 PROJECT_TYPE = "aws:codebuild/project:Project"
-REPOSITORY_TYPE = "aws:ecr/repository:Repository"
 
 
 def _containers(value: Any) -> Iterator[dict[str, Any]]:

@@ -153,14 +153,18 @@ def _get(inputs: dict[str, Any], path: str) -> Any:
 
 # --- the providers' rules, per type ---------------------------------------------------------------
 
-Rule = Callable[[Resource, Resource, list[str], StackConfig], tuple[str, str, str, bool]]
-RULES: dict[str, Rule] = {}
+# What a change of a resource's inputs does, by the rules of its provider: (before, after, the
+# changed input paths, the stack) -> (kind, why, the opt-in that allows it, allowed).
+Classifier = Callable[[Resource, Resource, list[str], StackConfig], tuple[str, str, str, bool]]
+# type token -> its classifier; a type without one is updated in place (Kubernetes: _kubernetes).
+CLASSIFIERS: dict[str, Classifier] = {}
 
 
-def rule(*types: str):
-    def register(fn: Rule) -> Rule:
+def classifies(*types: str) -> Callable[[Classifier], Classifier]:
+    """The function below classifies a change of a resource of `types` (CLASSIFIERS)."""
+    def register(fn: Classifier) -> Classifier:
         for t in types:
-            RULES[t] = fn
+            CLASSIFIERS[t] = fn
         return fn
     return register
 
@@ -174,7 +178,7 @@ FSX_REPLACE = ("deploymentType", "subnetIds", "securityGroupIds", "storageType",
                "importPath", "exportPath", "importedFileChunkSize", "backupId", "efaEnabled", "fileSystemTypeVersion")
 
 
-@rule("aws:fsx/lustreFileSystem:LustreFileSystem")
+@classifies("aws:fsx/lustreFileSystem:LustreFileSystem")
 def _fsx(before, after, changes, cfg):
     forced = [p for p in changes if _under(p, FSX_REPLACE)]
     a, b = before["inputs"].get("storageCapacity"), after["inputs"].get("storageCapacity")
@@ -222,7 +226,7 @@ def _version_pinned(before: Resource, after: Resource, changes: list[str]) -> bo
         and after["inputs"].get("version") not in (None, CHANGED)
 
 
-@rule("aws:eks/nodeGroup:NodeGroup")
+@classifies("aws:eks/nodeGroup:NodeGroup")
 def _node_group(before, after, changes, cfg):
     forced = [p for p in changes if _under(p, NODE_GROUP_REPLACE)]
     if forced:
@@ -285,7 +289,7 @@ def _version_text(r: Resource) -> str:
     return "the cluster's new version" if v in (None, CHANGED) else str(v)
 
 
-@rule("aws:ec2/launchTemplate:LaunchTemplate")
+@classifies("aws:ec2/launchTemplate:LaunchTemplate")
 def _launch_template(before, after, changes, cfg):
     # Any argument change is a new version (description included); the template itself stays.
     if any(_under(p, ("name", "namePrefix")) for p in changes):
@@ -317,7 +321,7 @@ def version_change(before: Any, after: Any) -> tuple[bool, str]:
                   "versions with it; then the node groups roll, then the other add-ons")
 
 
-@rule("eks:index:Cluster")
+@classifies("eks:index:Cluster")
 def _cluster(before, after, changes, cfg):
     if any(_under(p, ("vpcId",)) for p in changes) or (
             any(_under(p, ("privateSubnetIds", "publicSubnetIds")) for p in changes)
@@ -341,7 +345,7 @@ def _moves_vpc(before: Resource, after: Resource) -> bool:
     return any(s == CHANGED or CHANGED in str(s) for s in subnets)
 
 
-@rule("eks:index:ManagedNodeGroup")
+@classifies("eks:index:ManagedNodeGroup")
 def _system_nodes(before, after, changes, cfg):
     pinned = _version_pinned(before, after, changes)
     rolling = [p for p in changes if not _under(p, ("scalingConfig", "labels", "taints"))
@@ -356,7 +360,7 @@ def _system_nodes(before, after, changes, cfg):
     return IN_PLACE, _paths(changes), "", True
 
 
-@rule("aws:eks/addon:Addon")
+@classifies("aws:eks/addon:Addon")
 def _addon(before, after, changes, cfg):
     if any(_under(p, ("addonName", "clusterName")) for p in changes):
         return REPLACE, f"{_paths(changes)}: a new add-on", "", True
@@ -366,7 +370,7 @@ def _addon(before, after, changes, cfg):
     return IN_PLACE, _paths(changes), "", True
 
 
-@rule("pulumi:providers:aws")
+@classifies("pulumi:providers:aws")
 def _aws_provider(before, after, changes, cfg):
     if "region" in changes:
         return (REPLACE, f"region {before['inputs'].get('region')} -> {after['inputs'].get('region')}: a new "
@@ -408,24 +412,24 @@ def _force_new(before, after, changes, cfg):
 
 
 for _t in FORCE_NEW:
-    RULES[_t] = _force_new
+    CLASSIFIERS[_t] = _force_new
 
 
-@rule("aws:ec2/vpc:Vpc")
+@classifies("aws:ec2/vpc:Vpc")
 def _vpc(before, after, changes, cfg):
     if any(_under(p, ("cidrBlock",)) for p in changes):
         return REPLACE, "cidrBlock changed: a new VPC", "", True
     return IN_PLACE, _paths(changes), "", True
 
 
-@rule("aws:ec2/subnet:Subnet")
+@classifies("aws:ec2/subnet:Subnet")
 def _subnet(before, after, changes, cfg):
     if any(_under(p, ("cidrBlock", "vpcId", "availabilityZone")) for p in changes):
         return REPLACE, f"{_paths(changes)}: a new subnet", "", True
     return IN_PLACE, _paths(changes), "", True
 
 
-@rule("aws:ec2/securityGroup:SecurityGroup")
+@classifies("aws:ec2/securityGroup:SecurityGroup")
 def _sg(before, after, changes, cfg):
     if any(_under(p, ("vpcId", "name", "description")) for p in changes):
         return REPLACE, f"{_paths(changes)}: a new security group", "", True
@@ -725,7 +729,7 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
             changes = kept_by_engine(changed_paths(was["inputs"], seen), now)
             if not changes:
                 continue
-            fn = RULES.get(key[0]) or (_kubernetes if key[0].startswith("kubernetes:") else None)
+            fn = CLASSIFIERS.get(key[0]) or (_kubernetes if key[0].startswith("kubernetes:") else None)
             kind, why, opt_in, allowed = fn(was, {**now, "inputs": seen}, changes, cfg) if fn else (
                 IN_PLACE, _paths(changes), "", True)
             if key[0] == "aws:ec2/launchTemplate:LaunchTemplate" and kind == IN_PLACE:

@@ -29,7 +29,7 @@ from pulumi.runtime import rpc
 from pulumi.runtime.proto import resource_pb2, source_pb2
 
 from components.aws import image_build_run
-from components.stack.stackfile import NOT_SET_PREFIX, ROOT, SECRET
+from components.stack.stackfile import NOT_SET_PREFIX, OFFLINE_KEY, ROOT, SECRET
 
 UNKNOWN = "[unknown before deploy]"
 
@@ -348,7 +348,8 @@ def run_program(
             mocks = RecordingMocks()
             monitor = RecordingMonitor(mocks)
             pulumi.runtime.settings.ROOT.set(None)
-            pulumi.runtime.set_all_config(dict(config), sorted(secret_keys))
+            # The stack's config, and that the program runs offline (OFFLINE_KEY).
+            pulumi.runtime.set_all_config({**config, OFFLINE_KEY: "true"}, sorted(secret_keys))
             pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
             body = program or (lambda: _run_main(project_dir))
 

@@ -31,25 +31,22 @@ import yaml
 
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy, runs_summary
-from components.offline import checkpoints, image_summary, impact, unset_secrets, yaml_emit
+from components.offline import checkpoints, image_summary, impact, unset_secrets
+# load_stack's home is unset_secrets.py; cluster/stacks.py, ci/record_drift.py and tests/sim still read it
+# from here (render.load_stack), until their owners import it from there.
+from components.offline.unset_secrets import load_stack
 from components.workloads import embodied_eval, export, serving
-from components.offline.unset_secrets import load_stack  # noqa: F401  (render.load_stack, as before)
 from components.stack import secrets_scan, stackfile, validate
 from components.stack.outputs import usd_text
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
+from components.offline.resources import Violation
 
 _K8S_OBJECT = re.compile(r"^kubernetes:(?!helm\.sh|yaml|kustomize)[^:]+:[A-Za-z][A-Za-z0-9]*$")
 _HEAD_KEYS = ("apiVersion", "kind", "metadata")
 
 
 class _Dumper(yaml.SafeDumper):
-    # PyYAML's own scalar analysis and literal writer, with regular expressions instead of a loop per
-    # character (yaml_emit.py): the same bytes written.
-    def analyze_scalar(self, scalar: str):
-        return yaml_emit.analyze(scalar, bool(self.allow_unicode))
-
-    def write_literal(self, text: str) -> None:
-        yaml_emit.write_literal(self, text)
+    """PyYAML's safe dumper, with the render's representer of strings (`_str`)."""
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
@@ -108,7 +105,7 @@ class Rendered:
     def resources(self) -> list[dict[str, Any]]:
         return [r.as_json() for r in self.result.records]
 
-    def violations(self) -> list[policy.Violation]:
+    def violations(self) -> list[Violation]:
         return policy.evaluate(self.resources)
 
 

@@ -1,11 +1,12 @@
-"""The resource view every rule reads, and the one registry the rules register with.
+"""The resource view every policy rule reads, and what a policy rule is.
 
 A row of `rendered/<stack>/resources.json` (`type`, `name`, `inputs`, `options`), the pod templates
 found in its workload objects, the node context they are checked against (instance type, labels,
-taints, EFA), Kubernetes quantities, and `rule`/`RULES`. Below the rules: `policy.py` (the pod and
-AWS rules), `deploy_model.py` (order, reachability, privilege) and `schedule.py` (whole runs over
-time) all read this module and register here; `policy.evaluate` runs every registered rule.
-Moved out of policy.py unchanged so that the rule families no longer import each other in a circle.
+taints, EFA), Kubernetes quantities, and `PolicyRule` (`@policy_rule`: a check, its description and
+what it reads). Below the rule modules: `policy.py` (the pod and AWS rules), `deploy_model.py`
+(order, reachability, privilege), `schedule.py` (whole runs over time) and `numa.py` all read this
+module; `policy.RULES` collects the rules of the modules it lists, and `policy.evaluate` runs them.
+Nothing registers on import: a rule module policy.py does not list runs no rule.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from components.stack import catalog
-from components.stack.labels import EFA, GPU, HUGEPAGES  # noqa: F401  (read by the rule modules)
-from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
+from components.stack.labels import EFA, GPU, GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
 
 Resource = dict[str, Any]
 GPU_TAINT = GPU_TAINT_KEY
@@ -401,23 +401,33 @@ def inputs_of(*types: str, what: str) -> Reads:
 
 # --- rules --------------------------------------------------------------------------------------
 
-Rule = Callable[[list[Resource], Context], Iterator[Violation]]
-RULES: dict[str, tuple[Rule, str]] = {}
-READS: dict[str, tuple[Reads, ...]] = {}
+Check = Callable[[list[Resource], Context], Iterator[Violation]]
 
 
-def rule(name: str, description: str, reads: Iterable[Reads] = ()):
-    def register(fn: Rule) -> Rule:
-        RULES[name] = (fn, description)
-        READS[name] = tuple(reads)
-        return fn
-    return register
+@dataclass(frozen=True)
+class PolicyRule:
+    """A policy rule: its name, what it requires (the CrossGuard policy's description), the check
+    and what the check reads (`coverage`). Called like its check."""
+    name: str
+    description: str
+    check: Check
+    reads: tuple[Reads, ...] = ()
+
+    def __call__(self, resources: list[Resource], ctx: Context) -> Iterator[Violation]:
+        return self.check(resources, ctx)
 
 
-def coverage(resources: list[Resource], name: str) -> list[Coverage]:
-    """What rule `name` reads of `resources`, per declared read."""
+def policy_rule(name: str, description: str, reads: Iterable[Reads] = ()) -> Callable[[Check], PolicyRule]:
+    """Make the check below a PolicyRule of its module (policy.RULES lists the modules)."""
+    def make(fn: Check) -> PolicyRule:
+        return PolicyRule(name, description, fn, tuple(reads))
+    return make
+
+
+def coverage(resources: list[Resource], rule: PolicyRule) -> list[Coverage]:
+    """What `rule` reads of `resources`, per declared read."""
     out = []
-    for need in READS.get(name, ()):
+    for need in rule.reads:
         scope = sorted((r for r in resources if need.scope(r)), key=lambda r: (r["name"], r["type"]))
         found: dict[Optional[bool], list[str]] = {True: [], False: [], None: []}
         for r in scope:
@@ -428,10 +438,11 @@ def coverage(resources: list[Resource], name: str) -> list[Coverage]:
     return out
 
 
-def unread(resources: list[Resource], name: str) -> list[Violation]:
-    """A violation of rule `name` for each thing it reads that applies to the stack and is not there."""
+def unread(resources: list[Resource], rule: PolicyRule) -> list[Violation]:
+    """A violation of `rule` for each thing it reads that applies to the stack and is not there."""
+    name = rule.name
     out = []
-    for c in coverage(resources, name):
+    for c in coverage(resources, rule):
         if not c.failed:
             continue
         if c.problem:

@@ -12,6 +12,9 @@ it: `pulumi config set --secret rltrain:KEY VALUE`. Until then:
 Which secrets a stack needs is decided by the validation alone (secretEnv, a bring-your-own
 kubeconfig, the Grafana password, an alert receiver, ...): nothing here lists them.
 
+`load_stack` reads and validates a stack file this way: what the render, preflight, the scan
+report and the tests load a stack with.
+
     python -m components.offline.unset_secrets STACK   # KEY<TAB>COMMAND per secret not set; exit 2: invalid config
 """
 

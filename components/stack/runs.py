@@ -33,7 +33,6 @@ from components.stack.model_base import _Model
 # Indexed Job: `<job>-<index>` is its hostname, a DNS label of at most 63 characters): 40 leaves room.
 NAME_PATTERN = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 RESOURCE_PREFIX = "rltrain-run-"
-IMPLICIT = ("single-node", "multi-node")
 # A Hydra override key: a dotted path, optionally `+` (add) or `++` (add or override) in front
 # (Hydra's override grammar, hydra/grammar/OverrideParser.g4 at hydra-core 1.3/1.4: `key=value`,
 # `+key=value`, `++key=value`; the key a DOT_PATH of IDs and list indices).

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from components.stack import catalog, image_build, secrets_scan, trainers, versions, volume_budget
+from components.stack import catalog, fit, image_build, secrets_scan, stackfile, trainers, versions, volume_budget
 from components.stack import runs as runs_mod
 from components.stack.config import (GRAFANA_PASSWORD_KEY, NAMESPACE, SECTIONS, SERVING_PROGRAM_FLAGS, StackConfig,
                                      check_pinned_image)
@@ -143,6 +143,9 @@ def from_pulumi() -> StackConfig:
     from pulumi.runtime.config import CONFIG  # the in-process config map (no public accessor lists its keys)
 
     prefix = f"{NAMESPACE}:"
+    if stackfile.OFFLINE_KEY in pulumi.runtime.get_config_env():  # handed over by the CLI: from a stack file
+        raise ConfigError([(stackfile.OFFLINE_KEY, "set by the offline render's engine only "
+                            "(components/stack/stackfile.py): remove it, it would skip the deploy's account checks")])
     merged = {**pulumi.runtime.get_config_env(), **CONFIG.get()}
     values = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
     secret = set(pulumi.runtime.get_config_secret_keys_env()) | {k for k in merged if pulumi.runtime.is_config_secret(k)}
@@ -598,9 +601,12 @@ def _serving(cfg: StackConfig) -> list[Problem]:
         p.append((path(*key, "gpusPerReplica"),
                   f"{sv.gpus_per_replica} does not divide the {it.gpu_count} GPUs of a {it.name} node; "
                   f"allowed: {', '.join(map(str, allowed))}"))
+    # The replicas placed first fit on the empty node group (components/stack/fit.py, as serving's
+    # rollout places them); a replica larger than a node is gpusPerReplica's problem, said above.
     g = cfg.gpu_nodes
-    per_node = 1 if 2 * sv.gpus_per_replica > it.gpu_count else it.gpu_count // max(1, sv.gpus_per_replica)
-    if sv.replicas > per_node * g.count:
+    _, placed = fit.serving_replicas(cfg)
+    if sv.gpus_per_replica <= it.gpu_count and len(placed) < sv.replicas:
+        per_node = placed.count(0)  # first fit fills the first node before the next: what one node holds
         p.append((path(*key, "replicas"),
                   f"{sv.replicas} replicas of {sv.gpus_per_replica} GPU(s) need more than the {g.count} GPU node(s) "
                   f"hold ({per_node} per node)"))

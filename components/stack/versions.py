@@ -60,7 +60,6 @@ KARPENTER_CRD = Chart("karpenter-crd", "1.14.0", "oci://public.ecr.aws/karpenter
 KARPENTER_NAMESPACE = "kube-system"
 KARPENTER_SERVICE_ACCOUNT = "karpenter"
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
-FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 POD_IDENTITY_ADDON = "eks-pod-identity-agent"
 VPC_CNI_ADDON = "vpc-cni"
 KUBE_PROXY_ADDON = "kube-proxy"
@@ -92,7 +91,6 @@ EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 # values.schema.json at these versions.
 KUBE_PROMETHEUS_STACK = Chart("kube-prometheus-stack", "88.5.3", "https://prometheus-community.github.io/helm-charts")
 KUBE_STATE_METRICS_APP = "2.20.0"
-NODE_EXPORTER_APP = "1.12.1"
 # dcgm-exporter chart 4.8.2 (NVIDIA/dcgm-exporter deployment/Chart.yaml at tag 4.5.3-4.8.2, image
 # nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless); no values.schema.json.
 DCGM_EXPORTER = Chart("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts")

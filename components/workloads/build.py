@@ -39,6 +39,7 @@ from components.workloads.embodied_eval import EmbodiedEvaluationJob
 from components.workloads.serving import Serving, ServingArgs
 from components.workloads import curves
 from components.workloads.curves import Curves
+from components.k8s.options import child_opts
 
 
 # A PriorityClass's value and preemptionPolicy may not be changed in an update: the value is in the
@@ -137,28 +138,28 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     parent = Workloads(name, opts)
     out: dict[str, Any] = {"workloads": parent}
     priority = k8s.scheduling.v1.PriorityClass(f"{name}-priority", priority_class_args(cfg),
-                                               runs.child_opts(parent, opts))
+                                               child_opts(parent, opts))
     available = read_scripts()
     used = {f: available[f] for f in scripts_used(cfg)}
-    scripts = ScriptConfigMaps(f"{name}-scripts", used, namespace, runs.child_opts(parent, opts))
+    scripts = ScriptConfigMaps(f"{name}-scripts", used, namespace, child_opts(parent, opts))
     out.update(priority_class=priority, scripts=scripts)
     classes: list[pulumi.Resource] = [priority]
     # A named run with a priority of its own gets its class (named after the value, as the stack's).
     for value in sorted({r.priority for r in cfg.enabled_runs} - {w.priority}):
         view = cfg.model_copy(update={"workloads": w.model_copy(update={"priority": value})})
         classes.append(k8s.scheduling.v1.PriorityClass(f"{name}-priority-training-{value}", priority_class_args(view),
-                                                       runs.child_opts(parent, opts)))
+                                                       child_opts(parent, opts)))
     for check, (value, _) in checks(cfg).items():
         classes.append(k8s.scheduling.v1.PriorityClass(
             f"{name}-priority-{check}", check_priority_class_args(cfg, check, value),
-            runs.child_opts(parent, opts)))
+            child_opts(parent, opts)))
     if embodied_eval.enabled(cfg):
         classes.append(k8s.scheduling.v1.PriorityClass(
             f"{name}-priority-{runs.EMBODIED_EVALUATION}",
             check_priority_class_args(cfg, runs.EMBODIED_EVALUATION, runs.check_priority(cfg, runs.EMBODIED_EVALUATION)),
-            runs.child_opts(parent, opts)))
+            child_opts(parent, opts)))
     # Pods reference both by name: create them first.
-    wl_opts = runs.child_opts(parent, opts, *classes, scripts)
+    wl_opts = child_opts(parent, opts, *classes, scripts)
     base = dict(cfg=cfg, claim_name=claim_name, scripts=used)
     gate = gate_seconds(cfg)
     passed: list[pulumi.Resource] = []  # the check runs training waits for (trainingAfterChecks)
@@ -172,7 +173,7 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
         # Gated, the checks run one after the other: the NCCL test is created once validation has
         # passed. Created together, Kueue admits whichever Workload it sees first, not the higher
         # priority (seen on the simulated cluster: offline/schedule.py created_together).
-        nccl_opts = runs.child_opts(parent, opts, *classes, scripts, *passed) if gate else wl_opts
+        nccl_opts = child_opts(parent, opts, *classes, scripts, *passed) if gate else wl_opts
         out["nccl_test"] = NcclTest(f"{name}-nccl-test",
                                     NcclTestArgs(**base, await_seconds=gate.get(nccl.COMPONENT)), namespace,
                                     opts=nccl_opts)
@@ -183,7 +184,7 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
         out["staging"] = StagingJob(f"{name}-staging", StagingJobArgs(**base), namespace, secret_name,
                                     opts=wl_opts)
         passed.append(out["staging"].job)
-    train_opts = runs.child_opts(parent, opts, *classes, scripts, *passed)
+    train_opts = child_opts(parent, opts, *classes, scripts, *passed)
     # The runs list -> each run's view of the stack and identity -> its builder (issue 43): the
     # implicit runs keep their resource names (workloads-single-node, workloads-multi-node).
     operator = True  # the KubeRay operator is installed once, with the first RayJob run
@@ -217,7 +218,7 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
         out["serving"] = Serving(f"{name}-serving", ServingArgs(**base), namespace, opts=wl_opts)
         if w.serving.evaluation.enabled:
             out["evaluation"] = EvaluationCronJob(f"{name}-evaluation", ServingArgs(**base), namespace,
-                                                  opts=runs.child_opts(parent, opts, *classes, scripts,
+                                                  opts=child_opts(parent, opts, *classes, scripts,
                                                                        out["serving"]))
     if embodied_eval.enabled(cfg):
         # Queued by Kueue like the runs (it holds GPUs only once admitted), below them (its class).

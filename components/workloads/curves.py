@@ -35,6 +35,7 @@ from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.stack.runs import Run
 from components.workloads import env, evaluation, runs, volumes
+from components.k8s.options import child_opts
 
 NAME = "rltrain-curves"
 COMPONENT = "curves"
@@ -175,8 +176,8 @@ class Curves(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:Curves", name, None, opts)
         cfg = args.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(cfg, namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment", deployment_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT]]),
-            runs.child_opts(self, opts, netpol))
+            child_opts(self, opts, netpol))
         self.register_outputs({"deployment": NAME})

@@ -15,9 +15,8 @@ from components.stack import runs as runs_mod
 from components.stack.config import StackConfig
 from components.stack.runs import Run
 # Env the program sets, which `workloads.env` may not override (the config checks refuse them).
-from components.stack.labels import PROTECTED_ENV
+from components.stack.labels import PROTECTED_ENV, short_hash
 from components.workloads import trainer
-from components.workloads.runs import short_hash
 
 # The resume contract: every run writes checkpoints under its own directory on FSx, keyed by what
 # makes old checkpoints unusable (model, trainer config, node count; for a named run also its name

@@ -27,6 +27,7 @@ from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.k8s import security
 from components.workloads import env, runs, serving, volumes
+from components.k8s.options import child_opts
 
 NAME = "rltrain-evaluation"
 COMPONENT = "evaluation"
@@ -247,10 +248,10 @@ def eval_metrics(parent: pulumi.ComponentResource, name: str, cfg: StackConfig, 
                  eval_dir: Optional[str] = None) -> k8s.apps.v1.Deployment:
     """The eval-metrics Deployment and its NetworkPolicy, children of `parent`."""
     netpol = k8s.networking.v1.NetworkPolicy(f"{name}-metrics-netpol", metrics_network_policy_args(cfg, namespace),
-                                             runs.child_opts(parent, opts))
+                                             child_opts(parent, opts))
     return k8s.apps.v1.Deployment(f"{name}-metrics",
                                   metrics_deployment_args(cfg, claim_name, namespace, scripts, eval_dir),
-                                  runs.child_opts(parent, opts, netpol))
+                                  child_opts(parent, opts, netpol))
 
 
 class EvaluationCronJob(pulumi.ComponentResource):
@@ -261,9 +262,9 @@ class EvaluationCronJob(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:EvaluationCronJob", name, None, opts)
         cfg = args.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(cfg, namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         self.cronjob = k8s.batch.v1.CronJob(
             f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT]]),
-            runs.child_opts(self, opts, netpol))
+            child_opts(self, opts, netpol))
         self.metrics = eval_metrics(self, name, cfg, args.claim_name, namespace, [args.scripts[METRICS_SCRIPT]], opts)
         self.register_outputs({"cronjob": NAME, "metrics": METRICS_NAME})

@@ -31,6 +31,7 @@ from components.stack.config import StackConfig
 from components.stack.labels import EXPORT_COMPONENT
 from components.k8s import security
 from components.workloads import env, placement, runs, trainer, volumes
+from components.k8s.options import child_opts
 
 COMPONENT = EXPORT_COMPONENT
 SCRIPT = "export_hf.py"
@@ -178,9 +179,9 @@ class ExportJob(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:ExportJob", name_, None, opts)
         cfg = args_.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name_}-netpol", runs.isolated_network_policy(name(cfg), COMPONENT, namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         # Replaced (a new step) delete first, like every Job here (policy rule run-replacement).
         self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT], args_.scripts[trainer.COMPLETENESS]]),
-                                    runs.child_opts(self, opts, netpol, delete_before_replace=True,
+                                    child_opts(self, opts, netpol, delete_before_replace=True,
                                                     replace_on_changes=runs.REPLACE_JOB_ON))
         self.register_outputs({"job": name(cfg), "path": out_dir(cfg)})

@@ -34,6 +34,7 @@ from components.stack.labels import CHECK_GATE_COMPONENT, JOB_IMMUTABLE
 from components.k8s import security
 from components.workloads import runs, volumes
 from components.workloads.script_files import Script
+from components.k8s.options import child_opts
 
 SCRIPT = "check_gate.py"
 COMPONENT = CHECK_GATE_COMPONENT
@@ -162,13 +163,13 @@ class CheckGate(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None, *, after: tuple[pulumi.Resource, ...] = ()):
         super().__init__("rltrain:workloads:CheckGate", name, None, opts)
         sa = k8s.core.v1.ServiceAccount(f"{name}-sa", service_account_args(args, namespace),
-                                        runs.child_opts(self, opts))
-        role = k8s.rbac.v1.Role(f"{name}-role", role_args(args, namespace), runs.child_opts(self, opts))
+                                        child_opts(self, opts))
+        role = k8s.rbac.v1.Role(f"{name}-role", role_args(args, namespace), child_opts(self, opts))
         binding = k8s.rbac.v1.RoleBinding(f"{name}-binding", role_binding_args(args, namespace),
-                                          runs.child_opts(self, opts, sa, role))
+                                          child_opts(self, opts, sa, role))
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(args, namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
-                                    runs.child_opts(self, opts, binding, netpol, *after, delete_before_replace=True,
+                                    child_opts(self, opts, binding, netpol, *after, delete_before_replace=True,
                                                     replace_on_changes=JOB_IMMUTABLE))
         self.register_outputs({"job": args.name})

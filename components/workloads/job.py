@@ -28,6 +28,7 @@ from components.k8s import kueue
 from components.k8s import security
 from components.workloads import pod, runs, sizing, trainer
 from components.workloads.multinode import run_guards
+from components.k8s.options import child_opts
 
 NAME = "rltrain-training"
 COMPONENT = "training"
@@ -103,7 +104,7 @@ class TrainingJob(pulumi.ComponentResource):
         netpol, pdb = run_guards(name, run, namespace, obj_labels, cfg, self, opts)
         self.job = k8s.batch.v1.Job(
             f"{name}-job", job_args(args, namespace, secret_name),
-            runs.child_opts(self, opts, netpol, pdb, delete_before_replace=True,
+            child_opts(self, opts, netpol, pdb, delete_before_replace=True,
                             replace_on_changes=runs.REPLACE_JOB_ON))
         self.job_name = run
         self.register_outputs({"job": run})

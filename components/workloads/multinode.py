@@ -49,6 +49,8 @@ from components.stack.config import StackConfig
 from components.k8s import kueue
 from components.k8s import security
 from components.workloads import env, node_health_access, placement, pod, runs, trainer, volumes
+from components.k8s.options import child_opts
+from components.stack.labels import short_hash
 RUN = "rltrain-multinode"
 COMPONENT = "multinode"
 LAUNCHER = "/scripts/ray_launcher.py"
@@ -87,7 +89,7 @@ def head_host(run: str, namespace: pulumi.Input[str]) -> pulumi.Output[str]:
 def done_marker(cfg: StackConfig, run: str) -> str:
     """Per-run marker: a changed image, command or config starts a new run, an unchanged one does not."""
     w = cfg.workloads
-    key = runs.short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path or "",
+    key = short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path or "",
                          str(cfg.multi_node_count))
     return f"{volumes.FSX_PATH}/runs/{w.experiment_name}/{run}-{key}.done"
 
@@ -226,9 +228,9 @@ def run_guards(name: str, run: str, namespace: pulumi.Input[str], obj_labels: di
     netpol = k8s.networking.v1.NetworkPolicy(
         f"{name}-netpol",
         network_policy_args(run, namespace, obj_labels, env.mlflow_port(cfg.workloads.mlflow_tracking_uri)),
-        runs.child_opts(parent, opts))
+        child_opts(parent, opts))
     pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(run, namespace, obj_labels, pods),
-                                            runs.child_opts(parent, opts))
+                                            child_opts(parent, opts))
     return netpol, pdb
 
 
@@ -337,7 +339,7 @@ class MultiNodeTraining(pulumi.ComponentResource):
         obj_labels = runs.labels(COMPONENT, run)
         svc = k8s.core.v1.Service(
             f"{name}-svc", headless_service_args(run, namespace, cfg.workloads.multi_node.ray_port, obj_labels),
-            runs.child_opts(self, opts))
+            child_opts(self, opts))
         netpol, pdb = run_guards(name, run, namespace, obj_labels, cfg, self, opts, pods=cfg.multi_node_count)
         access = node_health_access.build(name, cfg, run, namespace, self, opts)
         # Fixed name + delete-before-replace: see job.py. The pods must not start before the
@@ -346,12 +348,12 @@ class MultiNodeTraining(pulumi.ComponentResource):
         if cfg.workloads.multi_node.form == "indexed-job":
             workload = k8s.batch.v1.Job(
                 f"{name}-job", job_args(args, namespace, secret_name, run),
-                runs.child_opts(self, opts, *deps, delete_before_replace=True,
+                child_opts(self, opts, *deps, delete_before_replace=True,
                                 replace_on_changes=runs.REPLACE_JOB_ON))
         else:
             workload = k8s.apps.v1.StatefulSet(
                 f"{name}-statefulset", statefulset_args(args, namespace, secret_name, run),
-                runs.child_opts(self, opts, *deps, delete_before_replace=True, replace_on_changes=["spec"]))
+                child_opts(self, opts, *deps, delete_before_replace=True, replace_on_changes=["spec"]))
         self.workload = workload
         self.workload_name = run
         self.service_name = service_name(run)

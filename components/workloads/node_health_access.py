@@ -27,6 +27,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.stack.config import StackConfig
+from components.k8s.options import child_opts
 from components.workloads import runs
 
 COMPONENT = "node-health"
@@ -89,10 +90,10 @@ def build(name: str, cfg: StackConfig, run: str, namespace: pulumi.Input[str], p
           opts: Optional[pulumi.ResourceOptions]) -> list[pulumi.Resource]:
     """The Role, ClusterRole and their bindings; the run's pods depend on them (created first)."""
     return [
-        k8s.rbac.v1.Role(f"{name}-node-health-role", role_args(run, namespace), runs.child_opts(parent, opts)),
+        k8s.rbac.v1.Role(f"{name}-node-health-role", role_args(run, namespace), child_opts(parent, opts)),
         k8s.rbac.v1.RoleBinding(f"{name}-node-health-binding", role_binding_args(cfg, run, namespace),
-                                runs.child_opts(parent, opts)),
-        k8s.rbac.v1.ClusterRole(f"{name}-node-reader", cluster_role_args(cfg), runs.child_opts(parent, opts)),
+                                child_opts(parent, opts)),
+        k8s.rbac.v1.ClusterRole(f"{name}-node-reader", cluster_role_args(cfg), child_opts(parent, opts)),
         k8s.rbac.v1.ClusterRoleBinding(f"{name}-node-reader-binding", cluster_role_binding_args(cfg, namespace),
-                                       runs.child_opts(parent, opts)),
+                                       child_opts(parent, opts)),
     ]

@@ -74,6 +74,7 @@ from components.k8s import kuberay, kueue
 from components.stack.config import StackConfig
 from components.k8s import security
 from components.workloads import env, multinode, placement, pod, runs, trainer
+from components.k8s.options import child_opts
 
 API_VERSION = "ray.io/v1"
 RUN = multinode.RUN  # the same run (label, checkpoint identity) as the other multi-node forms
@@ -252,13 +253,13 @@ class RayJobTraining(pulumi.ComponentResource):
         netpol = k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol", multinode.network_policy_args(
                 run, namespace, obj_labels, env.mlflow_port(cfg.workloads.mlflow_tracking_uri), name=guards),
-            runs.child_opts(self, opts))
+            child_opts(self, opts))
         dashboard = k8s.networking.v1.NetworkPolicy(
             f"{name}-dashboard-netpol", dashboard_policy_args(run, namespace, obj_labels, cfg.kuberay_operator),
-            runs.child_opts(self, opts))
+            child_opts(self, opts))
         pdb = k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb", multinode.pdb_args(run, namespace, obj_labels, cfg.multi_node_count, name=guards),
-            runs.child_opts(self, opts))
+            child_opts(self, opts))
         deps += [netpol, dashboard, pdb]
         token_secret = None
         key = cfg.workloads.multi_node.ray_auth_token_secret
@@ -269,7 +270,7 @@ class RayJobTraining(pulumi.ComponentResource):
                     metadata=runs.object_metadata(token_secret, namespace, obj_labels),
                     type="Opaque",
                     string_data={TOKEN_SECRET_KEY: pulumi.Config("rltrain").require_secret(key)}),
-                runs.child_opts(self, opts))
+                child_opts(self, opts))
             deps.append(secret)
         spec = rayjob_spec(args, secret_name, token_secret, run)
         awaits = runs.await_success(args.await_seconds, custom_resource=True) if args.await_seconds else runs.SKIP_AWAIT
@@ -285,7 +286,7 @@ class RayJobTraining(pulumi.ComponentResource):
             # A custom resource is replaced only when its name or namespace changes (pulumi-kubernetes
             # provider/pkg/provider/diff.go); KubeRay would not apply a patched spec to the running
             # cluster, and a finished RayJob never runs again. Fixed name: delete first.
-            opts=runs.child_opts(self, opts, *deps, delete_before_replace=True,
+            opts=child_opts(self, opts, *deps, delete_before_replace=True,
                                  replace_on_changes=["spec", *runs.REPLACE_ON_LABELS]),
         )
         self.workload = self.rayjob

@@ -27,6 +27,7 @@ from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.k8s import security
 from components.workloads import env, runs, trainer, volumes
+from components.k8s.options import child_opts
 
 NAME = "rltrain-checkpoint-retention"
 COMPONENT = "checkpoint-retention"
@@ -122,8 +123,8 @@ class CheckpointRetention(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:CheckpointRetention", name, None, opts)
         cfg = args.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", runs.isolated_network_policy(NAME, COMPONENT, namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         self.cronjob = k8s.batch.v1.CronJob(
             f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT], args.scripts[trainer.COMPLETENESS]]),
-            runs.child_opts(self, opts, netpol))
+            child_opts(self, opts, netpol))
         self.register_outputs({"cronjob": NAME})

@@ -9,13 +9,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.k8s.options import child_opts  # noqa: F401  (runs.child_opts, as before)
 from components.scripts import ray_launcher, resume_wrapper
 from components.stack import node_repair
 from components.stack.config import StackConfig
 from components.stack.runs import Run
 from components.stack.labels import JOB_IMMUTABLE
-from components.stack.labels import MANAGED_BY, short_hash  # noqa: F401  (runs.short_hash, as before)
+from components.stack.labels import MANAGED_BY
 from components.workloads import trainer
 from components.workloads.script_files import Script
 

@@ -52,12 +52,13 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.stack import node_efa, versions
+from components.stack import fit, node_efa, versions
 from components.stack.config import StackConfig
-from components.stack.labels import CHECKS_SERVICE_ACCOUNT
+from components.stack.labels import CHECKS_SERVICE_ACCOUNT, GPU
 from components.k8s import security
 from components.workloads import env, export, placement, runs, sizing, trainer, volumes
 from components.workloads.sizing import PodSizing
+from components.k8s.options import child_opts
 
 NAME = "rltrain-serving"
 COMPONENT = "serving"
@@ -208,12 +209,7 @@ def reserved(cfg: StackConfig) -> dict[str, int]:
         return {}
     s = replica_sizing(cfg)
     n = cfg.workloads.serving.replicas + (rollout_strategy(cfg).max_surge if surge_fits(cfg) else 0)
-    return {"cpu": s.cpu * 1000 * n, "memory": s.memory_mib * n, sizing.GPU: s.gpus * n}
-
-
-def one_replica_per_node(cfg: StackConfig) -> bool:
-    """A node holds one replica only (more GPUs than half a node)."""
-    return 2 * cfg.workloads.serving.gpus_per_replica > cfg.gpu_nodes.instance.gpu_count
+    return {"cpu": s.cpu * 1000 * n, "memory": s.memory_mib * n, GPU: s.gpus * n}
 
 
 # --- time budgets -----------------------------------------------------------------------------------
@@ -276,26 +272,13 @@ def training_nodes(cfg: StackConfig) -> int:
     return max([0] + [r.nodes for r in cfg.enabled_runs])
 
 
-def free_gpus(cfg: StackConfig) -> tuple[list[int], list[int]]:
-    """(free GPUs per node, serving replicas per node) with the largest training run on whole nodes
-    and the replicas placed first fit on the others."""
-    it, sv = cfg.gpu_nodes.instance, cfg.workloads.serving
-    free = [0 if i < training_nodes(cfg) else it.gpu_count for i in range(cfg.gpu_nodes.count)]
-    held = [0] * len(free)
-    for _ in range(sv.replicas):
-        node = next((i for i, f in enumerate(free) if f >= sv.gpus_per_replica
-                     and not (one_replica_per_node(cfg) and held[i])), None)
-        if node is None:
-            break
-        free[node] -= sv.gpus_per_replica
-        held[node] += 1
-    return free, held
-
-
 def surge_fits(cfg: StackConfig) -> bool:
-    free, held = free_gpus(cfg)
-    g = cfg.workloads.serving.gpus_per_replica
-    return any(f >= g and not (one_replica_per_node(cfg) and h) for f, h in zip(free, held))
+    """A surge replica fits beside the largest training run (on whole nodes) and the replicas,
+    placed first fit (components/stack/fit.py)."""
+    free, placed = fit.serving_replicas(cfg, training_nodes(cfg))
+    surge = fit.first_fit({GPU: float(cfg.workloads.serving.gpus_per_replica)}, 1, free,
+                          one_per_node=fit.one_replica_per_node(cfg), taken=placed)
+    return len(surge) == 1
 
 
 def rollout_strategy(cfg: StackConfig) -> Rollout:
@@ -341,7 +324,7 @@ def affinity(cfg: StackConfig) -> k8s.core.v1.AffinityArgs:
     term = k8s.core.v1.PodAffinityTermArgs(topology_key="kubernetes.io/hostname",
                                            label_selector=k8s.meta.v1.LabelSelectorArgs(
                                                match_labels=runs.selector_labels(NAME)))
-    if one_replica_per_node(cfg):
+    if fit.one_replica_per_node(cfg):
         return placement.gpu_affinity(pod_anti_affinity=placement.one_pod_per_node(NAME))
     return placement.gpu_affinity(pod_affinity=k8s.core.v1.PodAffinityArgs(
         preferred_during_scheduling_ignored_during_execution=[
@@ -530,12 +513,12 @@ class Serving(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:Serving", name, None, opts)
         cfg = args.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(cfg, namespace),
-                                                 runs.child_opts(self, opts))
-        pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(cfg, namespace), runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
+        pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(cfg, namespace), child_opts(self, opts))
         self.service = k8s.core.v1.Service(f"{name}-service", service_args(cfg, namespace),
-                                           runs.child_opts(self, opts))
+                                           child_opts(self, opts))
         self.deployment = k8s.apps.v1.Deployment(f"{name}-deployment",
                                                  deployment_args(cfg, args.claim_name, namespace),
-                                                 runs.child_opts(self, opts, netpol, pdb))
+                                                 child_opts(self, opts, netpol, pdb))
         self.model_path = model_path(cfg)
         self.register_outputs({"deployment": NAME, "service": NAME, "modelPath": self.model_path})

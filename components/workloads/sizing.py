@@ -1,5 +1,5 @@
-"""Sizing (whole node for one training pod; derived from `components.stack.catalog`, D9/D10)
-----------------------------------------------------------------------------------
+"""Sizing: the whole node for one training pod, derived from `components.stack.catalog` (D9/D10).
+
 GPUs and EFA devices: all the node has (`gpu_count`; `efa_devices_per_node`, 0 when EFA is off,
 and then the key is omitted). Extended resources: limits == requests.
 
@@ -36,7 +36,7 @@ from components.stack.catalog import SHM_MAX_SHARE
 from components.stack.node_efa import interfaces as efa_interfaces
 from components.stack.config import StackConfig
 
-from components.stack.labels import EFA, GPU, HUGEPAGES  # noqa: F401  (sizing.GPU, ..., as before)
+from components.stack.labels import EFA, GPU, HUGEPAGES
 
 CPU_HEADROOM = 0.02
 # The memory headroom and /dev/shm's share of the memory limit: catalog.MEMORY_HEADROOM,

@@ -31,6 +31,7 @@ from components.stack import elastic, image_build, trainers
 from components.stack.config import StackConfig
 from components.k8s import security
 from components.workloads import env, multinode, placement, runs, volumes
+from components.k8s.options import child_opts
 
 NAME = "rltrain-staging"
 COMPONENT = "staging"
@@ -145,9 +146,9 @@ class StagingJob(pulumi.ComponentResource):
         obj_labels = runs.labels(COMPONENT, NAME)
         netpol = k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol", multinode.network_policy_args(NAME, namespace, obj_labels),
-            runs.child_opts(self, opts))
+            child_opts(self, opts))
         self.job = k8s.batch.v1.Job(
             f"{name}-job", job_args(args, namespace, secret_name),
-            runs.child_opts(self, opts, netpol, delete_before_replace=True, replace_on_changes=runs.REPLACE_JOB_ON))
+            child_opts(self, opts, netpol, delete_before_replace=True, replace_on_changes=runs.REPLACE_JOB_ON))
         self.job_name = NAME
         self.register_outputs({"job": NAME})

@@ -42,6 +42,7 @@ from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT, VALIDATION_COMPONENT
 from components.k8s import security
 from components.workloads import placement, pod, runs, sizing, volumes
+from components.k8s.options import child_opts
 NAME = "rltrain-validation"
 COMPONENT = VALIDATION_COMPONENT
 COMMAND = ("python3", "/scripts/validate_node.py")
@@ -167,9 +168,9 @@ class ClusterValidation(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:ClusterValidation", name, None, opts)
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
-                                    runs.child_opts(self, opts, netpol, delete_before_replace=True,
+                                    child_opts(self, opts, netpol, delete_before_replace=True,
                                                     replace_on_changes=runs.REPLACE_JOB_ON))
         self.job_name = NAME
         self.register_outputs({"job": NAME})
