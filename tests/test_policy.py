@@ -45,6 +45,17 @@ def test_latest_image_refused():
     assert vs and vs[0].resource == "Job/rltrain-training/trainer" and "not pinned" in vs[0].message
 
 
+def test_an_image_unknown_before_deploy_is_not_refused():
+    """A first preview sees the built image's reference (repository URL, tag, digest) as one unknown
+    value: pinned by construction (components/aws/image.py), not a violation; an untagged one is."""
+    from components.offline.mock_engine import UNKNOWN
+    rs = resources("p5")
+    trainer(rs)["containers"][0]["image"] = UNKNOWN
+    assert "image-pinned" not in rules_of(rs)
+    trainer(rs)["containers"][0]["image"] = "repo/rl"
+    assert "image-pinned" in rules_of(rs)
+
+
 def test_pull_always_refused():
     rs = resources("p4de")
     trainer(rs)["containers"][0]["imagePullPolicy"] = "Always"

@@ -28,7 +28,7 @@ from components.offline import deploy_model, numa, schedule
 from components.offline.resources import (GPU_TAINT, INSTANCE_TYPE, LAUNCH_TEMPLATE, NODE_GROUP, POD_TEMPLATES, Pod,
                                           PolicyRule, Reads, Resource, Violation, _ref, _resources, context, inputs_of,
                                           k8s_objects, of_types, pod_requests, pods, policy_rule, quantity, spec_of,
-                                          unread)
+                                          unknown, unread)
 from components.stack.labels import EFA, GPU, HUGEPAGES
 
 _EFA_ENV = re.compile(r"^(FI_PROVIDER|FI_EFA_.*)$")
@@ -119,7 +119,10 @@ def _image(resources, ctx):
         for c in p.containers + list(p.spec.get("initContainers") or []):
             image = str(c.get("image", ""))
             last = image.rsplit("/", 1)[-1]
-            if "@sha256:" not in image and (":" not in last or last.endswith(":latest")):
+            # Unknown before deploy: the image the stack builds (repository:tag@digest, composed by
+            # components/aws/image.py once the build's digest exists): pinned by construction.
+            pinned = "@sha256:" in image or (":" in last and not last.endswith(":latest"))
+            if not pinned and not unknown(image):
                 yield Violation("image-pinned", f"{p.owner}/{c.get('name')}", f"image {image!r} is not pinned",
                                 "use a specific tag or @sha256 digest (rltrain:workloads.image)")
             if c.get("imagePullPolicy") == "Always":

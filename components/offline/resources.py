@@ -301,7 +301,7 @@ def of_types(*types: str) -> Callable[[Resource], bool]:
     return lambda r: r["type"] in types
 
 
-def _unknown(value: Any) -> bool:
+def unknown(value: Any) -> bool:
     from components.offline.mock_engine import UNKNOWN
     return isinstance(value, str) and value == UNKNOWN
 
@@ -310,10 +310,10 @@ def _dict_at(r: Resource, *path: str) -> Optional[bool]:
     """A non-empty mapping at `path` of the inputs (None: unknown until deploy)."""
     value: Any = r.get("inputs")
     for key in path:
-        if _unknown(value):
+        if unknown(value):
             return None
         value = value.get(key) if isinstance(value, dict) else None
-    if _unknown(value):
+    if unknown(value):
         return None
     return isinstance(value, dict) and bool(value)
 
@@ -321,7 +321,7 @@ def _dict_at(r: Resource, *path: str) -> Optional[bool]:
 def pod_specs(obj: dict[str, Any]) -> Optional[list[Any]]:
     """The pod specs of a workload object's templates (None: its spec is unknown until deploy)."""
     kind, spec = obj.get("kind"), obj.get("spec")
-    if _unknown(spec):
+    if unknown(spec):
         return None
     if not isinstance(spec, dict):
         return []
@@ -344,7 +344,7 @@ def _has_pod_templates(r: Resource) -> Optional[bool]:
     if "kind" not in obj:
         return False
     specs = pod_specs(obj)
-    if specs is None or any(_unknown(s) for s in specs):
+    if specs is None or any(unknown(s) for s in specs):
         return None
     return bool(specs) and all(isinstance(s, dict) and isinstance(s.get("containers"), list) and bool(s["containers"])
                                for s in specs)
@@ -353,7 +353,7 @@ def _has_pod_templates(r: Resource) -> Optional[bool]:
 def _annotation(key: str) -> Callable[[Resource], Optional[bool]]:
     def has(r: Resource) -> Optional[bool]:
         value = (((r.get("inputs") or {}).get("metadata") or {}).get("annotations") or {}).get(key)
-        return None if _unknown(value) else bool(value)
+        return None if unknown(value) else bool(value)
     return has
 
 
