@@ -7,7 +7,7 @@ With `rltrain:cluster.existing` only the Kubernetes part is deployed, onto that 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.stack import config
+from components.stack import image_build, validate
 from components.k8s.addons import ClusterAddons, ClusterAddonsArgs
 from components.k8s.namespace import TrainingNamespace, training_namespace_args
 from components.stack.outputs import cost_per_hour
@@ -19,7 +19,7 @@ from components.k8s.monitoring import build_monitoring
 from components.workloads import serving
 from components.workloads.build import build_workloads
 
-cfg = config.from_pulumi()  # every config problem is reported here, before any resource exists
+cfg = validate.from_pulumi()  # every config problem is reported here, before any resource exists
 rl = pulumi.Config("rltrain")
 cluster_name = cfg.cluster.name or f"rltrain-{pulumi.get_stack()}"
 
@@ -31,6 +31,9 @@ if cfg.byo_cluster:
 else:
     platform = build_aws_platform(cfg, cluster_name)
     provider = platform.cluster.provider
+    if platform.image:  # the runs use the image the stack builds, by digest
+        image = image_build.named(cfg.workloads.image, platform.image.args.name, platform.image.reference)
+        cfg = cfg.model_copy(update={"workloads": cfg.workloads.model_copy(update={"image": image})})
     pulumi.export("clusterName", platform.cluster.cluster_name)
     pulumi.export("kubeconfig", platform.cluster.kubeconfig)
 

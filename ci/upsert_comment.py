@@ -3,7 +3,8 @@ with an older run's result.
 
     python3 ci/upsert_comment.py KIND BODY_FILE
         # env: GITHUB_REPOSITORY, PR_NUMBER, HEAD_SHA (the commit the body describes), RUN_ID,
-        #      RUN_ATTEMPT (default 1), GH_TOKEN (for `gh`); COMMENT_AUTHOR (default github-actions[bot])
+        #      RUN_ATTEMPT (default 1), GH_TOKEN (for `gh`); COMMENT_AUTHOR (default github-actions[bot];
+        #      for KIND review-fork required, and never github-actions[bot])
     python3 ci/upsert_comment.py --resolve-pr
         # env: GITHUB_REPOSITORY, HEAD_SHA, HEAD_REPO, HEAD_BRANCH: prints the one open pull request
         #      whose head is that commit of that repository's branch (the fork path), or nothing
@@ -14,9 +15,11 @@ second hidden line naming the commit, the run and its attempt. Then, with the `g
 1. The pull request's head must still be HEAD_SHA (`GET pulls/N`): a newer push has a newer run, which
    comments; an outdated result is not written at all.
 2. Of the pull request's comments, ours are those that begin with the marker AND were written by
-   COMMENT_AUTHOR (the workflow token's user, `github-actions[bot]`): anyone can paste the marker
-   into a comment of their own, and editing that would put our text under their name, or let them
-   steer what we overwrite.
+   COMMENT_AUTHOR (the token's user): anyone can paste the marker into a comment of their own, and
+   editing that would put our text under their name, or let them steer what we overwrite. Every
+   workflow token of the repository posts as `github-actions[bot]` (a same-repository pull request's
+   workflow too), so for the fork's comment (`review-fork`) the author must be the review App's bot
+   (`APP-SLUG[bot]`, .github/workflows/pr-comment.yml), which only that workflow's environment holds.
 3. When our latest comment was written by a later run (run id, then attempt), nothing is written: an
    older run (a re-run of an old commit's workflow) never overwrites a newer comment.
 4. Otherwise our latest comment is edited (PATCH), or a new one is created (POST).
@@ -48,6 +51,8 @@ from typing import Any, Optional
 
 MAX_COMMENT = 64_000  # GitHub refuses over 65,536 characters; pulumi/actions caps at 64,000 (src/libs/pr.ts)
 DEFAULT_AUTHOR = "github-actions[bot]"
+# Kinds whose author must be an identity of their own (a GitHub App's bot), not any workflow's token.
+APP_ONLY = ("review-fork",)
 _META = re.compile(r"<!-- rltrain-meta commit=([0-9a-f]+) run=(\d+) attempt=(\d+) -->")
 
 
@@ -121,6 +126,9 @@ def upsert(kind: str, body: str, env: dict[str, str]) -> str:
     repo, pr, commit = env["GITHUB_REPOSITORY"], env["PR_NUMBER"], env["HEAD_SHA"]
     run_id, attempt = int(env["RUN_ID"]), int(env.get("RUN_ATTEMPT") or 1)
     author = env.get("COMMENT_AUTHOR") or DEFAULT_AUTHOR
+    if kind in APP_ONLY and author in (DEFAULT_AUTHOR, "[bot]"):
+        raise SystemExit(f"a `{kind}` comment is written only with the review App's token (COMMENT_AUTHOR "
+                         f"APP-SLUG[bot]), never as {DEFAULT_AUTHOR}, which every workflow token posts as")
     if not re.fullmatch(r"[0-9]+", pr):
         raise SystemExit(f"PR_NUMBER {pr!r} is not a pull request number")
     head = json.loads(gh("api", f"repos/{repo}/pulls/{pr}"))["head"]["sha"]

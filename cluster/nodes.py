@@ -14,6 +14,10 @@ typed here that the catalog or the program already knows:
   launcher). Their instance type is not a GPU type, so not in the catalog: `SYSTEM_TYPES` below.
 - A storage class and a static volume for the claim a bring-your-own stack makes from
   `storage.storageClass` (`k8s/volumes.py` DynamicClaim): the PV controller binds the claim to it.
+- What the class's CSI driver would do, as a reconcile step (`provision`): a volume for every
+  Pending claim of the class, with the class's reclaim policy, and the deletion of a Released one
+  whose policy is Delete. Run in a loop by the harness, any claim of the class binds (a moved
+  namespace, a renamed claim) and a test sees the old claim's volume deleted (issue 44 item 10).
 
 The DaemonSets of a real GPU node (catalog.DAEMONSET_*) do not run here: the simulated nodes have
 that much more room, which the program's fit checks already keep free.
@@ -27,7 +31,7 @@ from typing import Any
 
 from components.k8s.kueue import (HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, NETWORK_LAYERS,
                                   has_network_topology)
-from components.stack import catalog
+from components.stack import catalog, node_efa
 from components.stack.config import StackConfig
 from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 from components.workloads.sizing import EFA, GPU, HUGEPAGES
@@ -77,7 +81,8 @@ def gpu_node(cfg: StackConfig, index: int, *, stack: str = "sim", zone: str | No
              region: str = "us-east-1") -> dict[str, Any]:
     g = cfg.gpu_nodes
     it = g.instance
-    alloc = it.allocatable(efa=g.efa_enabled)
+    # Huge pages wherever the node has EFA interfaces (components/stack/node_efa.py).
+    alloc = it.allocatable(efa=node_efa.interfaces(g))
     name = gpu_node_name(cfg, index)
     capacity = _quantities(it.vcpu * 1000, capacity_memory_mib(it), it.max_pods, g.root_volume.size_gib)
     allocatable = _quantities(alloc.cpu_milli, alloc.memory_mib_conservative, it.max_pods, g.root_volume.size_gib)
@@ -145,20 +150,32 @@ def nodes(cfg: StackConfig, *, stack: str = "sim", region: str = "us-east-1", gp
             + [gpu_node(cfg, i, stack=stack, region=region) for i in range(cfg.gpu_nodes.count if gpu else 0)])
 
 
+# A dynamically provisioned volume takes its class's reclaim policy, Delete when the class sets
+# none (k8s.io/api storage/v1 StorageClass.ReclaimPolicy; Kubernetes docs, storage classes): what a
+# bring-your-own cluster's FSx class most likely has, and what makes a claim replacement lose data.
+CLASS_RECLAIM_POLICY = "Delete"
+# What kubernetes-csi/external-provisioner writes on a volume it made (controller.go annDynamicallyProvisioned).
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+
+
+def storage_class(deploy: StackConfig) -> dict[str, Any]:
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": deploy.storage.storage_class},
+            "provisioner": FSX_CSI_DRIVER, "reclaimPolicy": CLASS_RECLAIM_POLICY, "volumeBindingMode": "Immediate"}
+
+
 def storage(deploy: StackConfig) -> list[dict[str, Any]]:
     """The storage class a bring-your-own stack claims from, and one volume bound to its claim.
 
-    Reclaim Retain as for the stack's own FSx volume (KNOWN-FAILURES F17); the volume is reserved
-    for the claim (claimRef namespace/name) so no other claim takes it.
+    The volume: reclaim Retain as for the stack's own FSx volume (KNOWN-FAILURES F17), reserved for
+    the claim (claimRef namespace/name) so no other claim takes it. The class: a CSI class's default
+    reclaim policy, Delete, which any volume `provision` makes for another claim of it takes.
     """
     s = deploy.storage
     if not s.storage_class or s.existing_claim:
         return []
     ns, claim = deploy.training.namespace, s.claim_name
     return [
-        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-         "metadata": {"name": s.storage_class},
-         "provisioner": FSX_CSI_DRIVER, "reclaimPolicy": "Retain", "volumeBindingMode": "Immediate"},
+        storage_class(deploy),
         {"apiVersion": "v1", "kind": "PersistentVolume",
          "metadata": {"name": volume_name(deploy)},
          "spec": {"capacity": {"storage": f"{s.claim_size_gib}Gi"}, "accessModes": ["ReadWriteMany"],
@@ -171,3 +188,51 @@ def storage(deploy: StackConfig) -> list[dict[str, Any]]:
 
 def volume_name(deploy: StackConfig) -> str:
     return f"sim-{deploy.training.namespace}-{deploy.storage.claim_name}"
+
+
+def provisioned_volume(claim: dict[str, Any], storage_class: dict[str, Any]) -> dict[str, Any]:
+    """The volume an external provisioner creates for a Pending claim of its class: named after the
+    claim's uid (kubernetes-csi/external-provisioner: "pvc-" + uid), bound to it by claimRef with the
+    uid, the claim's access modes and request, the class's reclaim policy (Delete when unset)."""
+    meta, spec = claim["metadata"], claim.get("spec") or {}
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": f"pvc-{meta['uid']}", "annotations": {PROVISIONED_BY: storage_class["provisioner"]}},
+        "spec": {"capacity": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")},
+                 "accessModes": list(spec.get("accessModes") or ["ReadWriteMany"]), "volumeMode": "Filesystem",
+                 "persistentVolumeReclaimPolicy": storage_class.get("reclaimPolicy") or CLASS_RECLAIM_POLICY,
+                 "storageClassName": storage_class["metadata"]["name"],
+                 "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": meta["namespace"],
+                              "name": meta["name"], "uid": meta["uid"]},
+                 "csi": {"driver": storage_class["provisioner"],
+                         "volumeHandle": f"fs-sim-{meta['namespace']}-{meta['name']}-{meta['uid'][:8]}"}},
+    }
+
+
+def provision(claims: list[dict[str, Any]], volumes: list[dict[str, Any]], classes: list[dict[str, Any]],
+              driver: str = FSX_CSI_DRIVER) -> tuple[list[dict[str, Any]], list[str]]:
+    """One reconcile pass of `driver`'s provisioner over the cluster's claims, volumes and classes:
+    (volumes to create, names of volumes to delete).
+
+    - a claim of a class of `driver`, Pending, that no volume names (claimRef uid): a volume for it;
+    - a volume this provisioner made (PROVISIONED_BY), Released (its claim is gone) with reclaim
+      Delete: deleted, as the driver deletes the backing volume and then the object
+      (external-provisioner, controller shouldDelete / deleteVolumeOperation). Retain: kept,
+      Released, as a real one is."""
+    ours = {c["metadata"]["name"]: c for c in classes if c.get("provisioner") == driver}
+    refs = [((v.get("spec") or {}).get("claimRef") or {}) for v in volumes]
+    claimed = {r["uid"] for r in refs if r.get("uid")}
+    # A volume reserved for a claim by name (no uid yet: storage()'s static one) is that claim's too.
+    reserved = {(r.get("namespace"), r.get("name")) for r in refs if r.get("name") and not r.get("uid")}
+    create = []
+    for c in claims:
+        spec, status, meta = c.get("spec") or {}, c.get("status") or {}, c["metadata"]
+        cls = ours.get(spec.get("storageClassName") or "")
+        if cls and status.get("phase", "Pending") == "Pending" and not spec.get("volumeName") \
+                and meta.get("uid") not in claimed and (meta.get("namespace"), meta.get("name")) not in reserved:
+            create.append(provisioned_volume(c, cls))
+    delete = sorted(v["metadata"]["name"] for v in volumes
+                    if ((v["metadata"].get("annotations") or {}).get(PROVISIONED_BY) == driver
+                        and (v.get("status") or {}).get("phase") == "Released"
+                        and (v.get("spec") or {}).get("persistentVolumeReclaimPolicy") == "Delete"))
+    return create, delete

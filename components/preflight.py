@@ -2,8 +2,10 @@
 
     python -m components.preflight --stack p5
 
-The first thing to run on a fresh account. Each check prints one line, PASS, FAIL or NOTE, naming
-the AWS API it asked, and for a failure what to do. Exit status 1 when any check fails, 0 otherwise
+The first thing to run on a fresh account. Each check prints one line as soon as it has finished,
+PASS, FAIL or NOTE, naming the AWS API it asked, and for a failure what to do; a check that could
+not ask its API for want of credentials prints NO CREDENTIALS with the permission it needs, and
+every other check still runs. Exit status 1 when any check fails or lacks credentials, 0 otherwise
 (2: the stack file itself is wrong). Needs AWS credentials for the stack's account (any read-only
 role will do: sts:GetCallerIdentity, ec2:Describe*, servicequotas:GetServiceQuota,
 eks:DescribeAddonVersions, ecr:DescribeImages, s3:GetBucketLocation). Creates nothing.
@@ -17,11 +19,11 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, TextIO
 
 from components.aws import account_checks
 from components.aws import gpu_nodes
-from components.stack import catalog, elastic, versions
+from components.stack import catalog, image_build, versions
 from components.stack.config import StackConfig
 
 Client = Any
@@ -78,15 +80,44 @@ class Result:
     api: str = ""
     # Passes, but says something the user must act on (a capacity nobody can check beforehand).
     note: bool = False
+    # Not checked: the AWS call found no usable credentials; the IAM permission the check needs.
+    needs: str = ""
+
+    @property
+    def status(self) -> str:
+        if self.needs:
+            return "NO CREDENTIALS"
+        return "FAIL" if not self.ok else ("NOTE" if self.note else "PASS")
 
     def line(self) -> str:
-        status = "FAIL" if not self.ok else ("NOTE" if self.note else "PASS")
-        text = f"{status}  {self.name}: {self.detail}" + (f" [{self.api}]" if self.api else "")
+        if self.needs:  # one line: which check, what it needs, how to provide it (CREDENTIALS_FIX)
+            return f"{self.status}  {self.name}: needs {self.needs} [{self.api}]; {self.detail}"
+        text = f"{self.status}  {self.name}: {self.detail}" + (f" [{self.api}]" if self.api else "")
         return text + (f"\n      what to do: {self.fix}" if (not self.ok or self.note) and self.fix else "")
 
 
 def _error_code(exc: Exception) -> str:
     return str(getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__))
+
+
+# botocore raises these before any request when the credential chain finds nothing usable
+# (botocore/exceptions.py; botocore/credentials.py resolves env, shared files, SSO, container, IMDS):
+# the check did not run, which is not the account's answer.
+CREDENTIAL_EXCEPTIONS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
+                         "ProfileNotFound", "SSOTokenLoadError", "UnauthorizedSSOTokenError", "TokenRetrievalError",
+                         "NoAuthTokenError", "LoginTokenLoadError", "UnknownCredentialError")
+# What the services answer to credentials they do not accept (expired or unknown keys): the same for
+# the user, credentials to renew (STS, EC2 and the JSON services' error codes).
+CREDENTIAL_CODES = ("ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException",
+                    "AuthFailure", "SignatureDoesNotMatch", "InvalidSignatureException")
+CREDENTIALS_FIX = ("credentials of the stack's account: AWS_PROFILE=NAME after `aws sso login --profile NAME`, "
+                   "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+
+
+def credentials_missing(exc: BaseException) -> bool:
+    """The call never reached the account: no usable credentials (or ones it refused as invalid)."""
+    return (any(c.__name__ in CREDENTIAL_EXCEPTIONS for c in type(exc).__mro__)
+            or _error_code(exc) in CREDENTIAL_CODES)
 
 
 # --- the checks -------------------------------------------------------------------------------------
@@ -108,6 +139,9 @@ def check_caller(sts: Client, admin_role_arns: Iterable[str]) -> Result:
     try:
         arn = sts.get_caller_identity()["Arn"]
     except Exception as exc:  # noqa: BLE001 - botocore raises per-service error classes
+        if credentials_missing(exc):
+            return Result(name, False, f"{_error_code(exc)}; provide {CREDENTIALS_FIX}", api=api,
+                          needs=PERMISSIONS["deploying identity"])
         return Result(name, False, f"no identity: {_error_code(exc)}",
                       "log in to the stack's account (`aws sso login`, AWS_PROFILE)", api=api)
     mine = account_checks.creator_in_admins(arn, admin_role_arns)
@@ -153,6 +187,8 @@ def check_zones(ec2: Client, names: tuple[str, ...]) -> tuple[Result, dict[str, 
     try:
         ids = zone_ids(ec2, names)
     except Exception as exc:  # noqa: BLE001
+        if credentials_missing(exc):
+            raise  # reported by guarded() as the credential it needs
         return Result(name, False, f"{', '.join(names)}: {_error_code(exc)}",
                       "set rltrain:network.availabilityZones to names `aws ec2 describe-availability-zones` lists",
                       api=api), {}
@@ -170,6 +206,8 @@ def check_subnet_zones(ec2: Client, subnet_ids: tuple[str, ...]) -> Result:
     try:
         subnets = ec2.describe_subnets(SubnetIds=list(subnet_ids))["Subnets"]
     except Exception as exc:  # noqa: BLE001
+        if credentials_missing(exc):
+            raise  # reported by guarded() as the credential it needs
         return Result(name, False, f"{', '.join(subnet_ids)}: {_error_code(exc)}",
                       "check rltrain:network.existing.privateSubnetIds and aws:region", api=api)
     ids = {f"{s['SubnetId']} ({s['AvailabilityZone']})": s["AvailabilityZoneId"] for s in subnets}
@@ -229,6 +267,8 @@ def check_quota(quotas: Client, instance_type: str, count: int, surge: int = 0,
     try:
         value = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
     except Exception as exc:  # noqa: BLE001 - botocore raises per-service error classes
+        if credentials_missing(exc):
+            raise  # reported by guarded() as the credential it needs
         return Result(name, False, f"could not read {label} ({code}): {_error_code(exc)}",
                       "allow servicequotas:GetServiceQuota, or check the quota in the Service Quotas console", api=api)
     text = f"{label} ({code}) is {value:g} vCPUs, {nodes} need {need}"
@@ -254,7 +294,9 @@ def instance_vcpus(ec2: Client, instance_type: str) -> Optional[int]:
     try:
         [it] = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
         return int(it["VCpuInfo"]["DefaultVCpus"])
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001
+        if credentials_missing(exc):
+            raise  # reported by guarded() as the credential it needs
         return None
 
 
@@ -277,8 +319,8 @@ def quota_nodes(cfg: StackConfig) -> tuple[int, int, str]:
     (the NodePool's limits.nodes), whatever runs now; no surge, since a drifted node is replaced
     within the same limit (components/k8s/karpenter_nodes.py budgets one node at a time)."""
     g = cfg.gpu_nodes
-    if elastic.enabled(cfg):
-        return elastic.max_nodes(cfg), 0, "elastic: gpuNodes.elastic.maxNodes, the most Karpenter may launch"
+    if cfg.gpu_nodes.elastic.enabled:
+        return cfg.gpu_nodes.node_limit, 0, "elastic: gpuNodes.elastic.maxNodes, the most Karpenter may launch"
     return g.count, gpu_nodes.roll_surge(g.capacity.type), ""
 
 
@@ -295,6 +337,8 @@ def check_on_demand_capacity(ec2: Client, instance_type: str, count: int, az: st
         offers = ec2.describe_capacity_block_offerings(InstanceType=instance_type, InstanceCount=count,
                                                        CapacityDurationHours=24)["CapacityBlockOfferings"]
     except Exception as exc:  # noqa: BLE001
+        if credentials_missing(exc):
+            raise  # reported by guarded() as the credential it needs
         return Result(name, True, f"{known}; Capacity Block offerings not readable ({_error_code(exc)})", fix,
                       api=api, note=True)
     here = sorted((o for o in offers if o.get("AvailabilityZone") == az), key=lambda o: o["StartDate"])
@@ -312,6 +356,8 @@ def check_reservation(ec2: Client, reservation_id: str, capacity_type: str, inst
     try:
         [cr] = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
     except Exception as exc:  # noqa: BLE001
+        if credentials_missing(exc):
+            raise  # reported by guarded() as the credential it needs
         return Result(name, False, f"not found in this account and region: {_error_code(exc)}",
                       "check rltrain:gpuNodes.capacity.reservationId and aws:region", api=api)
     problems = []
@@ -351,6 +397,8 @@ def check_addons(eks: Client, kubernetes_version: str, pinned: dict[str, str]) -
                 for a in page.get("addons", []):
                     found |= {v["addonVersion"] for v in a.get("addonVersions", [])}
         except Exception as exc:  # noqa: BLE001
+            if credentials_missing(exc):
+                raise  # reported by guarded() as the credential it needs
             out.append(Result(name, False, f"could not list its versions: {_error_code(exc)}",
                               "allow eks:DescribeAddonVersions", api=api))
             continue
@@ -376,6 +424,8 @@ def check_image(clients: ClientFactory, image: str) -> Result:
     try:
         ecr.describe_images(registryId=m.group("account"), repositoryName=m.group("repo"), imageIds=[image_id])
     except Exception as exc:  # noqa: BLE001
+        if credentials_missing(exc):
+            raise  # reported by guarded() as the credential it needs
         code = _error_code(exc)
         return Result(name, False, f"{image}: {code}",
                       "push the image (or fix rltrain:workloads.image); the nodes' role reads ECR in its account"
@@ -389,6 +439,8 @@ def check_bucket(s3: Client, bucket: str, region: str, key: str) -> Result:
     try:
         loc = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint")
     except Exception as exc:  # noqa: BLE001
+        if credentials_missing(exc):
+            raise  # reported by guarded() as the credential it needs
         code = _error_code(exc)
         return Result(name, False, f"{code}", "create the bucket in the stack's region, or fix the bucket name"
                       if code == "NoSuchBucket" else "allow s3:GetBucketLocation on the bucket to check it", api=api)
@@ -412,44 +464,96 @@ def buckets(cfg: StackConfig) -> Iterable[tuple[str, str]]:
         yield cfg.training.s3.bucket, "rltrain:training.s3.bucket"
 
 
-def run_checks(cfg: StackConfig, region: str, clients: ClientFactory,
-               public_ip: Optional[Callable[[], Optional[str]]] = None,
-               which: Callable[[str], Optional[str]] = shutil.which) -> list[Result]:
-    results: list[Result] = []
+# The IAM permission each AWS check needs (what a missing-credentials line names).
+PERMISSIONS = {
+    "deploying identity": "sts:GetCallerIdentity",
+    "availability zones": "ec2:DescribeAvailabilityZones (ec2:DescribeSubnets with network.existing)",
+    "GPU instance type in the GPU AZ": "ec2:DescribeInstanceTypeOfferings",
+    "On-Demand vCPU quota": "servicequotas:GetServiceQuota",
+    "On-Demand capacity": "ec2:DescribeCapacityBlockOfferings",
+    "capacity reservation / Capacity Block": "ec2:DescribeCapacityReservations",
+    "Standard vCPU quota (system nodes)": "ec2:DescribeInstanceTypes, servicequotas:GetServiceQuota",
+    "add-on builds": "eks:DescribeAddonVersions",
+    "training image": "ecr:DescribeImages",
+    "S3 buckets": "s3:GetBucketLocation",
+}
+
+
+def guarded(name: str, api: str, permission: str, check: Callable[[], Any]) -> list[Result]:
+    """Run one check; whatever it raises becomes its own result, never a traceback that hides the
+    others. No usable credentials: one NO CREDENTIALS line naming the permission and how to provide
+    it. Another error: FAIL with the error's code (an answer nobody expected is still an answer)."""
+    try:
+        out = check()
+    except Exception as exc:  # noqa: BLE001 - botocore raises per-service error classes
+        if credentials_missing(exc):
+            return [Result(name, False, f"{_error_code(exc)}; provide {CREDENTIALS_FIX}", api=api, needs=permission)]
+        return [Result(name, False, f"could not check: {_error_code(exc)}: {exc}",
+                       f"allow {permission}, then run the preflight again", api=api)]
+    return out if isinstance(out, list) else [out]
+
+
+def iter_checks(cfg: StackConfig, region: str, clients: ClientFactory,
+                public_ip: Optional[Callable[[], Optional[str]]] = None,
+                which: Callable[[str], Optional[str]] = shutil.which) -> Iterator[Result]:
+    """Every check in CHECKS order, each result as soon as its check has finished."""
     if not cfg.byo_cluster:
         c, n, g = cfg.cluster, cfg.network, cfg.gpu_nodes
-        results.append(check_cli(which))
-        results.append(check_caller(clients("sts", region), c.admin_role_arns))
-        results.append(check_endpoint((public_ip or my_public_ip)() if c.endpoint_public_access else None,
-                                      c.endpoint_public_access, c.public_access_cidrs))
-        ec2 = clients("ec2", region)
+        yield check_cli(which)
+        yield from guarded("deploying identity", "STS GetCallerIdentity", PERMISSIONS["deploying identity"],
+                           lambda: check_caller(clients("sts", region), c.admin_role_arns))
+        yield check_endpoint((public_ip or my_public_ip)() if c.endpoint_public_access else None,
+                             c.endpoint_public_access, c.public_access_cidrs)
+        ec2 = lambda: clients("ec2", region)  # noqa: E731 - created inside each guard
         az = n.gpu_az
-        zone_id = None
+        ids: dict[str, str] = {}
         if n.existing:
-            results.append(check_subnet_zones(ec2, n.existing.private_subnet_ids))
+            yield from guarded("availability zones", "EC2 DescribeSubnets", PERMISSIONS["availability zones"],
+                               lambda: check_subnet_zones(ec2(), n.existing.private_subnet_ids))
         else:
-            zones, ids = check_zones(ec2, tuple(dict.fromkeys((*n.availability_zones, az))))
-            results.append(zones)
-            zone_id = ids.get(az)
-        results.append(check_offering(ec2, g.instance_type, az, zone_id))
-        quotas = clients("service-quotas", region)
+            def zones() -> Result:
+                result, found = check_zones(ec2(), tuple(dict.fromkeys((*n.availability_zones, az))))
+                ids.update(found)  # the GPU AZ's ID for the offering check
+                return result
+            yield from guarded("availability zones", "EC2 DescribeAvailabilityZones",
+                               PERMISSIONS["availability zones"], zones)
+        yield from guarded("GPU instance type in the GPU AZ", "EC2 DescribeInstanceTypeOfferings",
+                           PERMISSIONS["GPU instance type in the GPU AZ"],
+                           lambda: check_offering(ec2(), g.instance_type, az, ids.get(az)))
+        quotas = lambda: clients("service-quotas", region)  # noqa: E731
         count, surge, what = quota_nodes(cfg)
         if g.capacity.type == "on-demand":
-            results.append(check_quota(quotas, g.instance_type, count, surge=surge, what=what))
-            results.append(check_on_demand_capacity(ec2, g.instance_type, count, az))
+            yield from guarded("On-Demand vCPU quota", "Service Quotas GetServiceQuota",
+                               PERMISSIONS["On-Demand vCPU quota"],
+                               lambda: check_quota(quotas(), g.instance_type, count, surge=surge, what=what))
+            yield from guarded("On-Demand capacity", "EC2 DescribeCapacityBlockOfferings",
+                               PERMISSIONS["On-Demand capacity"],
+                               lambda: check_on_demand_capacity(ec2(), g.instance_type, count, az))
         else:
-            results.append(check_reservation(ec2, g.capacity.reservation_id or "", g.capacity.type,
-                                             g.instance_type, az, count))
+            yield from guarded("capacity reservation / Capacity Block", "EC2 DescribeCapacityReservations",
+                               PERMISSIONS["capacity reservation / Capacity Block"],
+                               lambda: check_reservation(ec2(), g.capacity.reservation_id or "", g.capacity.type,
+                                                         g.instance_type, az, count))
         azs = len(n.existing.private_subnet_ids) if n.existing else len(n.availability_zones)
-        results.append(check_system_quota(ec2, quotas, c.system_nodes.instance_type, c.system_nodes.count, azs))
-        results += check_addons(clients("eks", region), c.kubernetes_version, versions.eks_addons(c.kubernetes_version))
-    if cfg.workloads.image:
-        results.append(check_image(clients, cfg.workloads.image))
-    s3 = None
+        yield from guarded("Standard vCPU quota (system nodes)", "EC2 DescribeInstanceTypes, Service Quotas "
+                           "GetServiceQuota", PERMISSIONS["Standard vCPU quota (system nodes)"],
+                           lambda: check_system_quota(ec2(), quotas(), c.system_nodes.instance_type,
+                                                      c.system_nodes.count, azs))
+        yield from guarded("add-on builds", "EKS DescribeAddonVersions", PERMISSIONS["add-on builds"],
+                           lambda: check_addons(clients("eks", region), c.kubernetes_version,
+                                                versions.eks_addons(c.kubernetes_version)))
+    if image_build.built(cfg.workloads.image):
+        # Nothing to look up before the first `up`: the stack's own repository does not exist yet,
+        # and `up` uses a tag already there or builds it (docs/running-for-real.md).
+        yield Result("training image", True, "built by the stack (workloads.image.build): `pulumi up` "
+                     "uses the tag its inputs give if the repository has it, else builds it",
+                     api="ECR DescribeImages")
+    elif cfg.workloads.image:
+        yield from guarded("training image", "ECR DescribeImages", PERMISSIONS["training image"],
+                           lambda: check_image(clients, cfg.workloads.image))
     for bucket, key in buckets(cfg):
-        s3 = s3 or clients("s3", region)
-        results.append(check_bucket(s3, bucket, region, key))
-    return results
+        yield from guarded(f"S3 bucket {bucket} ({key})", "S3 GetBucketLocation", PERMISSIONS["S3 buckets"],
+                           lambda b=bucket, k=key: check_bucket(clients("s3", region), b, region, k))
 
 
 def my_public_ip() -> Optional[str]:  # pragma: no cover - needs the network
@@ -466,12 +570,15 @@ def my_public_ip() -> Optional[str]:  # pragma: no cover - needs the network
 def boto3_clients() -> ClientFactory:  # pragma: no cover - needs credentials
     import boto3
 
-    session = boto3.Session()
-    cache: dict[tuple[str, str], Client] = {}
+    cache: dict[Any, Any] = {}
 
     def get(service: str, region: str) -> Client:
+        # The session inside the call: a bad AWS_PROFILE (ProfileNotFound) is then one check's
+        # NO CREDENTIALS line, not a traceback before the first check.
+        if "session" not in cache:
+            cache["session"] = boto3.Session()
         if (service, region) not in cache:
-            cache[(service, region)] = session.client(service, region_name=region)
+            cache[(service, region)] = cache["session"].client(service, region_name=region)
         return cache[(service, region)]
     return get
 
@@ -484,17 +591,18 @@ def checks_help() -> str:
 
 def main(argv: Optional[list[str]] = None, clients: Optional[ClientFactory] = None,
          public_ip: Optional[Callable[[], Optional[str]]] = None,
-         which: Callable[[str], Optional[str]] = shutil.which) -> int:
-    from components.offline import render  # reads the stack file as the render does
+         which: Callable[[str], Optional[str]] = shutil.which, out: Optional[TextIO] = None) -> int:
+    from components.offline import unset_secrets  # reads the stack file as the render does
     from components.stack import stackfile
-    from components.stack.config import ConfigError
+    from components.stack.validate import ConfigError
 
     ap = argparse.ArgumentParser(prog="python -m components.preflight", description=__doc__.split("\n\n")[0],
                                  epilog=checks_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stack", required=True)
     args = ap.parse_args(argv)
+    out = out or sys.stdout
     try:
-        cfg_values, _, cfg = render.load_stack(args.stack)
+        cfg_values, _, cfg = unset_secrets.load_stack(args.stack)
     except (ConfigError, stackfile.StackFileError) as exc:
         print(f"Pulumi.{args.stack}.yaml: {exc}", file=sys.stderr)
         return 2
@@ -502,13 +610,20 @@ def main(argv: Optional[list[str]] = None, clients: Optional[ClientFactory] = No
     if not region:
         print(f"Pulumi.{args.stack}.yaml: aws:region is not set", file=sys.stderr)
         return 2
-    results = run_checks(cfg, region, clients or boto3_clients(), public_ip=public_ip, which=which)
-    print(f"preflight for stack {args.stack} in {region}:")
-    for r in results:
-        print("  " + r.line())
-    failed = [r for r in results if not r.ok]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+    print(f"preflight for stack {args.stack} in {region}:", file=out, flush=True)
+    passed = failed = missing = 0
+    # Each line as soon as its check has finished: a slow or failing call never hides what came before.
+    for r in iter_checks(cfg, region, clients or boto3_clients(), public_ip=public_ip, which=which):
+        print("  " + r.line(), file=out, flush=True)
+        if r.needs:
+            missing += 1
+        elif r.ok:
+            passed += 1
+        else:
+            failed += 1
+    print(f"{passed} passed, {failed} failed" + (f", {missing} not checked for want of credentials"
+                                                    if missing else ""), file=out, flush=True)
+    return 1 if failed or missing else 0
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ from pulumi_policy.secret import Secret, _DictSecretsProxy, _ListSecretsProxy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from components.offline import policy  # noqa: E402
+from components.offline.resources import Violation  # noqa: E402
 from components.offline.mock_engine import UNKNOWN  # noqa: E402
 
 PACK_NAME = "rltrain-guardrails"
@@ -182,7 +183,7 @@ def resource_view(r: PolicyResource, unknowns: Optional[Unknowns] = None, live: 
                            if getattr(opts, "ignore_changes", None) else {})}}
 
 
-def _urn(resources: list[PolicyResource], v: policy.Violation) -> Optional[str]:
+def _urn(resources: list[PolicyResource], v: Violation) -> Optional[str]:
     """The violating resource's URN; names repeat across types, the rule's text names the type."""
     same = [r for r in resources if v.pulumi_name and r.name == v.pulumi_name]
     if len(same) > 1:
@@ -234,7 +235,7 @@ def _validator(rule_name: str, log: Callable[[str], None] = _log):
 
 def policies() -> list[StackValidationPolicy]:
     return [
-        StackValidationPolicy(name=name, description=description, validate=_validator(name),
+        StackValidationPolicy(name=name, description=rule.description, validate=_validator(name),
                               enforcement_level=EnforcementLevel.MANDATORY)
-        for name, (_, description) in policy.RULES.items()
+        for name, rule in policy.RULES.items()
     ]

@@ -19,6 +19,7 @@ from test_impact import edit, find, kinds, render_impact
 from components.aws import gpu_nodes
 from components.aws.gpu_nodes import GpuNodeGroupArgs
 from components.offline import deploy_model, impact, policy, render
+from components.offline.resources import Violation
 from components.offline.mock_engine import ROOT
 
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
@@ -62,7 +63,7 @@ def rows(stack: str = "p5") -> list[dict]:
     return copy.deepcopy(rendered(stack).resources)
 
 
-def violations(rs: list[dict], rule: str) -> list[policy.Violation]:
+def violations(rs: list[dict], rule: str) -> list[Violation]:
     return [v for v in policy.evaluate(rs) if v.rule == rule]
 
 

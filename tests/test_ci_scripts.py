@@ -62,38 +62,52 @@ def outputs(path: Path) -> dict[str, str]:
 # --- the gate --------------------------------------------------------------------------------------
 
 # `GET repos/o/r/environments/preview` (REST "Get an environment"): the fields the gate reads.
-PROTECTED = {"name": "preview", "can_admins_bypass": False, "protection_rules": [
+PROTECTED = {"name": "preview", "can_admins_bypass": False, "deployment_branch_policy": None, "protection_rules": [
     {"id": 1, "type": "required_reviewers", "prevent_self_review": True,
      "reviewers": [{"type": "Team", "reviewer": {"slug": "maintainers"}}]},
     {"id": 2, "type": "branch_policy"}]}
-CREDENTIALS = {"AWS_ROLE_ARN": "arn", "PULUMI_ACCESS_TOKEN": "pul-x"}
+# `GET repos/o/r/actions/runs/900/approvals` (REST "Get the review history for a workflow run").
+APPROVED = [{"state": "approved", "comment": "", "user": {"login": "maintainer"},
+             "environments": [{"id": 3, "name": "preview"}]}]
+# The gate gets whether each secret is set (the workflow's `secrets.X != ''`), never a secret.
+CREDENTIALS = {"HAS_AWS_ROLE_ARN": "true", "HAS_PULUMI_ACCESS_TOKEN": "true", "BACKEND_IS_CLOUD": "true",
+               "PASSPHRASE_PROVIDER": "true", "HAS_PULUMI_CONFIG_PASSPHRASE": "false"}
 
 
-def fake_environment(bin_dir: Path, environment: dict | None) -> None:
-    """`gh api repos/o/r/environments/NAME` answering `environment`, or 404 when None."""
+def fake_environment(bin_dir: Path, environment: dict | None, approvals: list | None = None,
+                     policies: dict | None = None, name: str = "preview") -> None:
+    """`gh api` answering the environment NAME (404 when None), run 900's approvals and NAME's
+    deployment branch policies."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     (bin_dir / "environment.json").write_text(json.dumps(environment))
+    (bin_dir / "approvals.json").write_text(json.dumps(APPROVED if approvals is None else approvals))
+    (bin_dir / "policies.json").write_text(json.dumps(policies or {"total_count": 0, "branch_policies": []}))
     answer = (f'cat "{bin_dir}/environment.json"' if environment is not None
               else 'echo \'{"message":"Not Found","status":"404"}\'; echo "gh: Not Found (HTTP 404)" >&2; exit 1')
     fake(bin_dir, "gh", f"""case "$*" in
-  "api repos/o/r/environments/preview") {answer} ;;
+  "api repos/o/r/environments/{name}") {answer} ;;
+  "api repos/o/r/actions/runs/900/approvals") cat "{bin_dir}/approvals.json" ;;
+  "api repos/o/r/environments/{name}/deployment-branch-policies") cat "{bin_dir}/policies.json" ;;
   *) echo "unexpected gh $*" >&2; exit 9 ;;
 esac""")
 
 
-def gate(tmp_path: Path, environment: dict | None, **extra: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
+def gate(tmp_path: Path, environment: dict | None, approvals: list | None = None, policies: dict | None = None,
+         **extra: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
     out, ci_out, bin_dir = tmp_path / "out", tmp_path / "ci-out", tmp_path / "bin"
-    fake_environment(bin_dir, environment)
+    fake_environment(bin_dir, environment, approvals, policies, extra.get("PROTECTED_ENVIRONMENT", "preview"))
     res = run("preview-gate.sh", env={**CREDENTIALS, "GITHUB_OUTPUT": str(out), "RLTRAIN_CI_OUT": str(ci_out),
-                                      "GITHUB_REPOSITORY": "o/r", "GH_TOKEN": "t", **extra}, bin_dir=bin_dir)
+                                      "GITHUB_REPOSITORY": "o/r", "GITHUB_RUN_ID": "900", "GH_TOKEN": "t",
+                                      "PR_AUTHOR": "alice", "GITHUB_TRIGGERING_ACTOR": "alice", **extra},
+              bin_dir=bin_dir)
     return res, outputs(out), ci_out / "preview.unavailable"
 
 
 @pytest.mark.parametrize("environment,why", first_in_every_tier([
-    (None, "could not be read"),                                    # no `preview` environment at all
-    ({"name": "preview", "protection_rules": []}, "has no required reviewers"),   # private repo on Team
-    ({"name": "preview", "protection_rules": [{"type": "wait_timer", "wait_timer": 5}]}, "has no required reviewers"),
-    ({"name": "preview", "protection_rules": [{"type": "required_reviewers", "reviewers": []}]},
+    (None, "`gh api repos/o/r/environments/preview` failed: "),  # no such environment (404)
+    ({**PROTECTED, "protection_rules": []}, "has no required reviewers"),   # private repo on Team
+    ({**PROTECTED, "protection_rules": [{"type": "wait_timer", "wait_timer": 5}]}, "has no required reviewers"),
+    ({**PROTECTED, "protection_rules": [{"type": "required_reviewers", "prevent_self_review": True, "reviewers": []}]},
      "has no required reviewers"),
 ]))
 def test_gate_fails_closed_without_required_reviewers(tmp_path, environment, why):
@@ -102,24 +116,20 @@ def test_gate_fails_closed_without_required_reviewers(tmp_path, environment, why
     res, out, unavailable = gate(tmp_path, environment)
     assert res.returncode == 1
     assert out == {"backend": "cloud", "has-credentials": "false"}
-    assert "::error title=Environment not protected::pulumi preview refused: the environment `preview`" in res.stdout
+    assert "::error title=Environment not protected::pulumi preview refused: " in res.stdout
     assert why in res.stdout and why in unavailable.read_text()
-    assert "required reviewers" in pr_comment.body("p5", tmp_path / "ci-out")
+    assert "pulumi preview refused" in pr_comment.body("p5", tmp_path / "ci-out")
 
 
-def test_gate_passes_a_protected_environment_and_warns_of_admin_bypass(tmp_path):
+def test_gate_passes_a_protected_environment_approved_by_someone_else(tmp_path):
     res, out, unavailable = gate(tmp_path, PROTECTED)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 0, res.stdout + res.stderr
     assert out == {"backend": "cloud", "has-credentials": "true"} and not unavailable.exists()
-    assert "protected: the environment `preview` needs an approval by one of 1 reviewer(s)" in res.stdout
-    assert "::warning" not in res.stdout
-    lax = {**PROTECTED, "can_admins_bypass": True,
-           "protection_rules": [{"type": "required_reviewers", "prevent_self_review": False,
-                                 "reviewers": [{"type": "User", "reviewer": {"login": "a"}}]}]}
-    res, out, _ = gate(tmp_path, lax)
-    assert res.returncode == 0 and out["has-credentials"] == "true"
-    assert "::warning title=Environment preview::administrators may bypass" in res.stdout
-    assert "::warning title=Environment preview::`preview` lets the author of a run approve it" in res.stdout
+    assert ("protected: the environment `preview` needs an approval by one of 1 reviewer(s), no administrator "
+            "bypass, no self-review; this run was approved by maintainer") in res.stdout
+    assert "::warning" not in res.stdout and "::error" not in res.stdout
+    calls = (tmp_path / "bin" / "gh.log").read_text().splitlines()[0::2]
+    assert calls == ["api repos/o/r/environments/preview", "api repos/o/r/actions/runs/900/approvals"]
 
 
 def test_gate_on_dependabot_says_why_without_reading_anything(tmp_path):
@@ -130,21 +140,19 @@ def test_gate_on_dependabot_says_why_without_reading_anything(tmp_path):
 
 
 @pytest.mark.parametrize("env,ready,backend,named", first_in_every_tier([
-    ({"AWS_ROLE_ARN": "arn", "PULUMI_ACCESS_TOKEN": "pul-x"}, "true", "cloud", None),
-    ({"AWS_ROLE_ARN": "arn"}, "false", "cloud", "PULUMI_ACCESS_TOKEN"),
-    ({"PULUMI_ACCESS_TOKEN": "pul-x"}, "false", "cloud", "AWS_ROLE_ARN"),
+    ({"HAS_AWS_ROLE_ARN": "true", "HAS_PULUMI_ACCESS_TOKEN": "true"}, "true", "cloud", None),
+    ({"HAS_AWS_ROLE_ARN": "true", "HAS_PULUMI_ACCESS_TOKEN": "false"}, "false", "cloud", "PULUMI_ACCESS_TOKEN"),
+    ({"HAS_AWS_ROLE_ARN": "false", "HAS_PULUMI_ACCESS_TOKEN": "true"}, "false", "cloud", "AWS_ROLE_ARN"),
     # Self-managed: no Pulumi Cloud token asked for; a passphrase or a KMS provider instead.
-    ({"AWS_ROLE_ARN": "arn", "PULUMI_BACKEND_URL": "s3://state", "PULUMI_CONFIG_PASSPHRASE": "pw"},
+    ({"HAS_AWS_ROLE_ARN": "true", "BACKEND_IS_CLOUD": "false", "PASSPHRASE_PROVIDER": "true",
+      "HAS_PULUMI_CONFIG_PASSPHRASE": "true"}, "true", "self-managed", None),
+    ({"HAS_AWS_ROLE_ARN": "true", "BACKEND_IS_CLOUD": "false", "PASSPHRASE_PROVIDER": "false"},
      "true", "self-managed", None),
-    ({"AWS_ROLE_ARN": "arn", "PULUMI_BACKEND_URL": "s3://state",
-      "PULUMI_SECRETS_PROVIDER": "awskms://alias/rltrain?region=us-east-1"}, "true", "self-managed", None),
-    ({"AWS_ROLE_ARN": "arn", "PULUMI_BACKEND_URL": "s3://state"}, "false", "self-managed",
-     "PULUMI_CONFIG_PASSPHRASE"),
-    ({"AWS_ROLE_ARN": "arn", "PULUMI_BACKEND_URL": "s3://state", "PULUMI_SECRETS_PROVIDER": "passphrase"},
-     "false", "self-managed", "PULUMI_CONFIG_PASSPHRASE"),
+    ({"HAS_AWS_ROLE_ARN": "true", "BACKEND_IS_CLOUD": "false", "PASSPHRASE_PROVIDER": "true",
+      "HAS_PULUMI_CONFIG_PASSPHRASE": "false"}, "false", "self-managed", "PULUMI_CONFIG_PASSPHRASE"),
     # A self-hosted Pulumi Cloud is Pulumi Cloud: a token.
-    ({"AWS_ROLE_ARN": "arn", "PULUMI_BACKEND_URL": "https://api.pulumi.example.com",
-      "PULUMI_CONFIG_PASSPHRASE": "pw"}, "false", "cloud", "PULUMI_ACCESS_TOKEN"),
+    ({"HAS_AWS_ROLE_ARN": "true", "BACKEND_IS_CLOUD": "true", "HAS_PULUMI_CONFIG_PASSPHRASE": "true"},
+     "false", "cloud", "PULUMI_ACCESS_TOKEN"),
 ]))
 def test_gate(tmp_path, env, ready, backend, named):
     out, summary = tmp_path / "out", tmp_path / "summary"
@@ -152,7 +160,7 @@ def test_gate(tmp_path, env, ready, backend, named):
     fake_environment(bin_dir, PROTECTED)
     res = run("preview-gate.sh", env={**env, "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
                                       "RLTRAIN_CI_OUT": str(tmp_path / "ci-out"), "GITHUB_REPOSITORY": "o/r",
-                                      "GH_TOKEN": "t"}, bin_dir=bin_dir)
+                                      "GITHUB_RUN_ID": "900", "GH_TOKEN": "t"}, bin_dir=bin_dir)
     assert res.returncode == 0, res.stderr
     assert outputs(out) == {"has-credentials": ready, "backend": backend}
     unavailable = tmp_path / "ci-out" / "preview.unavailable"
@@ -165,7 +173,7 @@ def test_gate(tmp_path, env, ready, backend, named):
 
 def test_gate_on_a_fork_says_previews_run_after_a_maintainer_approves(tmp_path):
     out = tmp_path / "out"
-    res = run("preview-gate.sh", env={"FORK": "true", "AWS_ROLE_ARN": "arn", "PULUMI_ACCESS_TOKEN": "x",
+    res = run("preview-gate.sh", env={"FORK": "true", "HAS_AWS_ROLE_ARN": "true", "HAS_PULUMI_ACCESS_TOKEN": "true",
                                       "GITHUB_OUTPUT": str(out), "RLTRAIN_CI_OUT": str(tmp_path / "ci-out")})
     assert res.returncode == 0, res.stderr
     assert outputs(out) == {"backend": "none", "has-credentials": "false"}
@@ -383,6 +391,7 @@ def test_comment_when_skipped_or_not_run(tmp_path):
 # --- the upsert: this workflow's comment only, never an older run's result ------------------------
 
 BOT = "github-actions[bot]"
+APP_BOT = "rltrain-review[bot]"  # the review App's bot: the fork path's author (pr-comment.yml)
 HEAD = "c0ffee" + "0" * 34
 OLD_HEAD = "bad" + "0" * 37
 _up = importlib.util.spec_from_file_location("upsert_comment", CI / "upsert_comment.py")
@@ -513,7 +522,7 @@ def fork_comment(tmp_path: Path, art: Path, **extra: str) -> subprocess.Complete
     """ci/review-comment.sh as pr-comment.yml runs it: FORK=true, the head from workflow_run, no PR_NUMBER."""
     bin_dir = tmp_path / "bin"
     env = {k: v for k, v in comment_env(tmp_path / "ci-out", FORK="true").items() if k != "PR_NUMBER"}
-    env.update({"HEAD_REPO": "fork/r", "HEAD_BRANCH": "feature", **extra})
+    env.update({"HEAD_REPO": "fork/r", "HEAD_BRANCH": "feature", "COMMENT_AUTHOR": APP_BOT, **extra})
     base = {k: v for k, v in os.environ.items() if k not in ("PR_NUMBER", "GITHUB_REPOSITORY")}
     return subprocess.run([str(CI / "review-comment.sh"), str(art)], cwd=tmp_path,  # no checkout of the PR
                           env={**base, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env},
@@ -533,8 +542,8 @@ def test_review_comment_of_a_fork_with_its_own_marker_and_the_approval_note(tmp_
     assert calls[3].startswith("api --method POST repos/o/r/issues/7/comments ")
     body = json.loads((bin_dir / "payload.json").read_text())["body"]
     assert body.startswith("<!-- rltrain-review-fork -->\n<!-- rltrain-meta commit=" + HEAD + " run=500 attempt=1 -->\n"
-                           "> **From a fork: the review below was computed by this pull request's own code**")
-    assert body.index("Previews run after a maintainer approves") < body.index("## What this change does to each stack")
+                           "## Review of #7, a pull request from a fork\n\n" f"**Commit `{HEAD}`**")
+    assert body.index("Previews run after a maintainer approves") < body.index("> ## What this change does to each stack")
 
 
 def test_a_forks_rerun_never_lands_on_the_mirror_pull_request(tmp_path):
@@ -608,7 +617,7 @@ def test_a_symlink_in_the_artifact_is_not_followed(tmp_path):
     res = fork_comment(tmp_path, art)
     assert res.returncode == 0, res.stderr
     body = json.loads((bin_dir / "payload.json").read_text())["body"]
-    assert "AKIA" not in body and "no review" in body
+    assert "AKIA" not in body and "the offline job stopped before its review" in body
 
 
 def test_review_comment_when_the_offline_job_stopped_early(tmp_path):

@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from components.stack import catalog
-from components.stack import config
+from components.stack import config, validate
 from components.stack import stackfile
-from components.offline import render
+from components.offline import unset_secrets
 
 BASE = {
     "cluster": {"publicAccessCidrs": ["203.0.113.0/24"]},
@@ -23,11 +23,11 @@ def load(overrides=None, secret_keys=(), region="us-east-1", extra=None):
     for section, patch in (overrides or {}).items():
         values.setdefault(section, {}).update(patch)
     values.update(extra or {})
-    return config.load(values, secret_keys=set(secret_keys), region=region)
+    return validate.load(values, secret_keys=set(secret_keys), region=region)
 
 
 def problems(**kw):
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         load(**kw)
     return dict(e.value.problems)
 
@@ -35,13 +35,13 @@ def problems(**kw):
 @pytest.mark.parametrize("stack", stackfile.stack_names())
 def test_every_stack_file_validates(stack):
     # As the render reads it: the committed files hold no secret, which is no error offline.
-    cfg = render.load_stack(stack)[-1]
+    cfg = unset_secrets.load_stack(stack)[-1]
     assert cfg.gpu_nodes.count >= 1
 
 
 def test_stack_shapes():
     def cfg_of(stack):
-        return render.load_stack(stack)[-1]
+        return unset_secrets.load_stack(stack)[-1]
     assert (cfg_of("p4de").gpu_nodes.instance_type, cfg_of("p4de").gpu_nodes.count) == ("p4de.24xlarge", 2)
     assert (cfg_of("p5").gpu_nodes.instance_type, cfg_of("p5").gpu_nodes.count) == ("p5.48xlarge", 2)
     dev = cfg_of("dev")
@@ -142,9 +142,9 @@ def test_nested_secure_value_rejected(tmp_path):
 
 
 def test_shm_default_scales_with_node_memory():
-    assert config.shm_default_gib(catalog.get("p4de.24xlarge")) == 72
-    assert config.shm_default_gib(catalog.get("p5.48xlarge")) == 128
-    assert config.shm_default_gib(catalog.get("g5.xlarge")) == 8
+    assert catalog.shm_default_gib(catalog.get("p4de.24xlarge")) == 72
+    assert catalog.shm_default_gib(catalog.get("p5.48xlarge")) == 128
+    assert catalog.shm_default_gib(catalog.get("g5.xlarge")) == 8
 
 
 def test_plain_env_allowed_unless_credential_like():

@@ -8,7 +8,7 @@ import sys
 from pydantic import BaseModel
 
 from components.offline import config_reference as ref
-from components.stack import config
+from components.stack import config, model_base
 
 
 def test_configuration_page_is_current():
@@ -44,7 +44,7 @@ def test_every_key_of_every_section_is_documented_with_type_default_and_descript
 
 
 def test_a_key_without_a_description_is_refused():
-    class Undocumented(config._Model):
+    class Undocumented(model_base._Model):
         documented: int = 1
         """has one"""
         bare: int = 2

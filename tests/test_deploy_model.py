@@ -16,6 +16,7 @@ import pytest
 from support import rendered
 
 from components.offline import deploy_model, policy, render
+from components.offline.resources import Violation
 from components.offline.mock_engine import ROOT, after_deploy, eks_cluster_security_group
 from components.stack import catalog
 from components.workloads import nccl
@@ -33,7 +34,7 @@ def by_name(rows: list[dict], name: str, type_prefix: str = "") -> dict:
     return found[0]
 
 
-def violations(rows: list[dict], rule: str) -> list[policy.Violation]:
+def violations(rows: list[dict], rule: str) -> list[Violation]:
     return [v for v in policy.evaluate(rows, rules=[rule])]
 
 
@@ -85,12 +86,17 @@ def test_pulumi_eks_control_plane_group_instead_is_caught_too():
 
 
 def test_without_the_fsx_to_node_rules_lustre_callbacks_are_blocked():
-    rows = [r for r in p5_record() if not r["name"].endswith("-to-nodes")]
+    # The GPU nodes carry the GPU group and the EKS cluster group: FSx calls back through either.
+    rows = [r for r in p5_record() if not r["name"].endswith(("-to-nodes", "-to-cluster"))]
     vs = violations(rows, "network-flows")
-    assert {v.resource for v in vs} == {"flow FSx -> GPU nodes Lustre 988-988", "flow FSx -> GPU nodes Lustre 1018-1023"}
+    assert {v.resource for v in vs} == {f"flow FSx -> {g} Lustre {p}" for g in ("GPU nodes", "system nodes")
+                                        for p in ("988-988", "1018-1023")}
     # Violations come by resource (never in record order): 1018-1023 sorts before 988-988.
-    assert [v.resource for v in vs] == ["flow FSx -> GPU nodes Lustre 1018-1023", "flow FSx -> GPU nodes Lustre 988-988"]
+    assert [v.resource for v in vs][:2] == ["flow FSx -> GPU nodes Lustre 1018-1023",
+                                            "flow FSx -> GPU nodes Lustre 988-988"]
     assert "no ingress rule on [gpu-sg, EKS cluster SG] from FSx (tcp 988)" in vs[1].message
+    # Only the GPU group's rules gone: the cluster group's still carry the GPU nodes' callbacks.
+    assert violations([r for r in p5_record() if not r["name"].endswith("-to-nodes")], "network-flows") == []
 
 
 def test_without_the_gpu_self_egress_rule_efa_fails():
@@ -160,7 +166,7 @@ def test_render_exits_1_naming_the_missing_flow(monkeypatch, tmp_path, capsys):
 
     def without_fsx_callbacks(stack, root=ROOT):
         r = real(stack, root)
-        r.result.records[:] = [x for x in r.result.records if not x.name.endswith("-to-nodes")]
+        r.result.records[:] = [x for x in r.result.records if not x.name.endswith(("-to-nodes", "-to-cluster"))]
         return r
 
     monkeypatch.setattr(render, "render_stack", without_fsx_callbacks)

@@ -140,4 +140,4 @@ def test_node_pool_overlay_and_kwok_class_validate_against_the_pinned_crds():
 
 
 def test_fixed_mode_has_no_annotation():
-    assert elastic.pod_annotations(load()) == {}
+    assert elastic.pod_annotations(load().gpu_nodes.elastic) == {}

@@ -4,7 +4,7 @@ a dashboard panel - through config and the mock engine."""
 
 from __future__ import annotations
 
-from test_refusals import problems, section
+from test_validate import problems, section
 from test_workloads_components import _render, container, env, find
 
 from components.k8s import dashboards, monitoring

@@ -3,6 +3,7 @@ creates anything, and what it owns so that `pulumi destroy` leaves nothing behin
 
 from __future__ import annotations
 
+import contextvars
 import json
 from types import SimpleNamespace
 
@@ -10,9 +11,9 @@ import pytest
 from support import rendered
 
 from components.aws import account_checks, platform
-from components.offline import mock_engine, render
+from components.offline import mock_engine, unset_secrets
 from components.offline.mock_engine import run_program
-from components.stack import config
+from components.stack import stackfile, validate
 
 ROLE = "arn:aws:iam::123456789012:role/platform/Deployer"
 ASSUMED = "arn:aws:sts::123456789012:assumed-role/Deployer/alice@example.com"
@@ -56,8 +57,8 @@ def _with(values, section, **patch):
 
 def test_the_placeholder_cidr_is_refused_by_a_real_deploy_before_any_aws_resource(monkeypatch):
     monitors = _real_deploy(monkeypatch)
-    vals, secret, _ = render.load_stack("p5")
-    with pytest.raises(config.ConfigError) as e:
+    vals, secret, _ = unset_secrets.load_stack("p5")
+    with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
     assert "rltrain:cluster.publicAccessCidrs: 203.0.113.0/24 is a documentation range" in str(e.value)
     assert [r for r in monitors[0].records if r.type.startswith(("aws:", "eks:"))] == []
@@ -65,9 +66,9 @@ def test_the_placeholder_cidr_is_refused_by_a_real_deploy_before_any_aws_resourc
 
 def test_the_deploying_role_in_admin_role_arns_is_refused_by_a_real_deploy(monkeypatch):
     monitors = _real_deploy(monkeypatch)
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"], adminRoleArns=[ROLE])
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
     assert "rltrain:cluster.adminRoleArns" in str(e.value) and "ResourceInUseException (409)" in str(e.value)
     assert [r for r in monitors[0].records if r.type.startswith(("aws:", "eks:"))] == []
@@ -75,9 +76,9 @@ def test_the_deploying_role_in_admin_role_arns_is_refused_by_a_real_deploy(monke
 
 def test_an_az_eks_refuses_is_refused_by_a_real_deploy(monkeypatch):
     monitors = _real_deploy(monkeypatch, zones={"us-east-1a": "use1-az4", "us-east-1b": "use1-az3"})
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"])
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config=vals, secret_keys=secret)
     assert "rltrain:network.availabilityZones: us-east-1b is use1-az3" in str(e.value)
     assert "UnsupportedAvailabilityZoneException" in str(e.value)
@@ -86,7 +87,7 @@ def test_an_az_eks_refuses_is_refused_by_a_real_deploy(monkeypatch):
 
 def test_a_real_deploy_with_real_cidrs_and_another_admin_goes_ahead(monkeypatch):
     _real_deploy(monkeypatch)
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     vals = _with(vals, "cluster", publicAccessCidrs=["198.18.0.0/15"],
                  adminRoleArns=["arn:aws:iam::123456789012:role/Admins"])
     result = run_program(stack="p5", config=vals, secret_keys=secret)
@@ -97,9 +98,27 @@ def test_the_offline_render_keeps_accepting_the_placeholder():
     assert rendered("p5").cfg.cluster.public_access_cidrs == ("203.0.113.0/24",)
 
 
+def test_the_render_tells_the_program_it_is_offline_and_no_stack_file_can(monkeypatch, tmp_path):
+    # The offline engine says so in the run's own config (stackfile.OFFLINE_KEY), and only there.
+    seen = []
+    run_program(stack="p5", config={}, program=lambda: seen.append(platform.offline()))
+    assert seen == [True] and contextvars.Context().run(platform.offline) is False
+    # A stack file cannot say it: the render refuses to read it, a real deploy refuses to run it.
+    doc = tmp_path / "Pulumi.x.yaml"
+    doc.write_text(f"config:\n  {stackfile.OFFLINE_KEY}: true\n")
+    with pytest.raises(stackfile.StackFileError, match="set by the offline render's engine only"):
+        stackfile.read(doc)
+    monkeypatch.setenv("PULUMI_CONFIG", json.dumps({stackfile.OFFLINE_KEY: "true"}))
+    with pytest.raises(validate.ConfigError) as e:
+        contextvars.Context().run(validate.from_pulumi)
+    assert e.value.problems == [(stackfile.OFFLINE_KEY, "set by the offline render's engine only "
+                                 "(components/stack/stackfile.py): remove it, it would skip the deploy's account checks")]
+
+
 def test_the_stack_owns_the_control_plane_log_group():
     rs = rendered("p5").resources
-    [lg] = [r for r in rs if r["type"] == "aws:cloudwatch/logGroup:LogGroup"]
+    # (the other log group is the training image build's: components/aws/image.py)
+    [lg] = [r for r in rs if r["type"] == "aws:cloudwatch/logGroup:LogGroup" and r["parent"] != "image"]
     assert lg["inputs"]["name"] == "/aws/eks/rltrain-p5/cluster" and lg["inputs"]["retentionInDays"] == 90
     eks = next(r for r in rs if r["type"] == "eks:index:Cluster")
     assert "aws:cloudwatch/logGroup:LogGroup::cluster-control-plane-logs" in eks["dependsOn"]
@@ -128,9 +147,7 @@ def test_aws_operations_has_the_failed_node_group_recovery():
 
 def test_policy_rule_holds_the_node_roll_opt_in():
     import copy
-    from components.aws import gpu_nodes
     from components.offline import policy
-    assert (policy.ROLL_INPUTS, policy.ALLOW_NODE_ROLL_TAG) == (gpu_nodes.ROLL_INPUTS, gpu_nodes.ALLOW_NODE_ROLL_TAG)
     rs = rendered("p5").resources
     assert policy.evaluate(rs, ["gpu-roll-opt-in"]) == []
     bare = copy.deepcopy(rs)
@@ -143,7 +160,7 @@ def test_policy_rule_holds_the_node_roll_opt_in():
 
 
 def test_opting_in_tags_the_node_group(monkeypatch):
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     result = run_program(stack="p5", config=_with(vals, "gpuNodes", allowNodeRoll=True), secret_keys=secret)
     ng = result.one("aws:eks/nodeGroup:NodeGroup")
     assert ng.inputs["tags"] == {"rltrain/allow-node-roll": "true"}

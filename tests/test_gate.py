@@ -1,7 +1,7 @@
 """The checks that gate training fail fast (issue 20): a failed validation or NCCL run ends `pulumi up`
 with its reason within a bounded time, not after the full timeout (components/workloads/validation.py,
 nccl.py, gate.py, components/scripts/check_gate.py; the provider's behaviour modelled in
-components/offline/await_model.py)."""
+tests/await_model.py: test code, the simulated cluster runs both for real)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_kueue_support import variant
 
-from components.offline import await_model as am
+import await_model as am
 from components.scripts import nccl_check
 from components.k8s import security
 from components.workloads import build, gate, nccl, runs, validation

@@ -99,11 +99,6 @@ def test_scaling_up_is_in_place_for_the_node_group(project):
     assert k["workloads-multi-node-pdb"] == impact.IN_PLACE
 
 
-def test_check_components_are_the_workloads_own():
-    from components.workloads import export, gate, nccl, validation
-    assert impact.CHECK_COMPONENTS == (validation.COMPONENT, nccl.COMPONENT, gate.COMPONENT, export.COMPONENT)
-
-
 def test_count_in_the_launch_template_description_rolled_every_node():
     """Today's program before the fix: the description carried the node count."""
     before, after = rows(), rows()

@@ -84,7 +84,23 @@ def test_node_class_p5(elastic):
     assert spec["metadataOptions"]["httpTokens"] == "required"
     assert spec["metadataOptions"]["httpPutResponseHopLimit"] == 1
     text = "\n".join(spec["userData"]) if isinstance(spec["userData"], list) else spec["userData"]
-    assert "Content-Type: application/node.eks.aws" in text and "strategy: RAID0" in text
+    assert "Content-Type: application/node.eks.aws" in text and "kind: NodeConfig" in text
+
+
+def test_node_class_raid0_is_karpenters_instance_store_policy(elastic):
+    """Item 6: Karpenter sizes ephemeral-storage from the root volume (100 GiB) unless the class says
+    instanceStorePolicy RAID0 (v1.14.0 pkg/providers/instancetype/types.go ephemeralStorage); RAID0
+    in our user data alone left a pod asking for more without a node. Karpenter writes the RAID0
+    into its own NodeConfig part, so ours leaves it out; the managed group's keeps it."""
+    spec = obj(elastic, "EC2NodeClass", "rltrain-gpu")["spec"]
+    assert spec["instanceStorePolicy"] == "RAID0"
+    text = "\n".join(spec["userData"]) if isinstance(spec["userData"], list) else spec["userData"]
+    assert "localStorage" not in text
+    lt = rendered("p5").result.one("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt").inputs
+    import base64
+    assert "strategy: RAID0" in base64.b64decode(lt["userData"]).decode()
+    # No NVMe disks, or local storage off: no policy (Karpenter then counts the root volume, as it should).
+    assert "instanceStorePolicy" not in karpenter_node_class.node_class(_args())["spec"]
 
 
 def _args(**kw):
@@ -200,14 +216,35 @@ def test_helm_releases(elastic):
     assert ctl["skipCrds"] is True
     assert versions.KARPENTER.version == versions.KARPENTER_CRD.version
     v = ctl["values"]
-    assert v["settings"] == {"clusterName": "rltrain-p5-elastic", "interruptionQueue": "rltrain-p5-elastic",
-                             "featureGates": {"nodeOverlay": True}}
+    assert v["settings"]["clusterName"] == "rltrain-p5-elastic"
+    assert v["settings"]["featureGates"] == {"nodeOverlay": True}
     assert v["nodeSelector"] == {"kubernetes.io/os": "linux", "role": "system"}
     assert v["replicas"] == 2 and v["serviceAccount"] == {"name": "karpenter"}
     # After its CRDs, its role's association and the node access entry; the node objects after it.
     deps = releases["karpenter-controller"]["dependsOn"]
     assert any(d.endswith("::karpenter-crd") for d in deps)
     assert any(d.endswith("::karpenter-controller-association") for d in deps)
-    for kind in ("EC2NodeClass", "NodePool", "NodeOverlay"):
+    for kind, count in (("EC2NodeClass", 2), ("NodePool", 2), ("NodeOverlay", 1)):  # the GPU set and the CPU one
         cr = [x for x in elastic.resources if x["type"].endswith(f":{kind}")]
-        assert len(cr) == 1 and any(d.endswith("::karpenter-controller") for d in cr[0]["dependsOn"])
+        assert len(cr) == count and all(any(d.endswith("::karpenter-controller") for d in c["dependsOn"]) for c in cr)
+
+
+def test_controller_pods_come_long_after_their_association_and_know_the_region(elastic):
+    """Item 5: the association is eventually consistent and the Pod Identity webhook mutates a pod
+    only at creation. The release followed the association at once (both after the system nodes):
+    a controller pod created first got neither credentials nor AWS_REGION, asked IMDS for the
+    region (hop limit 1: refused) and crash-looped, never mutated again. Now the association is
+    created beside the system node group, the release after the system nodes, and the region is
+    set, and a new association rolls the pods (its id in their template)."""
+    from components.offline.deploy_model import Graph
+    g = Graph(elastic.resources)
+    assoc = "aws:eks/podIdentityAssociation:PodIdentityAssociation::karpenter-controller-association"
+    release = "kubernetes:helm.sh/v3:Release::karpenter-controller"
+    system = {"eks:index:ManagedNodeGroup::cluster-system"}
+    agent = {"aws:eks/addon:Addon::cluster-pod-identity-agent"}
+    assert not g.reaches(assoc, system | agent)
+    assert g.reaches(release, system) and g.reaches(release, agent) and g.reaches(release, {assoc})
+    ctl = _one(elastic, "kubernetes:helm.sh/v3:Release", "karpenter-controller")["values"]
+    assert {"name": "AWS_REGION", "value": "us-east-1"} in ctl["controller"]["env"]
+    assert ctl["podAnnotations"] == {
+        "rltrain/pod-identity-association": "[known after deploy: karpenter-controller-association.id]"}

@@ -138,3 +138,15 @@ def test_nodepool_and_overlay_cel_rules(docs):
         assert r["operator"] == "In" and r["values"]
     # NodeOverlay capacity: "invalid resource restricted" (cpu, memory, ephemeral-storage, pods)
     assert not set(docs["NodeOverlay"]["spec"]["capacity"]) & {"cpu", "memory", "ephemeral-storage", "pods"}
+
+
+@pytest.mark.parametrize("kind", ["EC2NodeClass", "NodePool"])
+def test_cpu_node_pool_and_class_are_valid_against_the_crd(kind):
+    """The elastic stack's CPU NodePool (issue 44 item 2) and its node class."""
+    version, schema = _schema(kind)
+    doc = _deployed(obj(rendered("p5-elastic"), kind, "rltrain-cpu"))
+    jsonschema.validate(doc, schema)
+    if kind == "NodePool":
+        # "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value"
+        for r in doc["spec"]["template"]["spec"]["requirements"]:
+            assert r["values"] and (r["operator"] == "In" or (len(r["values"]) == 1 and int(r["values"][0]) >= 0))

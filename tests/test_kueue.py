@@ -12,9 +12,9 @@ from support import STACKS, objects, rendered
 from test_kueue_support import load_variant, variant
 
 from components.k8s import kueue
-from components.offline import deploy_model, policy, schedule
+from components.offline import deploy_model, policy
 from components.offline.mock_engine import ROOT
-from components.stack import catalog, config, versions
+from components.stack import catalog, validate, versions
 from components.workloads import placement, runs, validation
 from components.workloads import nccl as nccl_mod
 
@@ -232,7 +232,7 @@ def test_two_stacks_with_their_own_queues_share_nothing_cluster_wide():
     ("p5", {"rltrain:kueue": {"queue": "x"}}, "rltrain:kueue.queue", "unknown key"),
 ])
 def test_config_refusals(base, edits, path, words):
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         load_variant(base, edits)
     assert any(p == path and words in msg for p, msg in e.value.problems), e.value.problems
 
@@ -346,12 +346,6 @@ def test_operations_page_says_how_to_watch_the_queue_and_what_the_gate_does():
     text = (ROOT / "docs" / "operations.md").read_text()
     assert "kubectl get workloads -n rltrain" in text and "kubectl get clusterqueue" in text
     assert "trainingAfterChecks" in text and "rltrain:kueue" in text
-
-
-def test_schedule_names_are_kueue_names():
-    # schedule.py runs in the policy pack without pulumi-kubernetes: it repeats these names.
-    assert (schedule.QUEUE_LABEL, schedule.KUEUE_API, schedule.KUEUE_CHART) == (
-        kueue.QUEUE_LABEL, kueue.API_VERSION, kueue.chart_ref())
 
 
 def test_a_queue_label_change_replaces_the_run():

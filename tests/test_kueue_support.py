@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from components.offline import render
+from components.offline import render, unset_secrets
 from components.offline.mock_engine import ROOT
 
 _DIR = Path(tempfile.mkdtemp(prefix="rltrain-kueue-"))
@@ -67,4 +67,4 @@ def load_variant(base: str, edits: dict):
     """Only the validated config of a variant (raises ConfigError)."""
     name = f"{base}-c{_digits(json.dumps(edits, sort_keys=True))}"
     proj = write_variant(base, name, edits)
-    return render.load_stack(name, proj)[2]
+    return unset_secrets.load_stack(name, proj)[2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from test_refusals import problems, section
+from test_validate import problems, section
 from test_workloads_components import _render, container, env, find
 
 from components.stack import config, trainers, volume_budget

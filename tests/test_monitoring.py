@@ -11,14 +11,17 @@ import pytest
 from support import obj, objects, rendered
 
 from components.k8s import dashboards, monitoring
-from components.offline import render
+from components.offline import render, unset_secrets
 from components.offline.mock_engine import run_program
-from components.stack import config, versions
+from components.stack import validate, versions
 from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 
 CREATED = ("dev", "p4de", "p5")
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CHART_KEYS = json.loads((Path(monitoring.__file__).parent / "monitoring_chart_keys.json").read_text())
+
+# The command README.md and docs/monitoring.md give for Grafana (the chart's Service of the release).
+PORT_FORWARD = "kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80"
 
 
 def releases(r) -> dict[str, dict]:
@@ -32,12 +35,12 @@ def mon(r) -> list[dict]:
 def render_with(stack: str, monitoring_cfg: dict, secrets: dict[str, str], **sections: dict) -> render.Rendered:
     """Render a stack with `rltrain:monitoring` (and any other `sections`) replaced and extra
     secret config keys."""
-    values, secret_keys, _ = render.load_stack(stack)
+    values, secret_keys, _ = unset_secrets.load_stack(stack)
     values = {**values, "rltrain:monitoring": json.dumps(monitoring_cfg)}
     values.update({f"rltrain:{k}": json.dumps(v) for k, v in sections.items()})
     values.update({f"rltrain:{k}": v for k, v in secrets.items()})
     secret_keys = set(secret_keys) | {f"rltrain:{k}" for k in secrets}
-    cfg = config.load({k[8:]: v for k, v in values.items() if k.startswith("rltrain:")},
+    cfg = validate.load({k[8:]: v for k, v in values.items() if k.startswith("rltrain:")},
                       secret_keys={k[8:] for k in secret_keys}, program=True)
     result = run_program(stack=stack, config=values, secret_keys=secret_keys)
     return render.Rendered(stack=stack, cfg=cfg, result=result, manifests=render.manifests(result))
@@ -84,24 +87,24 @@ def test_byo_renders_no_monitoring_unless_opted_in(byo_opted_in):
 def test_config_defaults_and_refusals():
     base = {"gpuNodes": {"instanceType": "p5.48xlarge", "count": 2}, "workloads": {"image": "r/x:1"},
             "cluster": {"publicAccessCidrs": ["203.0.113.0/24"]}}
-    cfg = config.load(base, region="us-east-1")
+    cfg = validate.load(base, region="us-east-1")
     m = cfg.monitoring
     assert (m.namespace, m.retention_days, m.storage_size_gib, m.queued_alert_minutes, m.alert_receiver) == (
         "monitoring", 15, 100, 30, None)
-    with pytest.raises(config.ConfigError) as e:  # the program reads the password: it must exist
-        config.load(base, region="us-east-1", program=True)
+    with pytest.raises(validate.ConfigError) as e:  # the program reads the password: it must exist
+        validate.load(base, region="us-east-1", program=True)
     assert "rltrain:grafanaAdminPassword" in dict(e.value.problems)
-    with pytest.raises(config.ConfigError) as e:  # never in plain text
-        config.load({**base, "grafanaAdminPassword": "hunter2"}, region="us-east-1")
+    with pytest.raises(validate.ConfigError) as e:  # never in plain text
+        validate.load({**base, "grafanaAdminPassword": "hunter2"}, region="us-east-1")
     assert "is not secret" in dict(e.value.problems)["rltrain:grafanaAdminPassword"]
     bad = {**base, "monitoring": {"namespace": "rltrain", "storageClass": "gp2",
                                   "alertReceiver": {"type": "webhook", "secretKey": "hook", "channel": "#x"}}}
-    with pytest.raises(config.ConfigError) as e:
-        config.load(bad, secret_keys={"grafanaAdminPassword"}, region="us-east-1")
+    with pytest.raises(validate.ConfigError) as e:
+        validate.load(bad, secret_keys={"grafanaAdminPassword"}, region="us-east-1")
     p = dict(e.value.problems)
     assert {"rltrain:monitoring.namespace", "rltrain:monitoring.storageClass", "rltrain:hook",
             "rltrain:monitoring.alertReceiver.channel"} <= set(p)
-    off = config.load({**base, "monitoring": {"enabled": False}}, region="us-east-1", program=True)
+    off = validate.load({**base, "monitoring": {"enabled": False}}, region="us-east-1", program=True)
     assert not off.monitoring_enabled
 
 
@@ -304,8 +307,7 @@ def test_dashboards_provisioned_through_the_sidecar(stack):
 
 
 def test_port_forward_command_names_the_chart_service():
-    assert monitoring.grafana_port_forward("monitoring") == (
-        "kubectl -n monitoring port-forward svc/kube-prometheus-stack-grafana 3000:80")
+    assert PORT_FORWARD == f"kubectl -n monitoring port-forward svc/{monitoring.GRAFANA_SERVICE} 3000:80"
 
 
 def test_monitoring_page_picture_is_the_current_dashboard_and_says_synthetic():
@@ -317,4 +319,4 @@ def test_monitoring_page_picture_is_the_current_dashboard_and_says_synthetic():
     titles = {p.title for p in dashboards.gpu_board("rltrain").panels}
     assert all(t.replace("&", "&amp;") in committed for t in titles)
     page = (Path(__file__).resolve().parents[1] / "docs" / "monitoring.md").read_text()
-    assert "](gpu-dashboard.svg)" in page and monitoring.grafana_port_forward("monitoring") in page
+    assert "](gpu-dashboard.svg)" in page and PORT_FORWARD in page

@@ -194,6 +194,29 @@ def unit_tests() -> dict[str, Any]:
         _series("kube_pod_labels", {"namespace": "rltrain", "pod": "rltrain-training-ddddd",
                                     "label_rltrain_run": "rltrain-training"}, "1x100"),
     ]
+    # A reboot repair (EKS node repair reboots for most H100 XIDs): gpu-r, created long ago, gets the
+    # agent's condition at minute 5, is rebooted at 15 (NotReady to 24), Ready again under its name at
+    # 25 with the condition cleared. gpu-n, a replacement created at minute 20, registers NotReady for
+    # 2 minutes; gpu-k goes NotReady without any agent condition (a kubelet stall, not a repair).
+    reboot_series = [
+        _series("kube_node_labels", {"node": "gpu-r", **GPU_NODE}, "1x110"),
+        _series("kube_node_labels", {"node": "gpu-n", **GPU_NODE}, "_x20 1x80"),
+        _series("kube_node_labels", {"node": "gpu-k", **GPU_NODE}, "1x110"),
+        _series("kube_node_created", {"node": "gpu-r"}, "0x110"),
+        _series("kube_node_created", {"node": "gpu-n"}, "_x20 1200x80"),
+        _series("kube_node_created", {"node": "gpu-k"}, "0x110"),
+        _series("kube_node_status_condition", {"node": "gpu-r", "condition": "AcceleratedHardwareReady",
+                                               "status": "false"}, "0x4 1x20 0x75"),
+        _series("kube_node_status_condition", {"node": "gpu-r", "condition": "Ready", "status": "true"},
+                "1x14 0x10 1x85"),
+        _series("kube_node_status_condition", {"node": "gpu-n", "condition": "Ready", "status": "true"},
+                "_x20 0 0 1x78"),
+        _series("kube_node_status_condition", {"node": "gpu-k", "condition": "AcceleratedHardwareReady",
+                                               "status": "false"}, "0x100"),
+        _series("kube_node_status_condition", {"node": "gpu-k", "condition": "Ready", "status": "true"},
+                "1x39 0x5 1x65"),
+    ]
+    ready = {"condition": "Ready", "status": "true"}
     run = {"namespace": "rltrain", "label_rltrain_run": "rltrain-multinode"}
     p5 = catalog.get("p5.48xlarge").price.usd_per_hour
     return {
@@ -224,6 +247,26 @@ def unit_tests() -> dict[str, Any]:
                  "exp_samples": [{"labels": 'rltrain:gpu_nodes:count{instance_type="p5.48xlarge"}', "value": 2}]},
                 {"expr": "rltrain:gpu_nodes_cost_usd_per_hour", "eval_time": "5m",
                  "exp_samples": [{"labels": "rltrain:gpu_nodes_cost_usd_per_hour", "value": 2 * p5}]},
+            ]},
+            {"interval": "1m", "input_series": reboot_series, "alert_rule_test": [
+                # The reboot itself: NotReady a minute after the agent's condition, gpu-r only (not the
+                # replacement registering, not a node NotReady without a fault), until Ready again.
+                {"eval_time": "14m", "alertname": "RltrainGpuNodeRebootRepairInProgress", "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "RltrainGpuNodeRebootRepairInProgress", "exp_alerts": [
+                    fires("RltrainGpuNodeRebootRepairInProgress", {"node": "gpu-r", **ready}, "0")]},
+                {"eval_time": "22m", "alertname": "RltrainGpuNodeRebootRepairInProgress", "exp_alerts": [
+                    fires("RltrainGpuNodeRebootRepairInProgress", {"node": "gpu-r", **ready}, "0")]},
+                {"eval_time": "27m", "alertname": "RltrainGpuNodeRebootRepairInProgress", "exp_alerts": []},
+                {"eval_time": "43m", "alertname": "RltrainGpuNodeRebootRepairInProgress", "exp_alerts": []},
+                # Back under the same name: gpu-r, and gpu-k whose kubelet stalled; never the replacement.
+                {"eval_time": "70m", "alertname": "RltrainGpuNodeRebooted", "exp_alerts": [
+                    fires("RltrainGpuNodeRebooted", {"node": "gpu-k", **ready}, "1"),
+                    fires("RltrainGpuNodeRebooted", {"node": "gpu-r", **ready}, "1")]},
+                {"eval_time": "90m", "alertname": "RltrainGpuNodeRebooted", "exp_alerts": [
+                    fires("RltrainGpuNodeRebooted", {"node": "gpu-k", **ready}, "1")]},
+                {"eval_time": "106m", "alertname": "RltrainGpuNodeRebooted", "exp_alerts": []},
+                # No node of the group went missing: the count-based alert stays quiet through it.
+                {"eval_time": "20m", "alertname": "RltrainGpuNodeRepairInProgress", "exp_alerts": []},
             ]},
             {"interval": "1m", "input_series": repair_series, "alert_rule_test": [
                 # The agent's condition: fires a minute after it turns False, for the GPU node only;

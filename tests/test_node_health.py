@@ -11,8 +11,9 @@ from support import rendered
 from test_monitoring import releases, render_with
 
 from components.aws import gpu_nodes
+from components.offline import unset_secrets
 from components.k8s import monitoring, node_health
-from components.stack import catalog, config, versions
+from components.stack import catalog, validate, versions
 from components.stack.labels import GPU_TAINT_KEY
 
 CREATED = ("dev", "p4de", "p5")
@@ -29,6 +30,17 @@ AGENT_SCHEMA_KEYS = {
     **{f"dcgmAgent.{k}": "leaf" for k in ("affinity", "podAnnotations", "podLabels", "nodeSelector",
                                           "priorityClassName", "resources", "resizePolicy", "tolerations")},
 }
+
+
+def agent_runs_dcgm_on(instance_type: str) -> bool:
+    """Whether the agent's dcgm-server is scheduled on this instance type (its default affinity)."""
+    return instance_type in versions.NODE_MONITORING_AGENT_DCGM_TYPES
+
+
+def exporter_starts_own_engine(values: dict) -> bool:
+    """Whether a dcgm-exporter release with these values starts its own embedded host engine."""
+    args = values.get("arguments", list(node_health.EXPORTER_COUNTERS_ARGS))
+    return node_health.REMOTE_HOSTENGINE_FLAG not in args and "--remote-hostengine-info" not in args
 
 
 def agent_addon(r) -> dict | None:
@@ -61,11 +73,11 @@ def hostengines_per_gpu_node(r) -> int:
     addon = agent_addon(r)
     if addon is not None:
         dcgm = json.loads(addon["configurationValues"]).get("dcgmAgent", {})
-        if node_health.agent_runs_dcgm_on(r.cfg.gpu_nodes.instance_type) and tolerates_gpu_taint(
+        if agent_runs_dcgm_on(r.cfg.gpu_nodes.instance_type) and tolerates_gpu_taint(
                 dcgm.get("tolerations", [])):
             n += 1
     exporter = releases(r).get(versions.DCGM_EXPORTER.chart)
-    if exporter is not None and node_health.exporter_starts_own_engine(exporter["values"]):
+    if exporter is not None and exporter_starts_own_engine(exporter["values"]):
         n += 1
     return n
 
@@ -98,7 +110,7 @@ def test_the_schema_check_catches_a_key_the_addon_refuses():
 
 def test_agent_runs_its_host_engine_on_every_gpu_type_of_the_catalog():
     assert set(catalog.CATALOG) <= set(versions.NODE_MONITORING_AGENT_DCGM_TYPES)
-    assert not node_health.agent_runs_dcgm_on("m7i.4xlarge")
+    assert not agent_runs_dcgm_on("m7i.4xlarge")
 
 
 # --- one DCGM host engine per GPU node -----------------------------------------------------------
@@ -119,8 +131,8 @@ def test_both_starting_their_own_engine_is_caught():
     a = monitoring.monitoring_args(rendered("p5").cfg)
     assert a.node_hostengine
     own = monitoring.dcgm_values(a.model_copy(update={"node_hostengine": False}))
-    assert node_health.exporter_starts_own_engine(own)
-    assert not node_health.exporter_starts_own_engine(monitoring.dcgm_values(a))
+    assert exporter_starts_own_engine(own)
+    assert not exporter_starts_own_engine(monitoring.dcgm_values(a))
 
 
 def test_byo_installs_no_agent_and_its_exporter_keeps_its_own_engine():
@@ -136,16 +148,16 @@ def test_byo_whose_owners_run_the_agent_points_the_exporter_at_it():
                     {"grafanaAdminPassword": "x"})
     assert agent_addon(r) is None  # theirs, not the stack's
     v = releases(r)[versions.DCGM_EXPORTER.chart]["values"]
-    assert not node_health.exporter_starts_own_engine(v) and "$(NODE_IP):5555" in v["arguments"]
+    assert not exporter_starts_own_engine(v) and "$(NODE_IP):5555" in v["arguments"]
 
 
 def test_node_monitoring_agent_key_only_on_byo():
-    values, secret_keys, _ = __import__("components.offline.render", fromlist=["load_stack"]).load_stack("p5")
+    values, secret_keys, _ = unset_secrets.load_stack("p5")
     data = {k[8:]: v for k, v in values.items() if k.startswith("rltrain:")}
     mon = json.loads(data.get("monitoring", "{}"))
     data["monitoring"] = json.dumps({**mon, "nodeMonitoringAgent": True})
-    with pytest.raises(config.ConfigError) as e:
-        config.load(data, secret_keys={k[8:] for k in secret_keys}, program=False)
+    with pytest.raises(validate.ConfigError) as e:
+        validate.load(data, secret_keys={k[8:] for k in secret_keys}, program=False)
     assert "rltrain:monitoring.nodeMonitoringAgent" in str(e.value)
     assert "only with cluster.existing" in str(e.value)
 
@@ -200,7 +212,8 @@ def test_runbook_names_every_repair_alert():
     spec = mr.rules_spec(mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30, gpu_node_count=2))
     alerts = [r["alert"] for g in spec["groups"] for r in g["rules"]
               if r.get("annotations", {}).get("runbook_url") == mr.REPAIR_RUNBOOK]
-    assert sorted(alerts) == ["RltrainGpuNodeRepairInProgress", "RltrainGpuNodeUnhealthy", "RltrainRunPodsReplaced"]
+    assert sorted(alerts) == ["RltrainGpuNodeRebootRepairInProgress", "RltrainGpuNodeRebooted",
+                              "RltrainGpuNodeRepairInProgress", "RltrainGpuNodeUnhealthy", "RltrainRunPodsReplaced"]
     assert all(f"`{a}`" in text for a in alerts)
     # No repair-in-progress alert where the group's size is not fixed (byo, Capacity Block).
     spec0 = mr.rules_spec(mr.RulesArgs(training_namespace="rltrain", queued_alert_minutes=30))

@@ -45,6 +45,17 @@ def test_latest_image_refused():
     assert vs and vs[0].resource == "Job/rltrain-training/trainer" and "not pinned" in vs[0].message
 
 
+def test_an_image_unknown_before_deploy_is_not_refused():
+    """A first preview sees the built image's reference (repository URL, tag, digest) as one unknown
+    value: pinned by construction (components/aws/image.py), not a violation; an untagged one is."""
+    from components.offline.mock_engine import UNKNOWN
+    rs = resources("p5")
+    trainer(rs)["containers"][0]["image"] = UNKNOWN
+    assert "image-pinned" not in rules_of(rs)
+    trainer(rs)["containers"][0]["image"] = "repo/rl"
+    assert "image-pinned" in rules_of(rs)
+
+
 def test_pull_always_refused():
     rs = resources("p4de")
     trainer(rs)["containers"][0]["imagePullPolicy"] = "Always"
@@ -198,4 +209,24 @@ def test_fit_report_in_render_summary():
 
 def test_every_rule_has_a_description():
     assert len(policy.RULES) >= 14
-    assert all(desc for _, desc in policy.RULES.values())
+    assert all(rule.description for rule in policy.RULES.values())
+
+
+def test_every_rule_of_every_offline_module_is_listed_and_each_name_is_one_rule():
+    """policy.RULES collects the rule modules it lists, nothing registers on import: a module of
+    components/offline/ that defines a rule and is not listed would check nothing."""
+    import importlib
+    import pkgutil
+
+    import components.offline
+    from components.offline.resources import PolicyRule, policy_rule
+
+    defined = {}
+    for info in pkgutil.iter_modules(components.offline.__path__):
+        module = importlib.import_module(f"components.offline.{info.name}")
+        defined |= {v.name: v for v in vars(module).values() if isinstance(v, PolicyRule)}
+    assert defined == policy.RULES
+    assert list(policy.RULES)[:2] == ["gpu-count", "efa-count"] and list(policy.RULES)[-1] == "numa-policy-admits"
+    twin = policy_rule("gpu-count", "another rule of the same name")(lambda resources, ctx: iter(()))
+    with pytest.raises(ValueError, match="two policy rules named 'gpu-count'"):
+        policy.rules_of(vars(policy), {"twin": twin})

@@ -20,6 +20,7 @@ import pytest
 from pulumi_policy.proxy import unknown_checking_proxy
 
 from components.offline import policy
+from components.offline.resources import POD_TEMPLATES, coverage, unread
 from components.offline.mock_engine import ROOT, UNKNOWN
 from components.stack.labels import GPU_INSTANCE_ANNOTATION
 
@@ -108,19 +109,22 @@ NOTHING_IN_SCOPE = {"stateful-protected", "imdsv2", "endpoint-not-open", "addon-
 
 def test_every_rule_is_accounted_for():
     assert set(EXPECTED) | NOTHING_IN_SCOPE == set(policy.RULES)
-    assert all(policy.READS[name] for name in policy.RULES)  # every rule declares what it reads
+    assert all(rule.reads for rule in policy.RULES.values())  # every rule declares what it reads
 
 
 def test_the_real_preview_every_applicable_rule_reads_what_it_checks(sent):
     rows = views(sent)
     for name in policy.RULES:
-        got = [(c.what, len(c.scope), len(c.read)) for c in policy.coverage(rows, name) if c.applies]
+        got = [(c.what, len(c.scope), len(c.read)) for c in coverage(rows, policy.RULES[name]) if c.applies]
         want = EXPECTED.get(name, [])
         assert [(n, r) for _, n, r in got] == [(n, r) for _, n, r in want], name
         assert all(w in what for (what, _, _), (w, _, _) in zip(got, want)), (name, got)
-        assert not any(c.failed for c in policy.coverage(rows, name)), name
+        assert not any(c.failed for c in coverage(rows, policy.RULES[name])), name
     for name in NOTHING_IN_SCOPE:
-        assert all(not c.scope and not c.applies for c in policy.coverage(rows, name)), name
+        # network-flows reads the pods too (where they land decides the flows): in scope, never
+        # applying without security groups.
+        assert all((not c.scope or name == "network-flows") and not c.applies
+                   for c in coverage(rows, policy.RULES[name])), name
 
 
 def test_the_real_preview_passes_the_pack(sent):
@@ -134,7 +138,7 @@ def test_a_job_without_its_spec_is_an_error_of_every_rule_that_reads_it(sent):
     rows = copy.deepcopy(sent)
     del job(rows)["inputs"]["spec"]
     found = run_pack(rows)
-    readers = {name for name, reads in policy.READS.items() if policy.POD_TEMPLATES in reads}
+    readers = {name for name, rule in policy.RULES.items() if POD_TEMPLATES in rule.reads}
     assert set(found) == readers | {"job-deadline"}
     urn = _urn(job(rows))
     # The rule's own verdict on an object without a deadline stays; the unread one comes first.
@@ -204,10 +208,10 @@ def test_a_value_unknown_until_deploy_is_not_an_error(sent):
     """A first preview: the pack reports what a rule could not see (policy/pack.py unseen_report)."""
     rows = views(sent)
     next(r for r in rows if r["name"] == "workloads-validation-job")["inputs"]["spec"] = UNKNOWN
-    [c] = policy.coverage(rows, "job-deadline")
+    [c] = coverage(rows, policy.RULES["job-deadline"])
     assert (len(c.scope), len(c.read), c.unknown, c.missing, c.failed) == (
         6, 5, ("Job workloads-validation-job",), (), False)
-    assert policy.unread(rows, "job-deadline") == []
+    assert unread(rows, policy.RULES["job-deadline"]) == []
 
 
 def test_endpoint_rule_without_settings_to_read_is_an_error():

@@ -21,6 +21,10 @@ ZONE_ID = "use1-az4"
 PINNED = versions.eks_addons("1.35")
 
 
+def run_checks(*args, **kw) -> list:
+    return list(preflight.iter_checks(*args, **kw))
+
+
 # One session for the module: its loader parses each service model once (ec2's is megabytes of JSON;
 # a session per test parsed it again in every test). Each Account still gets clients of its own.
 SESSION = boto3.Session(aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="example", region_name=REGION)
@@ -156,16 +160,21 @@ def passing_p5(acct: Account):
     account(acct)
 
 
-def p5_cfg(cidrs=OFFICE, admins=(), endpoint_public=True):
+# The image of a p5 that brings its own (the committed p5 builds its image: nothing to look up).
+BROUGHT = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rlinf-on-eks/rlinf:20260401-085549"
+
+
+def p5_cfg(cidrs=OFFICE, admins=(), endpoint_public=True, image=BROUGHT):
     cfg = rendered("p5").cfg
     c = cfg.cluster.model_copy(update={"public_access_cidrs": tuple(cidrs), "admin_role_arns": tuple(admins),
                                        "endpoint_public_access": endpoint_public})
-    return cfg.model_copy(update={"cluster": c})
+    w = cfg.workloads if image is None else cfg.workloads.model_copy(update={"image": image})
+    return cfg.model_copy(update={"cluster": c, "workloads": w})
 
 
 def run(acct: Account, cfg=None, ip: str | None = "198.18.0.10", aws_cli: str | None = "/usr/local/bin/aws"
         ) -> list[preflight.Result]:
-    results = preflight.run_checks(cfg or p5_cfg(), REGION, acct, public_ip=lambda: ip, which=lambda _: aws_cli)
+    results = run_checks(cfg or p5_cfg(), REGION, acct, public_ip=lambda: ip, which=lambda _: aws_cli)
     acct.verify()
     return results
 
@@ -227,7 +236,86 @@ def test_no_credentials_fails_the_identity_check():
     acct = Account()
     acct.stub("sts").add_client_error("get_caller_identity", "ExpiredToken", "expired", expected_params={})
     r = preflight.check_caller(acct("sts", REGION), ())
-    assert not r.ok and "ExpiredToken" in r.detail and "aws sso login" in r.fix
+    assert not r.ok and r.needs == "sts:GetCallerIdentity" and "ExpiredToken" in r.line()
+    assert r.line().count("\n") == 0 and "aws sso login" in r.line() and r.line().startswith("NO CREDENTIALS")
+
+
+class NoCredentials:
+    """What a boto3 client does without credentials: every call raises before any request."""
+
+    def __init__(self, log: list[str]):
+        self.log = log
+
+    def __call__(self, service: str, region: str):
+        outer = self
+
+        class Client:
+            def __getattr__(self, op):
+                def call(*a, **kw):
+                    outer.log.append(f"{service}.{op}")
+                    from botocore.exceptions import NoCredentialsError
+                    raise NoCredentialsError()
+                return call
+        return Client()
+
+
+P5_CHECKS = ("AWS CLI", "deploying identity", "endpoint access", "availability zones",
+             "GPU instance type in the GPU AZ", "On-Demand vCPU quota", "On-Demand capacity",
+             "Standard vCPU quota (system nodes)", "add-on builds", "training image")
+
+
+def test_without_credentials_every_check_is_listed_with_the_permission_it_needs():
+    # Issue 44 item 7: the GPU AZ's lookup sat outside any try and the run ended in a traceback.
+    log: list[str] = []
+    results = run_checks(
+        p5_cfg(), REGION, NoCredentials(log), public_ip=lambda: "198.18.0.10", which=lambda _: "/usr/bin/aws")
+    assert [r.name for r in results] == list(P5_CHECKS)
+    missing = {r.name: r.needs for r in results if r.needs}
+    assert missing == {n: preflight.PERMISSIONS[n] for n in P5_CHECKS if n not in ("AWS CLI", "endpoint access")}
+    assert all(not r.ok for r in results if r.needs)
+    # The AZ lookup of the offering check was asked, and reported, not raised.
+    assert "ec2.describe_instance_type_offerings" in log or "ec2.describe_availability_zones" in log
+
+
+def test_results_are_printed_as_each_check_finishes():
+    """The identity line is out before the next check asks anything (a hang or crash later no longer
+    hides it)."""
+    import io
+    out = io.StringIO()
+    seen: list[str] = []
+    inner = NoCredentials([])
+
+    def clients(service, region):
+        seen.append((service, out.getvalue()))
+        return inner(service, region)
+
+    assert preflight.main(["--stack", "p5"], clients=clients, public_ip=lambda: None,
+                          which=lambda _: "/usr/bin/aws", out=out) == 1
+    first_ec2 = next(text for service, text in seen if service == "ec2")
+    assert "NO CREDENTIALS  deploying identity: needs sts:GetCallerIdentity" in first_ec2
+    assert out.getvalue().rstrip().endswith("2 passed, 1 failed, 7 not checked for want of credentials")
+
+
+def test_preflight_without_credentials_as_a_program_exits_1_without_a_traceback(tmp_path):
+    """`python -m components.preflight --stack p5` with no credentials anywhere: exit 1, no traceback,
+    every check on a line of its own."""
+    import os
+    import subprocess
+    import sys
+    from components.offline.mock_engine import ROOT
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+                "AWS_EC2_METADATA_DISABLED": "true", "HOME": str(tmp_path),
+                # checkip.amazonaws.com unreachable at once (no network in a test)
+                "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"})
+    done = subprocess.run([sys.executable, "-m", "components.preflight", "--stack", "p5"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = done.stdout.splitlines()
+    for name in P5_CHECKS[1:]:
+        assert any(line.lstrip().split("  ", 1)[-1].startswith(name + ":") for line in lines), name
+    assert sum("NO CREDENTIALS" in line for line in lines) == 7  # the training image p5 builds needs no look-up
 
 
 def test_placeholder_cidr_fails():
@@ -324,6 +412,19 @@ def test_missing_addon_build_is_named():
     assert r.api == "EKS DescribeAddonVersions" and "describe-addon-versions" in r.fix
 
 
+def test_an_image_the_stack_builds_is_not_looked_up():
+    acct = Account()
+    caller(acct)
+    zones(acct)
+    offering(acct, True)
+    quota(acct, 768)
+    block_offerings(acct)
+    standard_quota(acct)
+    addons(acct)  # and no ECR call: the stack's repository does not exist before the first `up`
+    [r] = [r for r in run(acct, cfg=p5_cfg(image=None)) if r.name == "training image"]
+    assert r.ok and "built by the stack" in r.detail
+
+
 def test_missing_image_fails():
     acct = Account()
     caller(acct)
@@ -410,7 +511,7 @@ def test_us_east_1_bucket_answers_null():
 
 def test_byo_stack_checks_only_image_and_buckets():
     acct = Account()
-    results = preflight.run_checks(rendered("byo").cfg, REGION, acct)
+    results = run_checks(rendered("byo").cfg, REGION, acct)
     assert all(r.name in ("training image",) or r.name.startswith("S3 bucket") for r in results)
 
 

@@ -9,11 +9,11 @@ import copy
 import json
 
 from cluster import preview_compare
-from components.offline import render
+from components.offline import unset_secrets
 from components.offline.mock_engine import ROOT
 
 BEFORE = json.loads((ROOT / "rendered" / "sim" / "resources.json").read_text())
-CFG = render.load_stack("sim", ROOT)[2]
+CFG = unset_secrets.load_stack("sim", ROOT)[2]
 URN = "urn:pulumi:sim::rltrain::rltrain:index:Workloads$kubernetes:batch/v1:Job::{}"
 
 

@@ -12,7 +12,7 @@ from test_workloads_components import _render, container, env, find, sts  # noqa
 from components.aws import iam
 from components.offline import impact
 from components.offline.mock_engine import run_program
-from components.offline import render
+from components.offline import unset_secrets
 from components.offline.resources import node_requirements
 
 
@@ -86,7 +86,7 @@ def test_data_repository_association_never_deletes_file_system_data():
         s = json.loads(values["rltrain:storage"])
         s["fsx"]["s3"] = {"bucket": "my-bucket"}
         return {**values, "rltrain:storage": json.dumps(s)}
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     result = run_program(stack="p5", config=with_s3(vals), secret_keys=secret)
     dra = result.one("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
     assert dra.inputs["deleteDataInFilesystem"] is False
@@ -136,7 +136,7 @@ def test_training_role_trusts_only_its_service_account():
         t = json.loads(values["rltrain:training"])
         t["s3"] = {"bucket": "my-bucket", "prefix": "ckpt/"}
         return {**values, "rltrain:training": json.dumps(t)}
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     result = run_program(stack="p5", config=with_s3(vals), secret_keys=secret)
     role = result.one("aws:iam/role:Role", "training-identity-role")
     cond = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Condition"]["StringEquals"]
@@ -153,7 +153,7 @@ def test_fsx_capacity_3600_is_refused_before_any_resource_is_registered(monkeypa
     of 2400 GiB"). 3600 is a multiple of 1200: a check weakened to 1200-steps lets it through and
     CreateFileSystem fails after the cluster exists."""
     from components.offline import mock_engine
-    from components.stack import config as config_mod
+    from components.stack import config as config_mod, validate
 
     monitors = []
     real = mock_engine.RecordingMonitor
@@ -162,10 +162,10 @@ def test_fsx_capacity_3600_is_refused_before_any_resource_is_registered(monkeypa
         monitors.append(real(*a, **kw))
         return monitors[-1]
     monkeypatch.setattr(mock_engine, "RecordingMonitor", recording)
-    vals, secret, _ = render.load_stack("p5")
+    vals, secret, _ = unset_secrets.load_stack("p5")
     s = json.loads(vals["rltrain:storage"])
     s["fsx"]["storageCapacityGiB"] = 3600
-    with pytest.raises(config_mod.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         run_program(stack="p5", config={**vals, "rltrain:storage": json.dumps(s)}, secret_keys=secret)
     assert "rltrain:storage.fsx.storageCapacityGiB" in str(e.value) and "(got 3600)" in str(e.value)
     assert monitors and monitors[0].records == []  # refused before the first resource

@@ -13,7 +13,8 @@ from test_kueue_support import load_variant, variant, write_variant
 
 from components.k8s import kuberay, kueue, monitoring
 from components.offline import deploy_model, policy, render, schedule
-from components.stack import config, refusals, versions
+from components.offline.resources import Pod, pod_requests, pods
+from components.stack import validate, versions
 from components.workloads import env as env_mod
 from components.workloads import multinode, rayjob, runs
 
@@ -49,7 +50,7 @@ def release(r):
 
 
 def problems_of(base, edits):
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         load_variant(base, edits)
     return e.value.problems
 
@@ -177,7 +178,7 @@ def test_schedule_counts_the_pod_sets_kueue_makes_of_a_rayjob(mode, sets):
     assert len(head_containers) == (2 if mode == "SidecarMode" else 1)
     if "submitter" in sets:
         tmpl = found[-1][2]
-        req = policy.pod_requests(policy.Pod("", "RayJob", 1, tmpl["spec"], {}))
+        req = pod_requests(Pod("", "RayJob", 1, tmpl["spec"], {}))
         assert req == {"cpu": 0.5, "memory": 200 * 2**20}
 
 
@@ -307,7 +308,7 @@ def test_rayjob_config_refusals(edits, where, words):
     ("r.example/rl/train@sha256:" + "0" * 64, None),
 ])
 def test_image_ray_version(image, version):
-    assert refusals.image_ray_version(image) == version
+    assert validate.image_ray_version(image) == version
 
 
 def test_a_two_part_tag_version_agrees_with_its_patch_releases():
@@ -319,7 +320,7 @@ def test_a_two_part_tag_version_agrees_with_its_patch_releases():
 def test_policy_rules_and_fit_report_see_the_rayjob_pods():
     """The RayJob's head and workers are GPU pods like any other: sized, placed, isolated."""
     r = variant("p5", P5_RAYJOB)
-    owners = {p.owner for p in policy.pods(r.resources)}
+    owners = {p.owner for p in pods(r.resources)}
     assert "RayJob/rltrain-multinode/head" in owners
     assert len([o for o in owners if o.startswith("RayJob/rltrain-multinode/")]) == 2
     assert policy.evaluate(r.resources) == []

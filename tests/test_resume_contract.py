@@ -46,8 +46,9 @@ def test_head_and_peer_loss_are_disruptions_for_ray_runs_only():
     _, _, docs = _render("p5")
     rules = find(docs, "Job", "rltrain-multinode")["spec"]["podFailurePolicy"]["rules"]
     assert (ray_launcher.EXIT_HEAD_LOST, ray_launcher.EXIT_PEER_LOST) == (6, 9)
+    # With a resume mapping, also the launcher's waits that ran out (3, 4): bounded by the start ledger.
     assert rules[1] == {"action": "Ignore", "onExitCodes": {
-        "containerName": "trainer", "operator": "In", "values": [6, 9]}}
+        "containerName": "trainer", "operator": "In", "values": [3, 4, 6, 9]}}
     assert rules[2] == {"action": "FailJob", "onExitCodes": {
         "containerName": "trainer", "operator": "In", "values": [2, 10, 126, 127]}}
     single = find(docs, "Job", "rltrain-training")["spec"]["podFailurePolicy"]["rules"]
@@ -60,7 +61,7 @@ def test_fail_fast_codes_never_take_head_or_peer_loss_from_a_ray_run():
     _, _, docs = _render("p5", lambda w: w.update(failFastExitCodes=[2, 6, 9, 127]))
     rules = find(docs, "Job", "rltrain-multinode")["spec"]["podFailurePolicy"]["rules"]
     assert [r["action"] for r in rules] == ["Ignore", "Ignore", "FailJob"]
-    assert rules[1]["onExitCodes"]["values"] == [6, 9]
+    assert rules[1]["onExitCodes"]["values"] == [3, 4, 6, 9]
     assert rules[2]["onExitCodes"]["values"] == [2, 10, 127]  # 10: the resume wrapper's no-progress bound
     single = find(docs, "Job", "rltrain-training")["spec"]["podFailurePolicy"]["rules"]
     assert single[-1] == {"action": "FailJob", "onExitCodes": {

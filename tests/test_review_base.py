@@ -52,7 +52,7 @@ def merged(tmp_path_factory) -> Path:
     path = repo / "Pulumi.p5.yaml"
     doc = yaml.safe_load(path.read_text())
     workloads = doc["config"]["rltrain:workloads"]
-    workloads["image"] = workloads["image"].rsplit(":", 1)[0] + ":20261202-000000"
+    workloads["image"] = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rlinf-on-eks/rlinf:20261202-000000"
     workloads["allowRunRestart"] = True
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     render = sh([sys.executable, "-m", "components.offline.render", "--stack", "p5"], repo)

@@ -15,7 +15,7 @@ from test_kueue_support import load_variant, variant
 
 from components.k8s import kueue
 from components.scripts import ray_launcher, resume_wrapper
-from components.stack import config
+from components.stack import validate
 
 P5_RAYJOB = {"rltrain:workloads": {"multiNode": {"enabled": True, "form": "rayjob", "rayVersion": "2.60.0"}}}
 
@@ -112,7 +112,7 @@ def test_kueue_restarts_a_run_that_does_not_recover_whole_and_bounds_it():
 
 
 def test_infrastructure_restarts_out_of_range_is_refused_by_name():
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         load_variant("p5", {"rltrain:workloads": {"infrastructureRestarts": 50}})
     assert "rltrain:workloads.infrastructureRestarts" in str(e.value)
 

@@ -127,9 +127,9 @@ def test_multi_node_run_wider_than_the_node_group_is_refused():
 
 
 def test_config_refuses_a_multi_node_run_wider_than_the_node_group_first():
-    from components.stack import config
+    from components.stack import validate
     from test_kueue_support import load_variant
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         load_variant("p5", {"rltrain:workloads": {"multiNode": {"enabled": True, "nodes": 3}}})
     assert any(p == "rltrain:workloads.multiNode.nodes" for p, _ in e.value.problems)
 

@@ -20,7 +20,7 @@ from test_config import load, problems
 from test_kueue_support import load_variant, variant, write_variant
 
 from components.offline import impact, numa, policy, render, schedule
-from components.stack import topology
+from components.stack import fit, topology
 from components.workloads import env, evaluation, serving, trainer
 
 SCRIPT = Path(__file__).resolve().parent.parent / "components" / "scripts" / "evaluate.py"
@@ -243,7 +243,7 @@ def test_placed_like_the_training_pods(served):
     # Two 4-GPU replicas fit one p5: packed (preferred), not one per node.
     assert "podAffinity" in spec["affinity"] and "podAntiAffinity" not in spec["affinity"]
     whole = load_variant("p5", edits(gpusPerReplica=8, replicas=1, model={"path": "/fsx/models/big"}))
-    assert serving.one_replica_per_node(whole)
+    assert fit.one_replica_per_node(whole)
 
 
 def test_network_policy_admits_the_namespace_and_the_monitoring_scrape_only(served):
@@ -313,7 +313,13 @@ def test_a_stack_where_training_cannot_run_beside_serving_is_refused():
 # --- NUMA / topology ------------------------------------------------------------------------------
 
 def node_config(r):
-    return numa.kubelet_policies(r.resources)
+    """{setting: value} the GPU node groups' templates agree on (one GPU group: its template's);
+    None when the record has no launch template (a bring-your-own cluster)."""
+    per = numa.template_policies(r.resources)
+    if per is None:
+        return None
+    found = [s for s in per.values() if s] or [{}]
+    return {k: v for k, v in found[0].items() if all(s.get(k) == v for s in found)}
 
 
 def test_policies_are_chosen_from_the_pod_shapes(served):
@@ -467,11 +473,14 @@ def test_nodeadm_node_config_carries_the_kubelet_policies():
     from components.aws.gpu_nodes import GpuNodeGroupArgs, node_config_yaml
     base = dict(cluster_name="c", instance_type="p5.48xlarge", count=2, efa=True, root_volume_gib=500,
                 root_volume_throughput=1000, root_volume_iops=16000, local_storage_raid0=False, fast_image_pull=False)
-    assert node_config_yaml(GpuNodeGroupArgs(**base)) is None
+    # Graceful node shutdown on every GPU node (components/stack/node_repair.py), the policies when set.
+    shutdown = {"shutdownGracePeriod": "3630s", "shutdownGracePeriodCriticalPods": "30s"}
+    assert yaml.safe_load(node_config_yaml(GpuNodeGroupArgs(**base)))["spec"] == {"kubelet": {"config": shutdown}}
     doc = yaml.safe_load(node_config_yaml(GpuNodeGroupArgs(**base, cpu_manager_policy="static",
                                                            topology_manager_policy="best-effort")))
     assert doc["kind"] == "NodeConfig"
-    assert doc["spec"]["kubelet"]["config"] == {"cpuManagerPolicy": "static", "topologyManagerPolicy": "best-effort"}
+    assert doc["spec"]["kubelet"]["config"] == {"cpuManagerPolicy": "static", "topologyManagerPolicy": "best-effort",
+                                                **shutdown}
 
 
 def test_per_gpu_memory_counts_the_kv_heads_vllm_copies_past_their_number():

@@ -8,12 +8,12 @@ import json
 
 import pytest
 from support import rendered
-from test_refusals import problems, section
+from test_validate import problems, section
 from test_workloads_components import _render, container, env, find
 
-from components.offline import render, runs_summary
+from components.offline import render, runs_summary, unset_secrets
 from components.offline.mock_engine import run_program
-from components.stack import config, trainers
+from components.stack import trainers, validate
 from components.workloads import env as env_mod
 
 P = trainers.RLINF
@@ -49,7 +49,7 @@ def test_unknown_config_is_refused_naming_the_known_ones(tmp_path):
 
 
 def test_unknown_config_is_refused_before_any_resource():
-    values, secret_keys, _ = render.load_stack("p5")
+    values, secret_keys, _ = unset_secrets.load_stack("p5")
     values = dict(values)
     w = json.loads(values["rltrain:workloads"])
     w["configName"] = "maniskill_openvla_ppo"
@@ -195,27 +195,31 @@ def test_staging_from_s3_prefix():
 
 def test_summary_shows_placement_checkpoints_and_attempts():
     text = render.summary(rendered("p5"))
-    assert "run rltrain-multinode (2 x 8 GPUs, maniskill_ppo_openvlaoft in /opt/venv/openvla-oft/bin)" in text
+    assert "run multi-node (rltrain-multinode, 2 x 8 GPUs, maniskill_ppo_openvlaoft in /opt/venv/openvla-oft/bin)" in text
     assert "placement: actor 0-15, env 0-3,8-11, rollout 4-7,12-15" in text
     assert "runner.resume_dir=" in text and "global_step_N" in text
-    assert "cost bound: up to 4 attempt(s) (retries 3) x 24 h x 2 node(s)" in text
+    # In dollars: 4 x 24 h x 2 nodes = 192 node-hours at the catalog's p5.48xlarge price.
+    assert "cost bound: up to 4 attempt(s) (retries 3) x 24 h x 2 node(s) = 192 node-hours x $55.04/h = $10,567.68" in text
     assert runs_summary.RESTARTS not in text
 
 
 def test_summary_flags_a_run_without_resume_mapping():
-    cfg = config.load({"gpuNodes": {"instanceType": "p5.48xlarge", "count": 2},
+    cfg = validate.load({"gpuNodes": {"instanceType": "p5.48xlarge", "count": 2},
                        "cluster": {"endpointPublicAccess": False},
                        "workloads": {"image": "repo/img:1", "trainer": "none", "command": ["python", "train.py"],
                                      "retries": 2}},
                       region=None)
     lines = runs_summary.lines(cfg)
-    assert "run rltrain-training (1 x 8 GPUs, own command)" in lines
+    assert "run single-node (rltrain-training, 1 x 8 GPUs, own command)" in lines
     assert f"  resume: none declared: {runs_summary.RESTARTS}" in lines
-    assert f"  cost bound: up to 3 attempt(s) (retries 2) x 24 h x 1 node(s); each retry {runs_summary.RESTARTS}" in lines
+    assert ("  cost bound: up to 3 attempt(s) (retries 2) x 24 h x 1 node(s) = 72 node-hours x $55.04/h = $3,962.88 "
+            f"(on-demand, p5.48xlarge, prices of 2025-06); each retry {runs_summary.RESTARTS}") in lines
 
 
 def test_a_trainer_without_profile_gets_only_its_command_and_declared_resume():
-    cfg, _, docs = _render("p5", lambda w: w.update(trainer="none", command=["python", "/app/train.py"]))
+    # A trainer without a profile brings its own image (p5 builds RLinf's: refused without a profile).
+    own = "registry.example/own-trainer:1.0"
+    cfg, _, docs = _render("p5", lambda w: w.update(trainer="none", command=["python", "/app/train.py"], image=own))
     e = env(container(find(docs, "Job", "rltrain-training")))
     assert container(find(docs, "Job", "rltrain-training"))["command"] == ["python", "/app/train.py"]
     assert not {"PATH", "VIRTUAL_ENV", "HYDRA_OVERRIDES", "MANISKILL_ASSET_DIR", "MODEL_PATH", "VENV_NAME"} & set(e)
@@ -224,7 +228,7 @@ def test_a_trainer_without_profile_gets_only_its_command_and_declared_resume():
     resume = {"checkpointEnv": "OUTPUT_DIR", "stepsUnder": "ckpt", "stepPrefix": "step-",
               "completeMarks": ["COMPLETE"], "resumeEnv": "TRAIN_ARGS", "resumeFormat": "--resume-from={step_dir}"}
     cfg, _, docs = _render("p5", lambda w: w.update(trainer="none", command=["python", "/app/train.py"],
-                                                    resume=resume))
+                                                    resume=resume, image=own))
     c = container(find(docs, "Job", "rltrain-training"))
     e = env(c)
     assert c["command"] == ["python3", "/scripts/resume_wrapper.py", "--", "python", "/app/train.py"]

@@ -13,7 +13,7 @@ import yaml
 
 from components.offline import mock_engine, render, unset_secrets
 from components.offline.mock_engine import ROOT, SECRET, run_program
-from components.stack import config, stackfile
+from components.stack import stackfile, validate
 
 from support import STACKS, obj, rendered, stack_copy
 
@@ -88,7 +88,7 @@ def test_a_real_preview_refuses_with_the_same_command_before_any_resource(stack,
     real_new = mock_engine.RecordingMocks.new_resource
     monkeypatch.setattr(mock_engine.RecordingMocks, "new_resource",
                         lambda self, args: created.append(args.name) or real_new(self, args))
-    with pytest.raises(config.ConfigError) as err:
+    with pytest.raises(validate.ConfigError) as err:
         run_program(stack=stack, config=values, secret_keys=secret)
     assert created == []
     assert unset_secrets.named_by(err.value, values) == rendered(stack).not_set
@@ -109,8 +109,8 @@ def test_a_secret_given_in_plain_text_is_still_refused(tmp_path):
     doc["config"]["rltrain:hfToken"] = "hf_plain"
     path.write_text(yaml.safe_dump(doc))
     shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-    with pytest.raises(config.ConfigError) as err:
-        render.load_stack("p5", tmp_path)
+    with pytest.raises(validate.ConfigError) as err:
+        unset_secrets.load_stack("p5", tmp_path)
     assert [w for w, _ in err.value.problems] == ["rltrain:hfToken"]
     assert "is not secret" in err.value.problems[0][1]
 
@@ -119,8 +119,8 @@ def test_other_problems_are_reported_beside_unset_secrets(tmp_path):
     doc = yaml.safe_load((ROOT / "Pulumi.p5.yaml").read_text())
     doc["config"]["rltrain:gpuNodes"]["count"] = 0
     (tmp_path / "Pulumi.p5.yaml").write_text(yaml.safe_dump(doc))
-    with pytest.raises(config.ConfigError) as err:
-        render.load_stack("p5", tmp_path)
+    with pytest.raises(validate.ConfigError) as err:
+        unset_secrets.load_stack("p5", tmp_path)
     assert [w for w, _ in err.value.problems] == ["rltrain:gpuNodes.count"]
 
 

@@ -135,18 +135,44 @@ def test_preview_job():
     assert "python\" -m components.preflight --stack \"$stack\"" in (ROOT / "ci" / "preflight.sh").read_text()
 
 
-def test_gate_asks_pulumi_cloud_token_only_of_pulumi_cloud():
-    job = load(PR_WORKFLOW)["jobs"]["preview"]
+# What the credentials gate is given about the secrets: whether each is set, never its value (GitHub
+# evaluates these expressions before the step runs; docs.github.com "Evaluate expressions": `!=`,
+# `startsWith`, `contains`, `fromJSON`, `||` returning its first truthy operand).
+GATE_SECRET_FLAGS = {
+    "HAS_AWS_ROLE_ARN": "${{ secrets.AWS_ROLE_ARN != '' }}",
+    "HAS_PULUMI_ACCESS_TOKEN": "${{ secrets.PULUMI_ACCESS_TOKEN != '' }}",
+    "HAS_PULUMI_CONFIG_PASSPHRASE": "${{ secrets.PULUMI_CONFIG_PASSPHRASE != '' }}",
+    "BACKEND_IS_CLOUD": "${{ (secrets.PULUMI_BACKEND_URL || vars.PULUMI_BACKEND_URL) == '' || "
+                        "startsWith(secrets.PULUMI_BACKEND_URL || vars.PULUMI_BACKEND_URL, 'https://') || "
+                        "startsWith(secrets.PULUMI_BACKEND_URL || vars.PULUMI_BACKEND_URL, 'http://') }}",
+    "PASSPHRASE_PROVIDER": "${{ contains(fromJSON('[\"\", \"default\", \"passphrase\"]'), "
+                           "secrets.PULUMI_SECRETS_PROVIDER || vars.PULUMI_SECRETS_PROVIDER || '') }}",
+}
+
+
+@pytest.mark.parametrize("path,job_id", [(PR_WORKFLOW, "preview"), (WORKFLOW_DIR / "deploy.yml", "deploy")])
+def test_the_gate_gets_only_whether_each_secret_is_set(path, job_id):
+    """Before: the gate step's env held AWS_ROLE_ARN, PULUMI_ACCESS_TOKEN, PULUMI_CONFIG_PASSPHRASE...
+    themselves, before the gate had decided anything (issue 47, finding 4)."""
+    job = load(path)["jobs"][job_id]
     step = next(s for s in job["steps"] if s.get("id") == "gate")
     assert step["run"] == "ci/preview-gate.sh"
-    assert set(step["env"]) == {"FORK", "DEPENDABOT", "GH_TOKEN", "PROTECTED_ENVIRONMENT", "AWS_ROLE_ARN",
-                                "PULUMI_ACCESS_TOKEN", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE",
-                                "PULUMI_SECRETS_PROVIDER"}
-    assert "head.repo.full_name != github.repository" in step["env"]["FORK"]
-    assert step["env"]["DEPENDABOT"] == ("${{ github.event_name == 'pull_request' && "
-                                         "github.event.pull_request.user.login == 'dependabot[bot]' }}")
-    # The environment the gate checks for required reviewers is the job's own.
-    assert step["env"]["PROTECTED_ENVIRONMENT"] == environment_of(job, same_repo=True)
+    for name, value in step["env"].items():
+        if "secrets." in value:
+            assert GATE_SECRET_FLAGS.get(name) == value, f"{name}: {value}"
+    assert {k: v for k, v in step["env"].items() if k in GATE_SECRET_FLAGS} == GATE_SECRET_FLAGS
+    # The environment the gate checks is the job's own; the preview's gate knows whose pull request it is.
+    if job_id == "preview":
+        assert step["env"]["PROTECTED_ENVIRONMENT"] == environment_of(job, same_repo=True)
+        assert step["env"]["PR_AUTHOR"] == "${{ github.event.pull_request.user.login }}"
+        assert "head.repo.full_name != github.repository" in step["env"]["FORK"]
+        assert step["env"]["DEPENDABOT"] == ("${{ github.event_name == 'pull_request' && "
+                                             "github.event.pull_request.user.login == 'dependabot[bot]' }}")
+    else:
+        assert step["env"]["PROTECTED_ENVIRONMENT"] == job["environment"]
+        assert step["env"]["DEPLOY_BRANCH"] == "main"
+    # The job's token may read the run's approvals and the environment (fine-grained: Actions read).
+    assert job["permissions"]["actions"] == "read"
 
 
 # --- a tiny evaluator for the one expression the environment is: A && B && 'x' || 'y' -------------
@@ -208,7 +234,9 @@ PINNED = {"actions/checkout": ("3d3c42e5aac5ba805825da76410c181273ba90b1", "v7")
           "aws-actions/configure-aws-credentials": ("e6de054238d6b7531b4efff3b6587d9aade6a06c", "v6.2.3"),
           # `git rev-parse TAG^{commit}` in the actions' repositories (the snapshots read 2026-12-02).
           "actions/setup-go": ("b7ad1dad31e06c5925ef5d2fc7ad053ef454303e", "v7.0.0"),
-          "actions/cache": ("27d5ce7f107fe9357f9df03efb73ab90386fccae", "v5.0.5")}
+          "actions/cache": ("27d5ce7f107fe9357f9df03efb73ab90386fccae", "v5.0.5"),
+          # actions/create-github-app-token: `git rev-parse v3.1.1^{commit}` (snapshot read 2026-12-04).
+          "actions/create-github-app-token": ("1b10c78c7865c340bc4f6099eb2f838309f1e8c3", "v3.1.1")}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -240,7 +268,13 @@ def test_comment_jobs():
     assert on == {"workflow_run": {"workflows": [workflow["name"]], "types": ["completed"]}}
     (job,) = fork["jobs"].values()
     assert "head_repository.full_name != github.repository" in job["if"]
-    assert job["permissions"] == {"contents": "read", "actions": "read", "pull-requests": "write"}
+    # The workflow's own token only reads; the comment is written with the review App's token, whose
+    # key only the `review-bot` environment (deployments from main only) holds.
+    assert job["permissions"] == {"contents": "read", "actions": "read"}
+    assert job["environment"] == "review-bot"
+    app = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/create-github-app-token@"))
+    assert app["with"] == {"client-id": "${{ vars.REVIEW_APP_CLIENT_ID }}",
+                           "private-key": "${{ secrets.REVIEW_APP_PRIVATE_KEY }}", "permission-pull-requests": "write"}
     checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
     assert not {"ref", "repository"} & set(checkout.get("with") or {})  # the default branch, never the fork's
     download = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
@@ -252,6 +286,9 @@ def test_comment_jobs():
     run = next(s for s in job["steps"] if "run" in s)
     assert run["run"] == 'ci/review-comment.sh "$REVIEW_DIR"' and run["env"]["FORK"] == "true"
     assert run["env"]["REVIEW_DIR"] == download["with"]["path"]
+    assert run["env"]["GH_TOKEN"] == "${{ steps.app.outputs.token }}" and "github.token" not in run["env"]["GH_TOKEN"]
+    assert run["env"]["COMMENT_AUTHOR"] == ("${{ steps.app.outputs.app-slug && "
+                                            "format('{0}[bot]', steps.app.outputs.app-slug) || '' }}")
     # The pull request comes from what GitHub says about the run, never from the artifact.
     assert run["env"]["HEAD_SHA"] == "${{ github.event.workflow_run.head_sha }}"
     assert run["env"]["HEAD_REPO"] == "${{ github.event.workflow_run.head_repository.full_name }}"
@@ -323,14 +360,15 @@ def test_pr_review_doc_has_the_setup_checklist_and_the_trust_model():
                       "Dependabot's pull request | merge to `main` |")
     checklist = text.split("\n## Setting it up\n", 1)[1].split("\n## ", 1)[0]
     for must in ("required reviewers", "public", "Prevent self-review", "Allow administrators to bypass",
-                 "`no-secrets`", "`deploy`", "the first approved run previews nothing until the secrets are set",
+                 "`no-secrets`", "`deploy`", "`review-bot`", "`PLAN_STORE_URL`",
+                 "the first approved run previews nothing until the secrets are set",
                  "Require\n   branches to be up to date before merging"):
         assert must in checklist, must
     # Every environment a workflow names is in the checklist.
     for path in WORKFLOWS:
         for env in re.findall(r"'([a-z-]+)'|environment: ([a-z-]+)$", path.read_text(), re.M):
             name = env[0] or env[1]
-            if name in ("preview", "deploy", "no-secrets"):
+            if name in ("preview", "deploy", "no-secrets", "review-bot"):
                 assert f"`{name}`" in checklist, name
 
 

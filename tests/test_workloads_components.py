@@ -8,8 +8,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.stack import config
-from components.offline import render
+from components.stack import validate
+from components.offline import render, unset_secrets
 from components.offline.resources import node_requirements
 from components.offline.mock_engine import run_program
 from components.scripts import resume_wrapper
@@ -19,7 +19,7 @@ from components.workloads.script_files import SCRIPTS_DIR, read_scripts, scripts
 
 
 def _render(stack: str, mutate=None, kueue=None):
-    values, secret_keys, cfg = render.load_stack(stack)
+    values, secret_keys, cfg = unset_secrets.load_stack(stack)
     if mutate or kueue:
         values = dict(values)
         w = json.loads(values["rltrain:workloads"])
@@ -29,7 +29,7 @@ def _render(stack: str, mutate=None, kueue=None):
         if kueue is not None:
             values["rltrain:kueue"] = json.dumps(kueue)
         prefix = "rltrain:"
-        cfg = config.load({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)},
+        cfg = validate.load({k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)},
                           secret_keys={k[len(prefix):] for k in secret_keys})
 
     def program():
@@ -104,7 +104,8 @@ def test_p5_training_job(p5):
     vols = {v["name"]: v for v in pod["volumes"]}
     assert vols["fsx"]["persistentVolumeClaim"]["claimName"] == "fsx-claim"
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Gi"}
-    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60
+    # + room for the infrastructure restarts, each a repair and a cold pull (components/stack/node_repair.py)
+    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60 + 3 * 2400
     assert "ttlSecondsAfterFinished" not in spec  # a finished run stays until the stack disables it
     assert spec["backoffLimit"] == cfg.workloads.retries and spec["completions"] == 1
     assert pod["restartPolicy"] == "Never"
@@ -168,7 +169,8 @@ def test_multinode_indexed_job(p5):
     assert spec["completions"] == spec["parallelism"] == 2
     assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
     assert [r["action"] for r in spec["podFailurePolicy"]["rules"]] == ["Ignore", "Ignore", "FailJob"]
-    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60
+    # + room for the infrastructure restarts, each a repair and a cold pull (components/stack/node_repair.py)
+    assert spec["activeDeadlineSeconds"] == (cfg.workloads.max_run_minutes + 10) * 60 + 3 * 2400
     assert job["metadata"]["annotations"]["pulumi.com/waitFor"] == "jsonpath={.metadata.uid}"
     assert "pulumi.com/skipAwait" not in job["metadata"]["annotations"]
     assert pod["subdomain"] == "rltrain-multinode-svc"
@@ -209,14 +211,19 @@ def test_each_script_in_its_own_immutable_configmap(p5):
     assert launcher.configmap.startswith("rltrain-script-ray-launcher-")
     cms = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
     assert cms == {scripts[f].configmap for f in ("ray_launcher.py", "validate_node.py", "nccl_check.py",
-                                                  "resume_wrapper.py", "stage_assets.py", "retention.py")}
+                                                  "resume_wrapper.py", "checkpoint_complete.py", "stage_assets.py",
+                                                  "retention.py", "curves_metrics.py")}
     job = find(docs, "Job", "rltrain-multinode")
     pod = job["spec"]["template"]
+    complete = scripts["checkpoint_complete.py"]
     assert pod["metadata"]["annotations"]["rltrain/scripts-sha256"] == scripts_digest(
-        [launcher, scripts["resume_wrapper.py"]])
+        [launcher, scripts["resume_wrapper.py"], complete])
     [vol] = [v for v in pod["spec"]["volumes"] if v["name"] == "scripts"]
     wrapper = scripts["resume_wrapper.py"]
+    # The wrapper imports the completeness test from the module mounted beside it.
     assert vol["projected"] == {"defaultMode": 0o755, "sources": [
+        {"configMap": {"name": complete.configmap, "items": [
+            {"key": "checkpoint_complete.py", "path": "checkpoint_complete.py"}]}},
         {"configMap": {"name": launcher.configmap, "items": [
             {"key": "ray_launcher.py", "path": "ray_launcher.py"},
             *({"key": f"_ray_launcher.{name}", "path": f"_ray_launcher/{name}"} for name in parts)]}},
@@ -309,7 +316,8 @@ def test_validation_job(p5):
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
     c = container(job)
-    assert c["command"] == ["python3", "/scripts/validate_node.py"]
+    # with the image's EFA provider check on a multi-node stack with EFA (validate_node.py --efa-provider)
+    assert c["command"][:2] == ["python3", "/scripts/validate_node.py"]
     assert_whole_node(c, 8, 32)
     e = env(c)
     assert (e["EXPECTED_GPUS"], e["EXPECTED_EFA"], e["SHM_MIN_GIB"], e["FSX_PATH"]) == ("8", "32", "128", "/fsx")
@@ -391,7 +399,8 @@ def test_every_child_has_a_parent_and_the_provider(p5):
     assert types == {"rltrain:workloads:Workloads", "rltrain:workloads:ScriptConfigMaps",
                      "rltrain:workloads:TrainingJob", "rltrain:workloads:MultiNodeTraining",
                      "rltrain:workloads:NcclTest", "rltrain:workloads:ClusterValidation",
-                     "rltrain:workloads:StagingJob", "rltrain:workloads:CheckpointRetention"}
+                     "rltrain:workloads:StagingJob", "rltrain:workloads:CheckpointRetention",
+                     "rltrain:workloads:Curves"}
 
 
 def test_disabled_workloads_are_not_created():

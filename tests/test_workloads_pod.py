@@ -164,7 +164,7 @@ def test_shm_default_from_instance(instance, shm):
     vols = {v.name: v for v in t.spec.volumes}
     assert vols["dshm"].empty_dir.medium == "Memory"
     assert vols["dshm"].empty_dir.size_limit == f"{shm}Gi"
-    assert shm == config.shm_default_gib(catalog.get(instance))
+    assert shm == catalog.shm_default_gib(catalog.get(instance))
 
 
 def test_shm_configured():
@@ -261,7 +261,10 @@ def test_read_only_root_gets_a_tmp_volume():
 
 def test_deadline_and_failure_policy():
     cfg = make_cfg(workloads={"maxRunMinutes": 60})
-    assert runs.deadline_seconds(cfg) == 4200  # 60 min + 10 min pull margin (reference: 4200)
+    # 60 min + 10 min pull margin (reference: 4200) + room for 3 infrastructure restarts, each a node
+    # repair (EKS's longest repair wait, 30 min) and a cold pull (10 min): components/stack/node_repair.py
+    assert runs.deadline_seconds(cfg) == 4200 + 3 * (30 * 60 + 10 * 60)
+    assert runs.deadline_seconds(make_cfg(workloads={"maxRunMinutes": 60, "infrastructureRestarts": 0})) == 4200
     rules = runs.pod_failure_policy(cfg).rules
     assert rules[0].action == "Ignore" and rules[0].on_pod_conditions[0].type == "DisruptionTarget"
     assert rules[1].action == "FailJob"

@@ -15,10 +15,10 @@ import pulumi
 import pulumi_aws as aws
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.stack import catalog
+from components.stack import catalog, node_repair
 
 from components.aws import iam
-from components.stack.labels import GPU_TAINT_KEY, gpu_node_labels
+from components.stack.labels import ALLOW_NODE_ROLL_TAG, GPU_TAINT_KEY, ROLL_INPUTS, gpu_node_labels
 # Labels workloads select on; `nvidia.com/gpu.present` also satisfies the NVIDIA device plugin's
 # default node affinity, which EKS does not set (FACTS.md: without it the plugin runs zero pods).
 AMI_TYPE = "AL2023_x86_64_NVIDIA"
@@ -27,19 +27,14 @@ AMI_TYPE = "AL2023_x86_64_NVIDIA"
 # then terminate (DEFAULT: a replacement that cannot launch leaves the old node running).
 RESERVED_UPDATE_STRATEGY = "MINIMAL"
 ON_DEMAND_UPDATE_STRATEGY = "DEFAULT"
-# What a GPU node group ignores until the stack opts in (rltrain:gpuNodes.allowNodeRoll): a new
-# launch template version or Kubernetes version rolls every node, so without the opt-in the program
-# itself keeps the deployed values (pulumi ignoreChanges), not only the offline render's refusal.
-ROLL_INPUTS = ("launchTemplate.version", "version")
 # A Capacity Block's group: EKS scales it down itself ahead of the block's end time, and the group
 # is scaled to 0 around upgrades (EKS user guide, capacity-blocks-mng; the self-managed guide,
 # capacity-blocks, asks for scaling to zero 30+ minutes before the end time). Pulumi must not set
 # desiredSize back on the next `up` (a launch outside the window fails): EKS owns it after create.
 CAPACITY_BLOCK_IGNORES = ("scalingConfig.desiredSize",)
-# The opt-in, on the node group itself (an in-place tag update): the policy pack sees the stack's
-# resources only, and its rule `gpu-roll-opt-in` reads this tag and the ignoreChanges above.
-ALLOW_NODE_ROLL_TAG = "rltrain/allow-node-roll"
 _BOUNDARY = "//rltrain-nodeadm//"
+# What an autonamed resource ignores: a stack created with a fixed name keeps it (GpuNodeGroup).
+AUTONAMED_KEEP = ("name",)
 
 
 # Node auto repair (EKS user guide, node-repair; API NodeRepairConfig; pulumi-aws 7.51.1
@@ -176,30 +171,47 @@ def network_interfaces(a: GpuNodeGroupArgs, security_group_ids: list[pulumi.Inpu
     ]
 
 
-def node_config_yaml(a: GpuNodeGroupArgs) -> Optional[str]:
-    """nodeadm NodeConfig: containerd and kubelet on the local NVMe disks as RAID0, and SOCI
-    parallel pull. EKS appends the cluster part itself for managed node groups."""
+def kubelet_config(a: GpuNodeGroupArgs) -> dict[str, str]:
+    """The kubelet settings nodeadm merges over the configuration it generates (NodeConfig API,
+    awslabs/amazon-eks-ami nodeadm/api/v1alpha1 KubeletOptions.Config), in the order written. A
+    changed policy is a new launch template version: new nodes, so no stale cpu_manager_state.
+
+    Graceful node shutdown, so that a reboot repair (EKS node repair reboots a node for most H100
+    XIDs) is a disruption the Job's pod failure policy ignores, not a ContainerStatusUnknown exit
+    137 it counts; the periods and their sources: components/stack/node_repair.py."""
+    settings = (("cpuManagerPolicy", a.cpu_manager_policy), ("topologyManagerPolicy", a.topology_manager_policy))
+    out = {k: v for k, v in settings if v}
+    out["shutdownGracePeriod"] = f"{node_repair.shutdown_grace_seconds()}s"
+    out["shutdownGracePeriodCriticalPods"] = f"{node_repair.CRITICAL_PODS_SHUTDOWN_SECONDS}s"
+    return out
+
+
+def node_config_yaml(a: GpuNodeGroupArgs, *, local_storage: bool = True) -> Optional[str]:
+    """nodeadm NodeConfig: containerd and kubelet on the local NVMe disks as RAID0, SOCI parallel
+    pull, the kubelet settings (CPU / Topology Manager policies, graceful node shutdown). EKS appends the cluster part itself for managed node groups.
+
+    `local_storage` False: leave the RAID0 out, for Karpenter, which writes it into its own
+    NodeConfig part from the EC2NodeClass's instanceStorePolicy (karpenter_node_class.py).
+
+    Written line by line, not through a YAML dumper: these bytes are the launch template's user
+    data, and any change to them is a new template version that rolls every GPU node."""
     spec = []
-    if a.local_storage_raid0 and a.instance.has_nvme:
+    if local_storage and a.local_storage_raid0 and a.instance.has_nvme:
         spec += ["  instance:", "    localStorage:", "      strategy: RAID0"]
     if a.fast_image_pull:
         spec += ["  featureGates:", "    FastImagePull: true"]
-    # nodeadm merges spec.kubelet.config over the kubelet configuration it generates (NodeConfig
-    # API, awslabs/amazon-eks-ami nodeadm/api/v1alpha1 KubeletOptions.Config). A changed policy is a
-    # new launch template version: new nodes, so no stale cpu_manager_state on an old one.
-    kubelet = [f"      {k}: {v}" for k, v in (("cpuManagerPolicy", a.cpu_manager_policy),
-                                              ("topologyManagerPolicy", a.topology_manager_policy)) if v]
+    kubelet = kubelet_config(a)
     if kubelet:
-        spec += ["  kubelet:", "    config:", *kubelet]
+        spec += ["  kubelet:", "    config:", *(f"      {k}: {v}" for k, v in kubelet.items())]
     if not spec:
         return None
     return "\n".join(["---", "apiVersion: node.eks.aws/v1alpha1", "kind: NodeConfig", "spec:", *spec]) + "\n"
 
 
-def user_data_mime(a: GpuNodeGroupArgs) -> Optional[str]:
+def user_data_mime(a: GpuNodeGroupArgs, *, local_storage: bool = True) -> Optional[str]:
     """The nodeadm NodeConfig as a MIME multi-part document (what EKS and Karpenter merge their
     cluster part into); None when there is nothing to set."""
-    node_config = node_config_yaml(a)
+    node_config = node_config_yaml(a, local_storage=local_storage)
     if node_config is None:
         return None
     return (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{_BOUNDARY}"\n\n'
@@ -246,11 +258,26 @@ class GpuNodeGroup(pulumi.ComponentResource):
         # pulumi-eks's own EFA node group does the same (nodejs/eks/nodes/nodegroup.ts).
         sg_ids = [sg.id, cluster_security_group_id]
 
-        # Fixed AWS names (the placement group, the launch template, the node group): Pulumi creates
-        # a replacement before deleting the old resource unless told otherwise, and the new one's
-        # name clashes with the old (FACTS "Fixed physical names and replacement"). So each is
-        # deleted first; the impact report says so. For the node group that is also what GPU
-        # capacity allows: a reservation or a capacity block rarely holds two groups at once.
+        # Names and replacement (issue 44 item 9). A resource with a fixed AWS name cannot be created
+        # before the old one is deleted (the names clash; FACTS "Fixed physical names and
+        # replacement"); pulumi-terraform-bridge then deletes first on its own
+        # (pkg/tfbridge/schema.go nameRequiresDeleteBeforeReplace). terraform-aws-eks names the
+        # launch template, node role and security group with a prefix and creates before it destroys
+        # (modules/eks-managed-node-group/main.tf at v21.19.0: launch_template_use_name_prefix,
+        # iam_role_use_name_prefix, security_group_use_name_prefix, create_before_destroy). Here:
+        # - the security groups and roles are autonamed already (no `name` input): replaced, the new
+        #   one exists first, and the FSx rules follow its id. A security group is replaced only on a
+        #   new VPC, name or description (pulumi-aws ForceNew): keep the descriptions as they are, a
+        #   new FSx group would replace the file system (its securityGroupIds are ForceNew);
+        # - the launch template is autonamed on a new stack (below), created before the old one goes;
+        # - the placement group keeps its fixed name, as terraform-aws-eks's does (main.tf
+        #   aws_placement_group: "${var.cluster_name}-${var.name}"): the launch template and the
+        #   EC2NodeClass select it by name, so a new name is a new template version (every GPU node
+        #   rolls) and a replaced group cannot be deleted while instances run in it; its name
+        #   changes only with the cluster's, which replaces the cluster anyway;
+        # - the node group is deleted first on purpose: GPU capacity rarely holds two groups at once
+        #   (a reservation or a Capacity Block has no spare instance, On-Demand would need twice the
+        #   quota), so it keeps its fixed name and deletes before it replaces.
         fixed_name = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
         placement = None
         # The placement group's name as its output (None without one): Karpenter's EC2NodeClass
@@ -275,7 +302,12 @@ class GpuNodeGroup(pulumi.ComponentResource):
 
         lt = aws.ec2.LaunchTemplate(
             f"{name}-lt",
-            name=f"{args.cluster_name}-gpu",
+            # Autonamed: a replacement is created before the old template is deleted. `name` is
+            # ignored so that a stack created with the fixed name `<cluster>-gpu` keeps it: the engine
+            # takes an ignored input's deployed value before the provider sees it (pulumi/pulumi
+            # pkg/resource/deploy/step_generator.go processIgnoreChanges), and a new name would
+            # replace the template, whose id the node group takes (launchTemplate.id is ForceNew:
+            # every GPU node replaced). Only a stack created from now on gets the generated name.
             # No node count here: any launch template change is a new version the node group
             # rolls every node to, and scaling must not replace running nodes.
             description=f"{args.instance_type} training nodes",
@@ -297,7 +329,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             instance_type=args.instance_type if args.instance_type_in_launch_template else None,
             tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
                 resource_type="instance", tags={"Name": f"{args.cluster_name}-gpu"})],
-            opts=fixed_name,
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=list(AUTONAMED_KEEP)),
         )
         role = iam.node_role(f"{name}-node-role", self)
         scaling = aws.eks.NodeGroupScalingConfigArgs(desired_size=args.count, min_size=args.min_size,

@@ -54,9 +54,15 @@ def partition_and_account(cluster_arn: str) -> tuple[str, str]:
     return "aws", cluster_arn
 
 
-def release_values(a: KarpenterArgs, queue_name: str) -> dict[str, Any]:
+# The pod annotation that carries the Pod Identity association's id: a new association is a new pod
+# template, so the controller's pods are created again and mutated with its credentials.
+ASSOCIATION_ANNOTATION = "rltrain/pod-identity-association"
+
+
+def release_values(a: KarpenterArgs, queue_name: pulumi.Input[str],
+                   association_id: Optional[pulumi.Input[str]] = None) -> dict[str, Any]:
     """The karpenter chart's values (charts/karpenter/values.yaml at v1.14.0)."""
-    return {
+    values: dict[str, Any] = {
         "settings": {
             "clusterName": a.cluster_name,
             # Interruption handling is off unless the queue is named (values.yaml settings.interruptionQueue).
@@ -76,8 +82,17 @@ def release_values(a: KarpenterArgs, queue_name: str) -> dict[str, Any]:
         "replicas": a.replicas,
         # The guide's requests (step08-apply-helm-chart.sh: 1 CPU, 1 GiB), memory limited to the
         # request; no CPU limit (throttling slows the scheduling simulation, nothing else needs the CPU).
-        "controller": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}},
+        # The region as an environment variable (the chart's own example, values.yaml controller.env):
+        # without AWS_REGION the controller asks IMDS for it and exits when that fails (v1.14.0
+        # pkg/operator/operator.go NewOperator: lo.Must0 "unable to determine region from IMDS"), and
+        # the system nodes' hop limit of 1 refuses a pod's IMDS call (aws/cluster.py). Pod Identity
+        # injects AWS_REGION too, but only into a pod created after its webhook sees the association.
+        "controller": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+                       "env": [{"name": "AWS_REGION", "value": a.region}]},
     }
+    if association_id is not None:
+        values["podAnnotations"] = {ASSOCIATION_ANNOTATION: association_id}
+    return values
 
 
 class Karpenter(pulumi.ComponentResource):
@@ -130,10 +145,19 @@ class Karpenter(pulumi.ComponentResource):
                                        policy=scope.apply(lambda s, w=which: karpenter_policy.policy_json(w, s)),
                                        opts=child)
                     for which in karpenter_policy.POLICIES]
+        # Pod Identity associations are eventually consistent: "may take several seconds to be
+        # effective" (EKS API reference, CreatePodIdentityAssociation), and the webhook injects the
+        # credentials and AWS_REGION only into a pod created after it sees the association
+        # (aws/amazon-eks-pod-identity-webhook pkg/handler); a container restart is not mutated again.
+        # A controller pod created first has no credentials, fails its EC2 connectivity check and
+        # exits (operator.go CheckEC2Connectivity: os.Exit(1)), for good. So the association is
+        # created as soon as the cluster and the role's policies exist, beside the system node
+        # group, and the controller only after the system nodes, the Pod Identity agent and the
+        # CRD chart: on a first `up` the node group's creation (minutes) lies between the two.
         association = aws.eks.PodIdentityAssociation(
             f"{name}-controller-association", cluster_name=cluster_name, namespace=versions.KARPENTER_NAMESPACE,
             service_account=versions.KARPENTER_SERVICE_ACCOUNT, role_arn=controller.arn,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[pod_identity_agent, *policies]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=policies))
 
         k8s_child = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
         self.crds = k8s.helm.v3.Release(
@@ -148,21 +172,22 @@ class Karpenter(pulumi.ComponentResource):
             f"{name}-controller", name=versions.KARPENTER.chart,
             chart=f"{versions.KARPENTER.repo}/{versions.KARPENTER.chart}", version=versions.KARPENTER.version,
             namespace=versions.KARPENTER_NAMESPACE, skip_crds=True, skip_await=False, timeout=600,
-            values=release_values(args, args.cluster_name),
+            values=release_values(args, args.cluster_name, association.id),
             opts=pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(
-                depends_on=[self.crds, association, self.access_entry, system_nodes])))
+                depends_on=[self.crds, association, pod_identity_agent, self.access_entry, system_nodes])))
         self.node_role_name = pulumi.Output.all(self.node_role.name, self.node_role.arn).apply(lambda v: v[0])
         self.register_outputs({"interruptionQueue": self.queue.name, "nodeRoleArn": self.node_role.arn})
 
     def apply_nodes(self, node_class: pulumi.Input[dict], node_pool: dict, node_overlay: Optional[dict],
-                    k8s_provider: k8s.Provider) -> list[k8s.apiextensions.CustomResource]:
+                    k8s_provider: k8s.Provider, prefix: str = "") -> list[k8s.apiextensions.CustomResource]:
         """The EC2NodeClass, NodePool and NodeOverlay (if any), after the controller and its CRDs.
-        The node class holds outputs (subnet, security groups, role), hence an Input."""
+        The node class holds outputs (subnet, security groups, role), hence an Input. `prefix`
+        names a second set's resources (the CPU NodePool's: "cpu-")."""
         opts = pulumi.ResourceOptions(parent=self, provider=k8s_provider, depends_on=[self.crds, self.release])
 
         def cr(res: str, doc: pulumi.Input[dict], api_version: str, kind: str, name: str):
             return k8s.apiextensions.CustomResource(
-                f"{self._prefix}-{res}", api_version=api_version, kind=kind,
+                f"{self._prefix}-{prefix}{res}", api_version=api_version, kind=kind,
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=name),
                 spec=pulumi.Output.from_input(doc).apply(lambda d: d["spec"]), opts=opts)
 

@@ -30,6 +30,8 @@ GROUP = "karpenter.k8s.aws"
 # components/stack/elastic.py); an empty node is consolidated anyway.
 AMI_ALIAS = "al2023@latest"
 ROOT_DEVICE = "/dev/xvda"
+# pkg/apis/v1/ec2nodeclass.go InstanceStorePolicy, enum {RAID0}.
+INSTANCE_STORE_RAID0 = "RAID0"
 
 
 class NodeClassArgs(BaseModel):
@@ -52,6 +54,8 @@ class NodeClassArgs(BaseModel):
     user_data: Optional[str] = None
     """the nodeadm MIME document (gpu_nodes.user_data_mime), not base64: Karpenter merges its own
     NodeConfig part into it (pkg/providers/amifamily/bootstrap/nodeadm.go)"""
+    instance_store_raid0: bool = False
+    """the local NVMe disks as one RAID0 array for containerd and the kubelet (instanceStorePolicy)"""
 
 
 def network_interfaces(network_cards: int, efa_devices: int) -> list[dict[str, Any]]:
@@ -111,6 +115,13 @@ def node_class(a: NodeClassArgs) -> dict[str, Any]:
         # reservation's type (a Capacity Block or a default ODCR) from DescribeCapacityReservations
         # (pkg/providers/instancetype/offering/base_resolver.go ReservationType).
         spec["capacityReservationSelectorTerms"] = [{"id": a.reservation_id}]
+    if a.instance_store_raid0:
+        # Karpenter sizes a node's ephemeral-storage from the root volume unless the class says
+        # RAID0, then from the instance's NVMe disks (v1.14.0 pkg/providers/instancetype/types.go
+        # ephemeralStorage); with it, its own NodeConfig part sets localStorage RAID0
+        # (pkg/providers/amifamily/bootstrap/nodeadm.go). Done in our user data instead, Karpenter
+        # offered the ~100 GiB root volume: a pod asking for more ephemeral storage got no node.
+        spec["instanceStorePolicy"] = INSTANCE_STORE_RAID0
     if a.user_data:
         spec["userData"] = a.user_data
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": a.name}, "spec": spec}

@@ -8,7 +8,7 @@ default to reclaim Delete: deleting the claim would delete the file system (KNOW
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Collection, Mapping, Optional
 
 import pulumi
 import pulumi_aws as aws
@@ -45,8 +45,13 @@ class FsxLustreVolume(pulumi.ComponentResource):
     claim_name: str
 
     def __init__(self, name: str, fsx: FsxArgs, claim: ClaimArgs, *, vpc_id: pulumi.Input[str],
-                 subnet_id: pulumi.Input[str], client_security_group_id: pulumi.Input[str],
-                 k8s_opts: pulumi.ResourceOptions, opts: Optional[pulumi.ResourceOptions] = None):
+                 subnet_id: pulumi.Input[str], client_security_group_ids: Mapping[str, pulumi.Input[str]],
+                 k8s_opts: pulumi.ResourceOptions, after_cluster: Collection[str] = (),
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        """`client_security_group_ids`: {rule name part: group} of every node group a pod that
+        mounts the claim can land on (platform.attach_fsx; the deploy model derives the same set
+        from the render and fails the render when one is missing). `after_cluster`: those of them
+        the cluster creates (EKS's cluster group), whose rules the file system does not wait for."""
         super().__init__("rltrain:index:FsxLustreVolume", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         # Stateful: replacing or deleting these loses the data. protect stops `pulumi destroy` and
@@ -54,23 +59,35 @@ class FsxLustreVolume(pulumi.ComponentResource):
         keep = pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True)
         key = aws.kms.Key(f"{name}-key", description=f"{fsx.name} FSx for Lustre", enable_key_rotation=True,
                           deletion_window_in_days=30, opts=keep)
+        # The description is ForceNew on a security group, and a new group replaces the file system
+        # (its securityGroupIds are ForceNew): it keeps the words it was created with, although
+        # since issue 44 the system nodes are clients too.
         sg = aws.ec2.SecurityGroup(f"{name}-sg", vpc_id=vpc_id, description="FSx for Lustre: Lustre from GPU nodes",
                                    tags={"Name": f"{fsx.name}-fsx"}, opts=child)
         # Lustre needs both directions: clients reach the servers, and the servers call back to
         # the clients on the same ports. So the file system's group admits the clients (and
-        # itself), and the clients' group admits the file system (FSx for Lustre guide, "limit
-        # access with security groups"; FACTS "Deploy semantics").
-        lustre_rules: list[pulumi.Resource] = []
+        # itself), and the clients' groups admit the file system (FSx for Lustre guide, "limit
+        # access with security groups": inbound TCP 988 and 1018-1023 from the clients' group and
+        # from the file system's own; FACTS "Deploy semantics"). Every client group: a pod that
+        # mounts the claim from a node group the file system does not admit hangs in
+        # ContainerCreating until its deadline (KNOWN-FAILURES F19; issue 44 item 1).
+        lustre_rules: list[pulumi.Resource] = []  # what the file system is created after
         for lo, hi in LUSTRE_PORTS:
-            for src_name, src in (("nodes", client_security_group_id), ("self", sg.id)):
-                lustre_rules.append(aws.vpc.SecurityGroupIngressRule(
+            sources = [*client_security_group_ids.items(), ("self", sg.id)]
+            for src_name, src in sources:
+                rule = aws.vpc.SecurityGroupIngressRule(
                     f"{name}-lustre-{lo}-{src_name}", security_group_id=sg.id, referenced_security_group_id=src,
                     ip_protocol="tcp", from_port=lo, to_port=hi, description=f"Lustre {lo}-{hi} from {src_name}",
-                    opts=child))
-            lustre_rules.append(aws.vpc.SecurityGroupIngressRule(
-                f"{name}-lustre-{lo}-to-nodes", security_group_id=client_security_group_id,
-                referenced_security_group_id=sg.id, ip_protocol="tcp", from_port=lo, to_port=hi,
-                description=f"Lustre {lo}-{hi} from the FSx file system", opts=child))
+                    opts=child)
+                if src_name not in after_cluster:
+                    lustre_rules.append(rule)
+            for dst_name, dst in client_security_group_ids.items():
+                rule = aws.vpc.SecurityGroupIngressRule(
+                    f"{name}-lustre-{lo}-to-{dst_name}", security_group_id=dst,
+                    referenced_security_group_id=sg.id, ip_protocol="tcp", from_port=lo, to_port=hi,
+                    description=f"Lustre {lo}-{hi} from the FSx file system", opts=child)
+                if dst_name not in after_cluster:
+                    lustre_rules.append(rule)
         lustre_rules.append(aws.vpc.SecurityGroupEgressRule(f"{name}-egress", security_group_id=sg.id, cidr_ipv4="0.0.0.0/0",
                                         ip_protocol="-1", description="replies, S3 data repository", opts=child))
         fs = aws.fsx.LustreFileSystem(
@@ -94,8 +111,13 @@ class FsxLustreVolume(pulumi.ComponentResource):
             # the rules are not there yet (FSx for Lustre guide, "cannot create a file system";
             # aws-parallelcluster#6181 fixed the same race with a DependsOn; FACTS "AWS: first up
             # and day two"). The group id alone orders the file system after the group, not after
-            # its rules: wait for every Lustre rule, its own group's and the nodes' group's
-            # (deploy model rule `create-time-validation`).
+            # its rules: wait for the Lustre rules of its own group and of the GPU nodes' group
+            # (deploy model rule `create-time-validation`). Not for the rules of the cluster's
+            # group: EKS creates it with the cluster, so waiting would start the file system's
+            # creation (tens of minutes) only after the cluster's, and `destroy --exclude-protected`
+            # keeps whatever the protected file system depends on: the cluster too. What AWS
+            # validates is the file system's own group admitting itself (aws-parallelcluster PR
+            # #1198: the race was the rule "to allow access within the security group").
             opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=lustre_rules)),
         )
         if fsx.s3_bucket:

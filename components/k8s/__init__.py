@@ -1,0 +1,1 @@
+"""What gets deployed into Kubernetes for the cluster: add-ons, operators, namespace, queue, monitoring, security."""

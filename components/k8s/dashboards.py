@@ -95,7 +95,24 @@ def _ts(title: str, *queries: Query, unit: Optional[str] = None, w: int = 12, h:
     return PanelSpec("timeseries", title, tuple(queries), w, h, unit, description)
 
 
-def gpu_board(training_namespace: str) -> Board:
+# The runs' headline scalars (components/workloads/curves.py, scripts/curves_metrics.py): the value at
+# each run's newest step, as Prometheus keeps it over time; TensorBoard has the same curves over steps.
+RUN_METRICS = ("reward", "loss", "seconds per step")
+
+
+def run_curves_row(training_namespace: str) -> tuple[str, tuple[PanelSpec, ...]]:
+    sel = f'namespace="{training_namespace}"'
+    return ("Training runs (TensorBoard: kubectl port-forward deploy/rltrain-curves 6006)", (
+        *(_ts(f"Run {metric}", Query(f'max by (run) (rltrain_run_scalar{{{sel}, metric="{metric}"}})', "{{run}}"), w=8,
+              description=f"Each training run's {metric} at its newest step (the trainer profile's TensorBoard tag, "
+                          "read from its event files by the curves exporter); one line per run, side by side.")
+          for metric in RUN_METRICS),
+        PanelSpec("table", "Newest step per run and metric",
+                  (Query(f"max by (run, metric, tag) (rltrain_run_scalar_step{{{sel}}})", instant=True),), 24, 6),
+    ))
+
+
+def gpu_board(training_namespace: str, curves: bool = False) -> Board:
     ns = training_namespace
     return Board(
         "rltrain-gpu", "rltrain / GPUs",
@@ -144,6 +161,7 @@ def gpu_board(training_namespace: str) -> Board:
                     Query(f'avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{namespace="{ns}"}})', "{{pod}}"),
                     unit="percent", w=24),
             )),
+            *([run_curves_row(ns)] if curves else []),
         ),
         node_variable_metric="DCGM_FI_DEV_GPU_UTIL",
     )
@@ -301,8 +319,8 @@ def evaluation_board(training_namespace: str) -> Board:
 
 
 def all_dashboards(training_namespace: str, serving: bool = False, evaluation: bool = False,
-                   embodied_evaluation: bool = False) -> list[Board]:
-    return [gpu_board(training_namespace), efa_board(), runs_board(training_namespace), cost_board(),
+                   embodied_evaluation: bool = False, curves: bool = False) -> list[Board]:
+    return [gpu_board(training_namespace, curves), efa_board(), runs_board(training_namespace), cost_board(),
             *([serving_board(training_namespace, evaluation)] if serving else []),
             *([evaluation_board(training_namespace)] if embodied_evaluation else [])]
 

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from components.stack import elastic
 from components.stack.labels import GPU_TAINT_KEY, gpu_node_labels
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,7 +130,7 @@ def gpu_node_pool(cfg: "StackConfig", node_class_ref: dict[str, str], name: str 
     g = cfg.gpu_nodes
     return node_pool(NodePoolArgs(
         name=name, node_class_ref=node_class_ref, instance_type=g.instance_type, zone=cfg.network.gpu_az,
-        capacity_type=g.capacity.type, max_nodes=elastic.max_nodes(cfg), gpus_per_node=g.instance.gpu_count,
+        capacity_type=g.capacity.type, max_nodes=g.node_limit, gpus_per_node=g.instance.gpu_count,
         idle_minutes=g.elastic.idle_minutes, labels=gpu_node_labels(g.instance_type),
         taints=[{"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]))
 

@@ -66,16 +66,15 @@ import pulumi_kubernetes as k8s
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.stack import catalog, elastic, versions
+from components.stack import catalog, node_efa, versions
 from components.stack.config import StackConfig
 from components.stack.labels import GPU_TAINT_KEY, KUEUE_MANAGED_LABEL, MANAGED_BY, ROLE_LABEL, short_hash
 from components.k8s.options import child_opts
 from components.stack.config import IMAGE_PULL_MARGIN_SECONDS
-from components.stack.labels import EFA, GPU, HUGEPAGES
+from components.stack.labels import EFA, GPU, HUGEPAGES, QUEUE_LABEL
 
-API_VERSION = "kueue.x-k8s.io/v1beta2"
+API_VERSION = versions.KUEUE_API_VERSION
 CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 RELEASE = "kueue"
 LOCAL_QUEUE = "training"
@@ -155,7 +154,7 @@ def topology_name(cfg: StackConfig) -> Optional[str]:
     the nodes present), so with zero nodes a TAS flavor admits nothing and Karpenter is never asked.
     There the cluster placement group of the EC2NodeClass keeps a run's nodes close instead
     (docs/elastic-capacity.md)."""
-    if elastic.enabled(cfg):
+    if cfg.gpu_nodes.elastic.enabled:
         return None
     if cfg.kueue.cluster_queue is None and has_network_topology(cfg.gpu_nodes.instance):
         return content_name(f"{cfg.training.namespace}-network", {"levels": topology_levels()})
@@ -192,7 +191,9 @@ def node_offer(cfg: StackConfig) -> dict[str, int]:
     DaemonSets (catalog figures). Keys in the order the ClusterQueue lists them."""
     g = cfg.gpu_nodes
     it = g.instance
-    alloc = it.allocatable(efa=g.efa_enabled)
+    # Net of the EFA huge pages whenever the node carries EFA interfaces, even when the pods use none
+    # (one node): the driver allocates them on every EFA-enabled instance (stack/node_efa.py).
+    alloc = it.allocatable(efa=node_efa.interfaces(g))
     offer = {"cpu": alloc.cpu_milli - catalog.DAEMONSET_CPU_MILLI,
              "memory": alloc.memory_mib_conservative - catalog.DAEMONSET_MEMORY_MIB,
              GPU: it.gpu_count}
@@ -211,7 +212,7 @@ def nominal_quota(cfg: StackConfig, held: Optional[Mapping[str, int]] = None) ->
     In elastic mode the count is the maximum (`gpuNodes.elastic.maxNodes`), not the nodes present
     (none between runs): Kueue admits a run when the maximum has room for all of it, and its pods
     are what makes Karpenter launch the nodes."""
-    n = elastic.max_nodes(cfg)
+    n = cfg.gpu_nodes.node_limit
     units = {"cpu": "m", "memory": "Mi", HUGEPAGES: "Mi"}
     held = held or {}
     return {r: f"{max(0, v * n - held.get(r, 0))}{units.get(r, '')}" for r, v in node_offer(cfg).items()}
@@ -318,7 +319,7 @@ def release_values(a: KueueArgs) -> dict:
 
 
 def chart_ref() -> str:
-    return f"{versions.KUEUE.repo}/{versions.KUEUE.chart}"
+    return versions.KUEUE_CHART_REF
 
 
 # --- the queue objects ---------------------------------------------------------------------------

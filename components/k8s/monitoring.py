@@ -50,8 +50,6 @@ RELEASE = "kube-prometheus-stack"
 DCGM_RELEASE = "dcgm-exporter"
 # Service names the chart derives from the release name (its fullname, truncated to 26 characters).
 GRAFANA_SERVICE = f"{RELEASE}-grafana"
-PROMETHEUS_SERVICE = f"{RELEASE}-prometheus"
-ALERTMANAGER_SERVICE = f"{RELEASE}-alertmanager"
 # Short on purpose: checkov's secret scan (test_checkov) flags a longer name beside "existingSecret"
 # as a high-entropy string.
 GRAFANA_SECRET = "grafana-admin"
@@ -116,12 +114,17 @@ class MonitoringArgs(BaseModel):
     gpu_instance_type: str = ""
     gpu_node_count: int = 0
     gpu_capacity_block: bool = False
+    # Elastic GPU capacity (gpuNodes.elastic): Karpenter holds 0 to maxNodes GPU nodes, zero whenever
+    # nothing runs, so no node count is "the group whole" (issue 44 item 4).
+    gpu_elastic: bool = False
     # workloads.serving: a PodMonitor for the vLLM server's /metrics and the Serving dashboard.
     serving: bool = False
     # workloads.serving.evaluation: a PodMonitor for the eval-metrics Deployment (accuracy over steps).
     evaluation: bool = False
     # workloads.embodiedEvaluation: the same PodMonitor (success rate over steps) and the Evaluation dashboard.
     embodied_evaluation: bool = False
+    # workloads.curves: a PodMonitor for the curves exporter and the runs' panels of the GPU dashboard.
+    curves: bool = False
     # The stack installs Kueue: its controller is scraped and the queue alerts name this ClusterQueue.
     kueue_cluster_queue: Optional[str] = None
 
@@ -142,9 +145,11 @@ def monitoring_args(cfg: StackConfig) -> MonitoringArgs:
         alert_receiver=AlertReceiverArgs(type=r.type, channel=r.channel) if r else None,
         gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count,
         gpu_capacity_block=cfg.gpu_nodes.capacity.type == "capacity-block",
+        gpu_elastic=cfg.gpu_nodes.elastic.enabled,
         serving=cfg.workloads.serving.enabled,
         evaluation=cfg.workloads.serving.enabled and cfg.workloads.serving.evaluation.enabled,
         embodied_evaluation=cfg.workloads.embodied_evaluation.enabled,
+        curves=cfg.curves_enabled,
         kueue_cluster_queue=kueue.cluster_queue_name(cfg) if cfg.kueue_install and cfg.kueue_enabled else None)
 
 
@@ -153,9 +158,10 @@ def rules_args(a: MonitoringArgs) -> monitoring_rules.RulesArgs:
                                       queued_alert_minutes=a.queued_alert_minutes,
                                       cluster_queue=a.kueue_cluster_queue,
                                       # The node group's fixed size, where the stack creates it (a
-                                      # Capacity Block's group holds no node outside its window).
+                                      # Capacity Block's group holds no node outside its window; an
+                                      # elastic stack holds none while idle, its normal state).
                                       gpu_node_count=a.gpu_node_count if a.created_cluster and not a.gpu_capacity_block
-                                      else 0)
+                                      and not a.gpu_elastic else 0)
 
 
 def _labels(component: str) -> dict[str, str]:
@@ -484,6 +490,17 @@ def eval_metrics_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
     }
 
 
+def curves_podmonitor_spec(a: MonitoringArgs) -> dict[str, Any]:
+    """The runs' headline scalars (components/scripts/curves_metrics.py) on the port named `metrics`
+    of the curves Deployment (components/workloads/curves.py, whose NetworkPolicy admits Prometheus
+    there). Every 60 s: the exporter rescans the event files every 30 s."""
+    return {
+        "namespaceSelector": {"matchNames": [a.training_namespace]},
+        "selector": {"matchLabels": {"app.kubernetes.io/component": "curves"}},
+        "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "60s"}],
+    }
+
+
 def ray_network_policy_args(a: MonitoringArgs) -> k8s.networking.v1.NetworkPolicyInitArgs:
     """Added to the runs' own policies (NetworkPolicies are a union): Prometheus pods of the
     monitoring namespace may reach the Ray metrics port of a run pod, nothing else more."""
@@ -633,17 +650,19 @@ class Monitoring(pulumi.ComponentResource):
                 metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-eval-metrics", namespace=args.namespace,
                                                     labels=_labels("eval-metrics")),
                 spec=eval_metrics_podmonitor_spec(args), opts=after_crds)
+        if args.curves:
+            k8s.apiextensions.CustomResource(
+                f"{name}-curves-podmonitor", api_version="monitoring.coreos.com/v1", kind="PodMonitor",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name="rltrain-curves", namespace=args.namespace,
+                                                    labels=_labels("curves")),
+                spec=curves_podmonitor_spec(args), opts=after_crds)
         for board in dashboards.all_dashboards(args.training_namespace, serving=args.serving,
                                                evaluation=args.evaluation,
-                                               embodied_evaluation=args.embodied_evaluation):
+                                               embodied_evaluation=args.embodied_evaluation, curves=args.curves):
             k8s.core.v1.ConfigMap(f"{name}-dashboard-{board.uid}", dashboards.configmap_args(board, args.namespace),
                                   in_ns)
         self.namespace = ns.metadata.name
         self.register_outputs({"namespace": self.namespace})
-
-
-def grafana_port_forward(namespace: str) -> str:
-    return f"kubectl -n {namespace} port-forward svc/{GRAFANA_SERVICE} 3000:80"
 
 
 def build_monitoring(cfg: StackConfig, *, secret: Callable[[str], pulumi.Output[str]],

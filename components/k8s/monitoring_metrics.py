@@ -145,6 +145,10 @@ EVAL_METRICS = ("rltrain_eval_accuracy", "rltrain_eval_correct", "rltrain_eval_j
                 "rltrain_eval_success_rate", "rltrain_eval_episodes",
                 "rltrain_eval_result_timestamp_seconds", "rltrain_eval_unreadable_files")
 
+# --- the runs' headline scalars (components/scripts/curves_metrics.py, this repo) -------------------
+CURVES_SOURCE = "components/scripts/curves_metrics.py (this repository)"
+CURVES_METRICS = ("rltrain_run_scalar", "rltrain_run_scalar_step")
+
 EMITTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "dcgm-exporter": (DCGM_SOURCE, DCGM_DEFAULT_COUNTERS + DCGM_ADDED_COUNTERS),
     "efa-metrics": (EFA_SOURCE, EFA_METRICS),
@@ -153,12 +157,8 @@ EMITTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "ray": (RAY_SOURCE, RAY_METRICS),
     "vllm": (VLLM_SOURCE, VLLM_METRICS),
     "eval-metrics": (EVAL_SOURCE, EVAL_METRICS),
+    "curves-metrics": (CURVES_SOURCE, CURVES_METRICS),
 }
-
-
-def emitted_names() -> dict[str, str]:
-    """metric name -> the exporter that emits it."""
-    return {name: exporter for exporter, (_, names) in EMITTED.items() for name in names}
 
 
 # --- metric names in a PromQL expression --------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.stack import catalog
+from components.stack import catalog, node_repair
 from components.stack.labels import ROLE_LABEL
 
 # A GPU under this utilisation (percent, DCGM_FI_DEV_GPU_UTIL) for GPU_IDLE_MINUTES on a node where
@@ -70,6 +70,15 @@ REPAIR_ALERT_MINUTES = 2
 # How far back a run's replaced pods are counted: a replaced pod alerts for this long, then resolves.
 RUN_RESTART_WINDOW_MINUTES = 60
 REPAIR_RUNBOOK = "docs/gpu-failure-runbook.md#alerts"
+# A reboot repair keeps the node's name (EKS user guide, node-health-nma: most H100 XIDs are repaired
+# by a reboot), so no GPU node goes missing and RltrainGpuNodeRepairInProgress (a count of nodes)
+# stays quiet. What shows it: the node NotReady after the agent's condition turned False on it
+# within a repair's time (node_repair.repair_bound_seconds: the longest repair wait + a cold pull),
+# then Ready again under the same name. A node whose Node object is younger than the window is a
+# replacement that registered NotReady, not a reboot.
+REBOOT_LOOKBACK_MINUTES = node_repair.repair_bound_seconds() // 60
+REBOOT_ALERT_MINUTES = 1
+REBOOTED_WINDOW_MINUTES = 60
 
 GPU_ROLE_SELECTOR = ",".join(f'label_{k.replace(".", "_").replace("/", "_").replace("-", "_")}="{v}"'
                               for k, v in ROLE_LABEL.items())
@@ -190,6 +199,7 @@ def repair_alerts(a: RulesArgs) -> list[dict[str, Any]]:
                "{{ $labels.namespace }}` tell which. Resolves once no pod was replaced for "
                f"{RUN_RESTART_WINDOW_MINUTES} minutes.",
                severity="warning", runbook=REPAIR_RUNBOOK),
+        *reboot_alerts(),
     ]
     if a.gpu_node_count:
         out.insert(1, _alert(
@@ -202,6 +212,44 @@ def repair_alerts(a: RulesArgs) -> list[dict[str, Any]]:
             "names the cause (capacity, quota). Resolves when the group is whole again.",
             severity="warning", for_minutes=REPAIR_ALERT_MINUTES, runbook=REPAIR_RUNBOOK))
     return out
+
+
+def reboot_alerts() -> list[dict[str, Any]]:
+    """A reboot repair, while it happens and after (docs/gpu-failure-runbook.md, "A reboot repair")."""
+    conditions = "|".join(AGENT_CONDITIONS)
+    ready = 'kube_node_status_condition{condition="Ready", status="true"}'
+    gpu = f"kube_node_labels{{{GPU_ROLE_SELECTOR}}}"
+    return [
+        _alert("RltrainGpuNodeRebootRepairInProgress",
+               f"{ready} == 0\n"
+               f"and on (node) max by (node) (max_over_time(kube_node_status_condition{{condition=~\"{conditions}\", "
+               f"status=\"false\"}}[{REBOOT_LOOKBACK_MINUTES}m])) == 1\n"
+               f"and on (node) {gpu}",
+               "GPU node {{ $labels.node }} is rebooting after a fault the node monitoring agent reported",
+               "The node is not Ready, and within the last " + str(REBOOT_LOOKBACK_MINUTES) + " minutes the "
+               "EKS node monitoring agent reported a fault on it: EKS node repair is rebooting it (most H100 "
+               "XIDs are repaired by a reboot, which keeps the node's name, so RltrainGpuNodeRepairInProgress "
+               "does not fire), or terminating it for a replacement (then the node disappears and that alert "
+               "takes over). The kubelet's graceful shutdown marked the run's pods on it Failed with "
+               "DisruptionTarget (TerminationByKubelet), which the pod failure policy does not count; the Job "
+               "recreates them and they wait, Pending, for the node. `kubectl get node {{ $labels.node }}` "
+               "shows it NotReady, then Ready under the same name. Resolves when it is Ready again.",
+               severity="warning", for_minutes=REBOOT_ALERT_MINUTES, runbook=REPAIR_RUNBOOK),
+        _alert("RltrainGpuNodeRebooted",
+               f"{ready} == 1\n"
+               f"and on (node) min_over_time({ready}[{REBOOTED_WINDOW_MINUTES}m]) == 0\n"
+               f"and on (node) (time() - kube_node_created) > {REBOOTED_WINDOW_MINUTES * 60}\n"
+               f"and on (node) {gpu}",
+               "GPU node {{ $labels.node }} came back Ready under the same name",
+               f"The node was not Ready within the last {REBOOTED_WINDOW_MINUTES} minutes and is Ready again, "
+               "and its Node object is older than that: it was rebooted in place (a reboot repair, or a kubelet "
+               "that stopped reporting), not replaced. A run's pods lost in the reboot show as Failed with "
+               "DisruptionTarget (graceful shutdown: not counted) or, if the kubelet could not shut them down "
+               "(a hard reboot), ContainerStatusUnknown with exit code 137 (counted against workloads.retries: "
+               "`kubectl get job <run> -o jsonpath='{.status.failed}'`). Resolves "
+               f"{REBOOTED_WINDOW_MINUTES} minutes after it was last not Ready.",
+               severity="info", runbook=REPAIR_RUNBOOK),
+    ]
 
 
 def efa_alerts() -> list[dict[str, Any]]:
@@ -334,5 +382,3 @@ def expressions(spec: dict[str, Any]) -> list[tuple[str, str]]:
     return [(r.get("alert") or r["record"], r["expr"]) for g in spec["groups"] for r in g["rules"]]
 
 
-def recorded_names(spec: dict[str, Any]) -> set[str]:
-    return {r["record"] for g in spec["groups"] for r in g["rules"] if "record" in r}

@@ -29,7 +29,10 @@ class TrainingNamespaceArgs(BaseModel):
     # gaps show in the API server's audit log before anyone enforces it.
     pod_security: Literal["baseline", "restricted"] = "baseline"
     kubernetes_version: str
-    # Sum of GPUs on the GPU node group: no namespace can queue more than the stack provides.
+    # The most GPUs the stack's nodes hold at once: no namespace can queue more than the stack
+    # provides. Elastic mode: maxNodes' GPUs, what Kueue admits up to (its quota is the maximum): a
+    # quota of `count` nodes' GPUs would refuse the pods of an admitted second run ("exceeded
+    # quota"), which Kueue then evicts at the PodsReady timeout (issue 44 item 3).
     gpu_quota: int = Field(ge=0)
     secret_keys: tuple[str, ...] = ()
     # Whether EKS Pod Identity hands this service account an IAM role (TrainingIdentity).
@@ -146,7 +149,8 @@ def training_namespace_args(cfg: StackConfig, role_arn: Optional[pulumi.Input[st
     t = cfg.training
     return TrainingNamespaceArgs(
         namespace=t.namespace, service_account=t.service_account, pod_security=t.pod_security,
-        kubernetes_version=cfg.cluster.kubernetes_version, gpu_quota=cfg.gpu_nodes.total_gpus,
+        kubernetes_version=cfg.cluster.kubernetes_version,
+        gpu_quota=cfg.gpu_nodes.instance.gpu_count * cfg.gpu_nodes.node_limit,
         secret_keys=cfg.training_secret_keys, has_pod_identity=role_arn is not None,
         gpu_instance_type=cfg.gpu_nodes.instance_type, gpu_node_count=cfg.gpu_nodes.count,
         kueue_managed=cfg.kueue_enabled)

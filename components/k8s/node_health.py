@@ -4,8 +4,19 @@ Without the agent, EKS node repair reacts only to a node going NotReady: an XID,
 the bus or an EFA device down leaves the node Ready and the run's GPUs idle. The agent reads the
 node's logs and DCGM and sets the conditions repair acts on (`AcceleratedHardwareReady`,
 `NetworkingReady`, `KernelReady`, `StorageReady`, `ContainerRuntimeReady`; EKS user guide,
-node-health and node-repair: `AcceleratedHardwareReady=False` is repaired after 10 minutes by a
-replace or a reboot, by reason).
+node-health-nma and node-repair). Repair acts per reason: `AcceleratedHardwareReady=False` after
+10 minutes, by a **reboot** for most H100 XIDs (13, 31, 48, 63, 64, 94, 95: the Node keeps its name)
+and by a replacement for others (74, 79, 119, 120, 121, 140); the other conditions after 30 minutes,
+by a replacement. The DCGM reasons (`DCGMError`: the connection to the host engine lost;
+`DCGMDiagnosticFailure`; `DCGMHealthCode<N>`) set the condition too, but their documented repair
+action is None: the guide has nothing reboot or replace the node for them. Users have reported
+nodes replaced on `DCGMError` all the same (aws/containers-roadmap#2555, a managed group, 2025;
+#2763: Karpenter's node repair acts on the condition whatever its reason), and at agent v1.7.0 a
+`DCGMError` condition stays False after DCGM recovers, until the agent's pod restarts
+(aws/eks-node-monitoring-agent#266, fix proposed in #275). The Ray launcher's head reads the same
+conditions to tell a node fault from a trainer failure, and skips the DCGM reasons: no repair is
+due for them, and a sticky one would hold a run for ever
+(components/scripts/_ray_launcher/node_health.py); the periods: components/stack/node_repair.py.
 
 Installed as the EKS add-on `eks-node-monitoring-agent` on a created cluster only (a
 bring-your-own cluster's node health is its owners'; docs/gpu-failure-runbook.md says what the
@@ -19,7 +30,9 @@ alone, starts a host engine embedded in its own process (NVIDIA dcgm-exporter: w
 `-r/--remote-hostengine-info` it initialises one through libdcgm). Two engines on one node contend
 for the profiling module, which one engine per GPU can use (DCGM_FI_PROF_*; aws/eks-node-monitoring-
 agent#256), and an agent beside another DCGM installation has reported AcceleratedHardwareReady=False
-on healthy GPUs, which gets nodes replaced (aws/containers-roadmap#2763, #2555). So the exporter connects
+on healthy GPUs (aws/containers-roadmap#2763, #2555): a DCGM reason, documented as repaired by
+nothing (above) yet reported to get nodes replaced, and a node that reads as broken
+(RltrainGpuNodeUnhealthy, the Node health panels) while its GPUs work. So the exporter connects
 to the agent's engine: `-r $(NODE_IP):5555` (the chart's `arguments`, dcgm-exporter chart 4.8.2
 values.yaml: "Use -r <HOST>:<PORT> to connect to an already running hostengine"), NODE_IP from the
 pod's `status.hostIP` (the hostPort answers on the node's address: the VPC CNI's chained portmap
@@ -60,11 +73,6 @@ def agent_configuration_json() -> str:
     return json.dumps(agent_configuration(), sort_keys=True)
 
 
-def agent_runs_dcgm_on(instance_type: str) -> bool:
-    """Whether the agent's dcgm-server is scheduled on this instance type (its default affinity)."""
-    return instance_type in versions.NODE_MONITORING_AGENT_DCGM_TYPES
-
-
 def hostengine_address() -> str:
     """The agent's host engine as the exporter's pod reaches it: the node's address, the hostPort."""
     return f"$({NODE_IP_ENV}):{versions.NODE_MONITORING_AGENT_DCGM_PORT}"
@@ -79,9 +87,3 @@ def exporter_hostengine_values(shared: bool) -> dict[str, Any]:
         "arguments": [*EXPORTER_COUNTERS_ARGS, REMOTE_HOSTENGINE_FLAG, hostengine_address()],
         "extraEnv": [{"name": NODE_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}],
     }
-
-
-def exporter_starts_own_engine(values: dict[str, Any]) -> bool:
-    """Whether a dcgm-exporter release with these values starts its own embedded host engine."""
-    args = values.get("arguments", list(EXPORTER_COUNTERS_ARGS))
-    return REMOTE_HOSTENGINE_FLAG not in args and "--remote-hostengine-info" not in args

@@ -62,10 +62,6 @@ def pod_security_context(*, run_as: Optional[int] = None) -> k8s.core.v1.PodSecu
         seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"))
 
 
-def image_is_digest(image: str) -> bool:
-    return "@sha256:" in image
-
-
 # ---------------------------------------------------------------------------------------------
 # checkov skips
 
@@ -182,7 +178,9 @@ def findings(spec: k8s.core.v1.PodSpecArgs, *, kind: str) -> list[Finding]:
         check("CKV_K8S_9", [c for c in containers if not c.readiness_probe], "no readiness probe")
     check("CKV_K8S_11", [c for c in containers if not (_get(c.resources, "limits") or {}).get("cpu")],
           "no CPU limit")
-    tagged = [c for c in containers if "@" not in c.image]
+    # An image that is not a string is the image the stack built, referenced by digest
+    # (stack/image_build.py pod_image: `<repository URL>:<tag>@<digest>`, known once built).
+    tagged = [c for c in containers if isinstance(c.image, str) and "@" not in c.image]
     pulls = [c for c in tagged if c.image_pull_policy != "Always"]
     check("CKV_K8S_15", pulls,
           f"imagePullPolicy {_names(sorted({c.image_pull_policy or 'unset' for c in pulls}))}, image by tag")

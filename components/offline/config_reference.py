@@ -6,10 +6,10 @@
 
 Every key of every section, with its type, default and description, comes from the models: the
 key as written in the stack file (the field's alias), the type from its annotation, the default
-from the field, the description from the field's docstring (the models set
-`use_attribute_docstrings`) or its `description=`. A key without a description is an error, so a
-new key cannot reach the stack files undocumented. tests/test_config_reference.py keeps the page
-current.
+from the field, the description from the field's docstring (pydantic's `use_attribute_docstrings`,
+components/stack/model_base.py; `description=` only where the text is computed). A key without a
+description is an error, so a new key cannot reach the stack files undocumented.
+tests/test_config_reference.py keeps the page current.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _INTRO = """\
 Every key lives under the `rltrain:` namespace of `Pulumi.<stack>.yaml` (plus `aws:region`), one
 structured value per section below. The models are frozen and reject unknown keys; every problem is
 reported at once, with its key path as written in the stack file, the bad value and what is
-allowed, before any resource is created (components/stack/config.py, components/stack/refusals.py,
+allowed, before any resource is created (components/stack/config.py, components/stack/validate.py,
 and [what validation refuses](validation.md)). Numbers derivable from the instance type (GPUs,
 EFA devices, network cards, CPU and memory sizing, NVMe, NCCL settings, price) come from the
 instance catalog (components/stack/catalog.py) and are never typed in config.
@@ -120,7 +120,7 @@ def rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, 
             if not doc.strip():
                 raise ValueError(f"{model.__name__}.{name}: no description (add a docstring under the field)")
             default = "required" if field.is_required() else ("none" if field.default is None else "see below")
-            out.append((key, "section", default, " ".join(doc.split())))
+            out.append((key, getattr(sub, "config_type_name", "section"), default, " ".join(doc.split())))
             out += rows(sub, key + ".")
             continue
         out.append((key, type_name(field.annotation), _default(field), _description(model, name, field)))

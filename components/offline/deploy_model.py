@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from components.offline.mock_engine import UNKNOWN
-from components.offline.resources import (GPU, EFA, LAUNCH_TEMPLATE, POD_TEMPLATES, Reads, Violation, inputs_of, k8s_objects, pods, rule, spec_of)
+from components.offline.resources import (LAUNCH_TEMPLATE, POD_TEMPLATES, Reads, Violation, inputs_of, k8s_objects,
+                                          pods, policy_rule, spec_of)
+from components.stack.labels import EFA, GPU
 
 Resource = dict[str, Any]
 _PLACEHOLDER = re.compile(r"^\[known after deploy: (?P<res>.+)\.(?P<out>[^.\]]+)\]$")
@@ -128,7 +130,7 @@ def releases(resources: list[Resource], chart: str) -> set[str]:
             and r["inputs"].get("chart") == chart}
 
 
-@rule("deploy-order", "everything acting on the cluster comes after it; GPU workloads after the GPU "
+@policy_rule("deploy-order", "everything acting on the cluster comes after it; GPU workloads after the GPU "
                       "nodes, the device plugins and their volume", reads=(DEPENDENCIES, POD_TEMPLATES))
 def _order(resources, ctx):
     if not any("dependsOn" in r for r in resources):
@@ -178,16 +180,28 @@ def _order(resources, ctx):
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 
 
+def _eks_cluster_groups(resources: list[Resource]) -> set[str]:
+    """The security group EKS creates with each cluster (as the render names it)."""
+    return {f"[known after deploy: {r['name']}.eksCluster.vpcConfig.clusterSecurityGroupId]"
+            for r in resources if r["type"] == "eks:index:Cluster"}
+
+
 def _lustre_rules(resources: list[Resource], fsx: Resource) -> list[SgRule]:
-    """The rules FSx for Lustre needs: on the file system's own groups (which CreateFileSystem
-    validates), and on any group that admits the file system's groups (the clients' Lustre rules)."""
+    """The rules FSx for Lustre needs before it is created: on the file system's own groups (which
+    CreateFileSystem validates), and on any group that admits the file system's groups (the
+    clients' Lustre rules). Except those of the group EKS creates with the cluster: the file system
+    would wait for the cluster, and `destroy --exclude-protected` keeps whatever the protected file
+    system depends on (destroy_plan), the cluster with it. CreateFileSystem validates the file
+    system's own group admitting itself (aws-parallelcluster PR #1198: the race was the rule "to
+    allow access within the security group"), which these keep."""
     groups = set(_as_list(fsx["inputs"].get("securityGroupIds")))
     if not groups or groups & {UNKNOWN, None, ""}:
         return []  # first preview: group ids unknown, judged in the render (placeholders)
+    eks = _eks_cluster_groups(resources)
     out = []
     for r in security_rules(resources):
         lustre = any(r.admits("tcp", lo, hi) for lo, hi in LUSTRE_PORTS)
-        if lustre and (r.sg in groups or r.peer_sg in groups):
+        if lustre and (r.sg in groups or r.peer_sg in groups) and not {r.sg, r.peer_sg} & eks:
             out.append(r)
     return out
 
@@ -202,7 +216,7 @@ VALIDATED_AT_CREATE: dict[str, tuple[str, Any]] = {
 }
 
 
-@rule("create-time-validation", "a resource AWS validates at create time waits for what it validates", reads=(
+@policy_rule("create-time-validation", "a resource AWS validates at create time waits for what it validates", reads=(
     DEPENDENCIES, inputs_of(*VALIDATED_AT_CREATE, what="the properties of every FSx file system (securityGroupIds)")))
 def _create_time_validation(resources, ctx):
     if not any("dependsOn" in r for r in resources):
@@ -247,7 +261,7 @@ def _addon_conflict_settings(resources: list[Resource]) -> Iterable[tuple[str, s
                     yield f"add-on {addon} (pulumi-eks {key})", r["name"], opts
 
 
-@rule("addon-conflicts", "every EKS add-on resolves conflicts with what EKS bootstrapped, on create and update",
+@policy_rule("addon-conflicts", "every EKS add-on resolves conflicts with what EKS bootstrapped, on create and update",
       reads=(inputs_of("aws:eks/addon:Addon", what="the properties of every EKS add-on (resolveConflictsOn*)"),))
 def _addon_conflicts(resources, ctx):
     for what, name, settings in _addon_conflict_settings(resources):
@@ -334,7 +348,7 @@ ROLE_REFS = Reads("the role a node group, add-on or Pod Identity association use
                   lambda r: r["type"] in USES_ROLE, _names_a_role, every=False)
 
 
-@rule("iam-before-use", "node groups, add-ons and Pod Identity associations come after their role's policies",
+@policy_rule("iam-before-use", "node groups, add-ons and Pod Identity associations come after their role's policies",
       reads=(DEPENDENCIES, ROLE_REFS))
 def _iam_before_use(resources, ctx):
     if not any("dependsOn" in r for r in resources):
@@ -382,6 +396,10 @@ class Endpoint:
     sgs: list[str]
     # Every network interface's groups (EFA traffic uses all of them); the primary's otherwise.
     interfaces: list[list[str]] = field(default_factory=list)
+    # A node group's: the labels its nodes carry and its taints (key, value, effect), what decides
+    # which pods land on it (lands_on).
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -395,6 +413,12 @@ class Flow:
     # memory registration fails otherwise (KNOWN-FAILURES F4).
     sg_reference_only: bool = False
     all_interfaces: bool = False
+    # Derived flows: only these endpoints (by name) of the source / destination role, the node
+    # groups the pods in question can land on (empty: every endpoint of the role).
+    src_only: tuple[str, ...] = ()
+    dst_only: tuple[str, ...] = ()
+    # Why a derived flow is needed (the pods behind it), for the violation's message.
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -405,10 +429,6 @@ class FlowResult:
 
 
 INTERNET = "internet"
-# What EKS documents for the cluster security group it creates: it admits all traffic from its
-# members and allows all egress (EKS user guide, "cluster security group requirements"). The
-# control plane's ENIs carry it, so do managed nodes without a custom launch template.
-EKS_SG_IMPLICIT = ("ingress self all", "egress 0.0.0.0/0 all")
 
 
 SG_RULE_TYPES = ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
@@ -432,10 +452,71 @@ def security_rules(resources: list[Resource]) -> list[SgRule]:
     return out
 
 
+# The labels every node of the stack carries whatever its group: the AL2023 x86_64 AMIs
+# (gpu_nodes.AMI_TYPE; the system group's default), set by the kubelet (kubernetes.io/os, /arch).
+NODE_LABELS = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+def _taints(raw: Any) -> tuple[tuple[str, str, str], ...]:
+    """(key, value, effect) of a node group's taints, EKS's effect names in Kubernetes' words."""
+    out = []
+    for t in raw or []:
+        if isinstance(t, dict):
+            out.append((str(t.get("key", "")), str(t.get("value") or ""),
+                        _EFFECTS.get(str(t.get("effect")), str(t.get("effect")))))
+    return tuple(sorted(out))
+
+
+def _group_labels(labels: Any, instance_types: Any = None, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+    out = dict(NODE_LABELS)
+    types = [t for t in (instance_types or []) if isinstance(t, str)]
+    if len(types) == 1:
+        out[INSTANCE_TYPE_LABEL] = types[0]
+    out.update(extra or {})
+    out.update({k: str(v) for k, v in (labels or {}).items()})
+    return out
+
+
+def _node_pools(resources: list[Resource]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(name, NodePool spec, its EC2NodeClass spec) of every Karpenter NodePool of the record."""
+    classes = {(o.get("metadata") or {}).get("name"): o.get("spec") or {} for _, o in k8s_objects(resources)
+               if o.get("kind") == "EC2NodeClass"}
+    out = []
+    for _, o in k8s_objects(resources):
+        if o.get("kind") != "NodePool":
+            continue
+        spec = o.get("spec") or {}
+        ref = ((spec.get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+        if ref.get("name") in classes:
+            out.append(((o.get("metadata") or {}).get("name", "?"), spec, classes[ref["name"]]))
+    return sorted(out, key=lambda x: x[0])
+
+
+def _pool_endpoint(name: str, pool: dict[str, Any], node_class: dict[str, Any]) -> Endpoint:
+    """A NodePool's nodes: the EC2NodeClass's security groups on every interface (Karpenter puts
+    the selected groups on each: karpenter-provider-aws v1.14.0 pkg/providers/launchtemplate/
+    launchtemplate.go generateNetworkInterfaces), the template's labels and taints, and the labels its
+    single-valued `In` requirements and the pool itself give every node (karpenter.sh/nodepool)."""
+    t = pool.get("template") or {}
+    tspec = t.get("spec") or {}
+    sgs = [str(term.get("id")) for term in node_class.get("securityGroupSelectorTerms") or [] if term.get("id")]
+    fixed = {r["key"]: str(r["values"][0]) for r in tspec.get("requirements") or []
+             if r.get("operator") == "In" and len(r.get("values") or []) == 1}
+    nics = node_class.get("networkInterfaces") or []
+    labels = _group_labels((t.get("metadata") or {}).get("labels"), extra={**fixed, NODEPOOL_LABEL: name})
+    return Endpoint(f"NodePool {name}", sgs, [list(sgs) for _ in nics] or [list(sgs)], labels,
+                    _taints(tspec.get("taints")))
+
+
 def endpoints(resources: list[Resource]) -> dict[str, list[Endpoint]]:
-    """Control plane, system nodes, GPU nodes and FSx with the security groups each carries: every
-    resource of each role (two GPU node groups are two endpoints, each checked; never the last one
-    in the list), by name. The control plane's endpoints carry each cluster's EKS cluster security group."""
+    """Control plane, system nodes, GPU nodes, Karpenter CPU nodes and FSx with the security groups
+    each carries: every resource of each role (two GPU node groups are two endpoints, each checked;
+    never the last one in the list), by name. A Karpenter NodePool is the nodes it launches (GPU
+    nodes when it carries the GPU taint). The control plane's endpoints carry each cluster's EKS
+    cluster security group."""
     eps: dict[str, list[Endpoint]] = collections.defaultdict(list)
     clusters = sorted((r for r in resources if r["type"] == "eks:index:Cluster"), key=lambda r: r["name"])
     if not clusters:
@@ -448,29 +529,240 @@ def endpoints(resources: list[Resource]) -> dict[str, list[Endpoint]]:
     default = [g for e in eps["control plane"] for g in e.sgs]
     templates = {_sg_id_of(r): r for r in resources if r["type"] == LAUNCH_TEMPLATE}
     for r in sorted(resources, key=lambda r: r["name"]):
+        i = r["inputs"]
         if r["type"] == "eks:index:ManagedNodeGroup":
             # EKS gives managed nodes the cluster security group unless their launch template sets
             # security groups of its own (EKS user guide, launch templates).
             # Its inputs in the render; in a preview only its outputs, where `nodeGroup` holds them.
-            given = r["inputs"].get("launchTemplate") or (r["inputs"].get("nodeGroup") or {}).get("launchTemplate")
+            group = i.get("nodeGroup") or {}
+            given = i.get("launchTemplate") or group.get("launchTemplate")
             lt = templates.get(str((given or {}).get("id")))
             own = list((lt or {}).get("inputs", {}).get("vpcSecurityGroupIds") or [])
-            eps["system nodes"].append(Endpoint(r["name"], own or default))
+            eps["system nodes"].append(Endpoint(
+                r["name"], own or default, labels=_group_labels(i.get("labels") or group.get("labels"),
+                                                                i.get("instanceTypes") or group.get("instanceTypes")),
+                taints=_taints(i.get("taints") or group.get("taints"))))
         elif _is_gpu_node_group(r):
-            lt = templates.get(str((r["inputs"].get("launchTemplate") or {}).get("id")))
+            labels, taints = _group_labels(i.get("labels"), i.get("instanceTypes")), _taints(i.get("taints"))
+            lt = templates.get(str((i.get("launchTemplate") or {}).get("id")))
             if lt is None:
-                eps["GPU nodes"].append(Endpoint(r["name"], default))
+                eps["GPU nodes"].append(Endpoint(r["name"], default, labels=labels, taints=taints))
                 continue
             nics = lt["inputs"].get("networkInterfaces") or []
             interfaces = [list(n.get("securityGroups") or []) for n in nics]
             primary = interfaces[0] if interfaces else list(lt["inputs"].get("vpcSecurityGroupIds") or [])
-            eps["GPU nodes"].append(Endpoint(r["name"], primary, interfaces or [primary]))
+            eps["GPU nodes"].append(Endpoint(r["name"], primary, interfaces or [primary], labels, taints))
         elif r["type"] == "aws:fsx/lustreFileSystem:LustreFileSystem":
-            eps["FSx"].append(Endpoint(r["name"], list(r["inputs"].get("securityGroupIds") or [])))
+            eps["FSx"].append(Endpoint(r["name"], list(i.get("securityGroupIds") or [])))
+    for name, pool, node_class in _node_pools(resources):
+        ep = _pool_endpoint(name, pool, node_class)
+        eps["GPU nodes" if any(t[0] == GPU for t in ep.taints) else "CPU nodes"].append(ep)
     return dict(eps)
 
 
-def required_flows(eps: dict[str, list[Endpoint]]) -> list[Flow]:
+# --- where pods land: the flows the render itself needs ----------------------------------------------
+
+FSX_CSI_DRIVER = "fsx.csi.aws.com"
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """A pod template of any workload kind (CronJob and DaemonSet included), with its namespace."""
+
+    owner: str
+    namespace: str
+    spec: dict[str, Any]
+    labels: dict[str, str]
+
+
+def pod_templates(resources: list[Resource]) -> list[PodTemplate]:
+    """Every pod template of the record: what `pods` finds (Jobs, Deployments, StatefulSets, MPIJob
+    and RayJob roles), and CronJobs' and DaemonSets' too: a CronJob that mounts a volume needs it as
+    much as a Job does."""
+    out = []
+    found = {(p.row, p.owner): p for p in pods(resources)}
+    rows = {}
+    for r, o in k8s_objects(resources):
+        rows[f"{r['type']}::{r['name']}"] = (o.get("metadata") or {}).get("namespace", "")
+        kind, spec = o.get("kind"), o.get("spec") or {}
+        tmpl = None
+        if kind == "CronJob":
+            tmpl = ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}
+        elif kind == "DaemonSet":
+            tmpl = spec.get("template") or {}
+        if tmpl is not None:
+            out.append(PodTemplate(f"{kind}/{(o.get('metadata') or {}).get('name', '?')}", rows[f"{r['type']}::{r['name']}"],
+                                   tmpl.get("spec") or {}, (tmpl.get("metadata") or {}).get("labels") or {}))
+    for (row, owner), p in found.items():
+        out.append(PodTemplate(owner, rows.get(row, ""), p.spec, p.labels))
+    return sorted(out, key=lambda t: t.owner)
+
+
+def tolerates(tolerations: list[dict[str, Any]], taint: tuple[str, str, str]) -> bool:
+    """Kubernetes' toleration matching (k8s.io/api core/v1 Toleration.ToleratesTaint): an empty key
+    with Exists tolerates every taint; otherwise the key, then Exists or the value, then the effect
+    (empty: all)."""
+    key, value, effect = taint
+    for t in tolerations or []:
+        if t.get("effect") and t["effect"] != effect:
+            continue
+        op = t.get("operator") or "Equal"
+        if not t.get("key"):
+            if op == "Exists":
+                return True
+            continue
+        if t["key"] == key and (op == "Exists" or str(t.get("value") or "") == value):
+            return True
+    return False
+
+
+def _expression_holds(e: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, op, values = e.get("key"), e.get("operator"), [str(v) for v in e.get("values") or []]
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return True  # Gt / Lt: on labels no node group here sets; not a reason to rule the group out
+
+
+def lands_on(spec: dict[str, Any], ep: Endpoint) -> bool:
+    """Whether the scheduler may put a pod of this spec on the group's nodes: every NoSchedule /
+    NoExecute taint tolerated, the nodeSelector held by the group's labels, and one term of the
+    required node affinity (its terms are ORed, their expressions ANDed)."""
+    if any(effect in ("NoSchedule", "NoExecute") and not tolerates(spec.get("tolerations") or [], (k, v, effect))
+           for k, v, effect in ep.taints):
+        return False
+    if any(ep.labels.get(k) != str(v) for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
+              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    return not terms or any(all(_expression_holds(e, ep.labels) for e in term.get("matchExpressions") or [])
+                            for term in terms)
+
+
+def fsx_claims(resources: list[Resource]) -> set[tuple[str, str]]:
+    """(namespace, claim) of every claim bound to an FSx for Lustre volume: by the claim's
+    volumeName, or by the volume's claimRef."""
+    objs = [o for _, o in k8s_objects(resources)]
+    volumes = {(o.get("metadata") or {}).get("name"): o for o in objs if o.get("kind") == "PersistentVolume"
+               and ((o.get("spec") or {}).get("csi") or {}).get("driver") == FSX_CSI_DRIVER}
+    out = set()
+    for v in volumes.values():
+        ref = (v.get("spec") or {}).get("claimRef") or {}
+        if ref.get("name"):
+            out.add((ref.get("namespace", ""), ref["name"]))
+    for o in objs:
+        if o.get("kind") == "PersistentVolumeClaim" and (o.get("spec") or {}).get("volumeName") in volumes:
+            out.add(((o.get("metadata") or {}).get("namespace", ""), (o.get("metadata") or {}).get("name")))
+    return out
+
+
+def _node_endpoints(eps: dict[str, list[Endpoint]]) -> list[tuple[str, Endpoint]]:
+    return [(role, ep) for role in ("system nodes", "GPU nodes", "CPU nodes") for ep in eps.get(role) or []]
+
+
+def fsx_clients(resources: list[Resource], eps: Optional[dict[str, list[Endpoint]]] = None
+                ) -> dict[tuple[str, str], list[str]]:
+    """(role, node group) -> the pod templates mounting an FSx claim that can land there: every
+    group any of them can land on must reach the file system both ways (FSx for Lustre guide,
+    limit-access-security-groups; KNOWN-FAILURES F19)."""
+    eps = endpoints(resources) if eps is None else eps
+    claims = fsx_claims(resources)
+    out: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    if not claims or not eps.get("FSx"):
+        return {}
+    for t in pod_templates(resources):
+        mounts = {(v.get("persistentVolumeClaim") or {}).get("claimName") for v in t.spec.get("volumes") or []}
+        if not any((t.namespace, c) in claims for c in mounts if c):
+            continue
+        for role, ep in _node_endpoints(eps):
+            if lands_on(t.spec, ep):
+                out[(role, ep.name)].append(t.owner)
+    return dict(out)
+
+
+def _selects_labels(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def _service_hosts(name: str, namespace: str) -> re.Pattern:
+    """The names a pod reaches a Service by: its DNS name, short or qualified, and a pod's name under
+    a headless one (`<pod>.<service>.<namespace>.svc...`; Kubernetes DNS specification)."""
+    return re.compile(rf"(?<![A-Za-z0-9-]){re.escape(name)}(\.{re.escape(namespace)}(\.svc(\.cluster\.local)?)?)?"
+                      r"(?=[:/\"\s]|$)")
+
+
+def service_clients(resources: list[Resource]) -> list[tuple[str, str, int, list[PodTemplate], list[PodTemplate]]]:
+    """(service, namespace, port, clients, backends) of every Service with a selector: its backends
+    are the pod templates it selects, its clients the templates that name it (env, command, args)."""
+    templates = pod_templates(resources)
+    out = []
+    for _, o in k8s_objects(resources):
+        if o.get("kind") != "Service":
+            continue
+        meta, spec = o.get("metadata") or {}, o.get("spec") or {}
+        name, ns = meta.get("name", "?"), meta.get("namespace", "")
+        backends = [t for t in templates if t.namespace == ns and _selects_labels(spec.get("selector") or {}, t.labels)]
+        host = _service_hosts(name, ns)
+        clients = [t for t in templates if host.search(json.dumps(
+            [[c.get("env"), c.get("command"), c.get("args")] for c in (t.spec.get("containers") or [])
+             + (t.spec.get("initContainers") or [])]))]
+        for port in spec.get("ports") or []:
+            target = port.get("targetPort", port.get("port"))
+            if isinstance(target, str):  # a named port: the backends' container port of that name
+                target = next((cp.get("containerPort") for t in backends for c in t.spec.get("containers") or []
+                               for cp in c.get("ports") or [] if cp.get("name") == target), port.get("port"))
+            if isinstance(target, int) and backends and clients:
+                out.append((name, ns, target, clients, backends))
+    return out
+
+
+def derived_flows(resources: list[Resource], eps: dict[str, list[Endpoint]]) -> list[Flow]:
+    """The flows the render's own pods need (DESIGN: "derive from the render"): Lustre both ways
+    between FSx and every node group an FSx client can land on, and each Service's port from every
+    group its clients can land on to every group its backends can."""
+    flows = []
+    by_role: dict[str, list[str]] = collections.defaultdict(list)
+    owners: dict[str, set[str]] = collections.defaultdict(set)
+    for (role, name), pods_there in sorted(fsx_clients(resources, eps).items()):
+        by_role[role].append(name)
+        owners[role] |= set(pods_there)
+    for role, names in by_role.items():
+        why = f"{', '.join(sorted(owners[role]))} mount FSx and can land on {role} ({', '.join(names)})"
+        for lo, hi in LUSTRE_PORTS:
+            flows += [Flow(f"{role} -> FSx Lustre {lo}-{hi}", role, "FSx", "tcp", (lo, hi), src_only=tuple(names),
+                           why=why),
+                      Flow(f"FSx -> {role} Lustre {lo}-{hi}", "FSx", role, "tcp", (lo, hi), dst_only=tuple(names),
+                           why=why)]
+    groups = _node_endpoints(eps)
+    for svc, _ns, port, clients, backends in service_clients(resources):
+        src = [(role, ep) for role, ep in groups if any(lands_on(t.spec, ep) for t in clients)]
+        dst = [(role, ep) for role, ep in groups if any(lands_on(t.spec, ep) for t in backends)]
+        for s_role, s_ep in src:
+            for d_role, d_ep in dst:
+                flows.append(Flow(f"Service {svc}: {s_role} -> {d_role} (tcp {port})", s_role, d_role, "tcp",
+                                  (port, port), src_only=(s_ep.name,), dst_only=(d_ep.name,),
+                                  why=f"{', '.join(sorted({t.owner for t in clients}))} call Service {svc}, served by "
+                                      f"{', '.join(sorted({t.owner for t in backends}))}"))
+    return flows
+
+
+def fsx_client_table(resources: list[Resource]) -> list[str]:
+    """The FSx clients by node group, as the render prints them under the flow table."""
+    clients = fsx_clients(resources)
+    if not clients:
+        return []
+    lines = ["FSx clients (pods mounting an FSx claim) by the node groups they can land on:"]
+    for (role, name), owners in sorted(clients.items()):
+        lines.append(f"  {role} ({name}): {', '.join(sorted(set(owners)))}")
+    return lines
+
+
+def required_flows(eps: dict[str, list[Endpoint]], resources: Optional[list[Resource]] = None) -> list[Flow]:
     flows = []
     if eps.get("GPU nodes"):
         flows += [
@@ -492,13 +784,20 @@ def required_flows(eps: dict[str, list[Endpoint]]) -> list[Flow]:
                 Flow("GPU nodes -> system nodes, all TCP (MPI ranks, webhooks)", "GPU nodes", "system nodes",
                      "tcp", (0, 65535)),
             ]
-        if eps.get("FSx"):
-            for lo, hi in ((988, 988), (1018, 1023)):
-                flows += [Flow(f"GPU nodes -> FSx Lustre {lo}-{hi}", "GPU nodes", "FSx", "tcp", (lo, hi)),
-                          Flow(f"FSx -> GPU nodes Lustre {lo}-{hi}", "FSx", "GPU nodes", "tcp", (lo, hi))]
+    if eps.get("CPU nodes"):
+        flows += [
+            Flow("CPU nodes -> API server", "CPU nodes", "control plane", "tcp", (443, 443)),
+            Flow("control plane -> CPU kubelet", "control plane", "CPU nodes", "tcp", (10250, 10250)),
+            Flow("CPU nodes -> registries, S3, AWS APIs", "CPU nodes", INTERNET, "tcp", (443, 443)),
+        ]
+        if eps.get("system nodes"):
+            flows += [Flow("CPU pods -> CoreDNS on system nodes (udp)", "CPU nodes", "system nodes", "udp", (53, 53)),
+                      Flow("CPU pods -> CoreDNS on system nodes (tcp)", "CPU nodes", "system nodes", "tcp", (53, 53))]
     if eps.get("system nodes"):
         flows += [Flow("system nodes -> API server", "system nodes", "control plane", "tcp", (443, 443)),
                   Flow("system nodes -> registries, S3, AWS APIs", "system nodes", INTERNET, "tcp", (443, 443))]
+    if resources is not None:
+        flows += derived_flows(resources, eps)
     return flows
 
 
@@ -538,12 +837,13 @@ def _rules_for(rules: list[SgRule], eks_sgs: list[str]) -> list[SgRule]:
 def _pairs(flow: Flow, eps: dict[str, list[Endpoint]]) -> list[tuple[Endpoint, Optional[Endpoint]]]:
     """(source, destination) endpoints a flow is checked between: each source with each
     destination; a node group's traffic to itself (all_interfaces) within each group."""
-    srcs = eps.get(flow.src) or []
+    srcs = [s for s in eps.get(flow.src) or [] if not flow.src_only or s.name in flow.src_only]
     if flow.dst == INTERNET:
         return [(s, None) for s in srcs]
     if flow.all_interfaces and flow.src == flow.dst:
         return [(s, s) for s in srcs]
-    return [(s, d) for s in srcs for d in eps.get(flow.dst) or []]
+    dsts = [d for d in eps.get(flow.dst) or [] if not flow.dst_only or d.name in flow.dst_only]
+    return [(s, d) for s in srcs for d in dsts]
 
 
 def evaluate_flows(resources: list[Resource]) -> list[FlowResult]:
@@ -555,7 +855,7 @@ def evaluate_flows(resources: list[Resource]) -> list[FlowResult]:
     vpcs = _vpc_cidrs(resources)
     results = []
     unknown = {UNKNOWN, None, ""}
-    for flow in required_flows(eps):
+    for flow in required_flows(eps, resources):
         pairs = _pairs(flow, eps)
         for src, dst in pairs:
             # One pair: the flow as it always read; several (two GPU node groups): each named.
@@ -614,12 +914,21 @@ def _ports(flow: Flow) -> str:
     return f"({flow.protocol} {lo})" if lo == hi else f"({flow.protocol} {lo}-{hi})"
 
 
-@rule("network-flows", "every flow a working cluster needs is allowed by the security groups", reads=(
-    inputs_of(*SG_RULE_TYPES, what="the properties of every security group rule (securityGroupId, ipProtocol, ports)"),))
+def _has_security_groups(resources: list[Resource]) -> bool:
+    return any(r["type"] in SG_RULE_TYPES for r in resources)
+
+
+@policy_rule("network-flows", "every flow a working cluster needs is allowed by the security groups", reads=(
+    inputs_of(*SG_RULE_TYPES, what="the properties of every security group rule (securityGroupId, ipProtocol, ports)"),
+    # The derived flows: where the pods that mount FSx or call a Service can land; read where the
+    # stack has security groups at all (a bring-your-own cluster's are its owners').
+    *(dataclasses.replace(r, applies=_has_security_groups) for r in (
+        POD_TEMPLATES, spec_of("PersistentVolume", "PersistentVolumeClaim", "Service", "NodePool", "EC2NodeClass")))))
 def _flows(resources, ctx):
     for res in evaluate_flows(resources):
         if not res.ok:
-            yield Violation("network-flows", f"flow {res.flow.name}", f"not allowed: {res.via}",
+            yield Violation("network-flows", f"flow {res.flow.name}", f"not allowed: {res.via}"
+                            + (f" ({res.flow.why})" if res.flow.why else ""),
                             "add the security-group rule named (EKS adds no cluster security group to a "
                             "launch template that sets its own groups)")
 
@@ -629,10 +938,11 @@ def flow_table(resources: list[Resource]) -> list[str]:
     if not results:
         return []
     width = max(len(r.flow.name) for r in results)
-    lines = ["network flows (security groups as recorded + what EKS documents for its cluster SG):"]
+    lines = ["network flows (security groups as recorded + what EKS documents for its cluster SG; FSx and "
+             "Service flows derived from where their pods can land):"]
     lines += [f"  {'ok ' if r.ok else 'MISSING'} {r.flow.name:<{width}}  {_ports(r.flow)}  {r.via}"
               for r in results]
-    return lines
+    return lines + fsx_client_table(resources)
 
 
 # --- privilege ------------------------------------------------------------------------------------
@@ -657,7 +967,7 @@ def _as_list(v: Any) -> list[str]:
     return [v] if isinstance(v, str) else list(v or [])
 
 
-@rule("least-privilege", "no *FullAccess managed policy and no wildcard action on a wildcard resource", reads=(
+@policy_rule("least-privilege", "no *FullAccess managed policy and no wildcard action on a wildcard resource", reads=(
     inputs_of("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/rolePolicy:RolePolicy",
               "aws:iam/policy:Policy", what="the properties of every policy and attachment (policyArn, policy)"),))
 def _privilege(resources, ctx):
@@ -712,7 +1022,7 @@ def replacement_sequence(r: Resource) -> list[str]:
     return steps
 
 
-@rule("run-replacement", "replacing a run never leaves it killed without a successor",
+@policy_rule("run-replacement", "replacing a run never leaves it killed without a successor",
       reads=(spec_of(*RUN_KINDS, what="metadata"),))
 def _run_replacement(resources, ctx):
     for r in resources:
@@ -765,7 +1075,7 @@ def enforcement(resources: list[Resource]) -> Optional[bool]:
                       "vpcCniOptions to read NetworkPolicy enforcement from")
 
 
-@rule("network-policy", "every GPU pod is selected by a NetworkPolicy, and policies exist only where enforced",
+@policy_rule("network-policy", "every GPU pod is selected by a NetworkPolicy, and policies exist only where enforced",
       reads=(POD_TEMPLATES, spec_of("NetworkPolicy")))
 def _network_policy(resources, ctx):
     policies = [(o.get("metadata") or {}, o.get("spec") or {}) for _, o in k8s_objects(resources)

@@ -29,9 +29,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+from components.aws import image_build_run
 from components.offline.mock_engine import UNKNOWN
 from components.offline.resources import quantity
 from components.stack.config import StackConfig
+# The check runs' components (replacing one re-runs a check, no work is lost); a Job's immutable fields
+# outside the provider's forceNew list (a change is refused unless the program replaces the Job on it);
+# the GPU node group's roll guard.
+from components.stack.labels import CHECK_COMPONENTS, JOB_IMMUTABLE, ROLL_INPUTS
 
 Resource = dict[str, Any]
 
@@ -40,11 +45,6 @@ REPLACE, DATA_LOSS, NODE_ROLL, RUN_RESTART, REFUSED = (
     "replace", "replace (data loss)", "node roll", "run restart", "refused")
 SERVING_RESTART = "serving restart"
 CHECK_RERUN = "check re-runs"
-# The app.kubernetes.io/component of the check runs (workloads/validation.py, nccl.py, gate.py
-# COMPONENT; tests/test_impact.py keeps them equal): replacing one re-runs a check, no work is lost.
-# The export of a served step (workloads/export.py) is re-run the same way: it rewrites an export
-# from a checkpoint that stays, and no training run is touched.
-CHECK_COMPONENTS = ("validation", "nccl-test", "check-gate", "export")
 NEVER_FINISHES = "never finishes"
 # Worst first, for the table and for the one verdict per resource.
 SEVERITY = [REFUSED, NEVER_FINISHES, DATA_LOSS, NODE_ROLL, RUN_RESTART, SERVING_RESTART, CHECK_RERUN, REPLACE, DELETE,
@@ -134,6 +134,16 @@ def _mark_changed(value: Any, upstream: set[str]) -> Any:
     return value
 
 
+def kept_by_engine(changes: list[str], now: Resource) -> list[str]:
+    """`changes` less what the engine keeps at its deployed value: an input the program leaves unset
+    and ignores (ignore_changes) takes its old value before the provider sees it (pulumi/pulumi
+    pkg/resource/deploy/step_generator.go processIgnoreChanges). How a resource newly autonamed keeps
+    the fixed name it was created with (aws/gpu_nodes.py AUTONAMED_KEEP): no change, no replacement.
+    An ignored input the program still sets is left to the type's rule (the node group's held roll)."""
+    ignored = tuple((now.get("options") or {}).get("ignoreChanges") or ())
+    return [p for p in changes if not (_under(p, ignored) and _get(now["inputs"], p) is None)]
+
+
 def _get(inputs: dict[str, Any], path: str) -> Any:
     value: Any = inputs
     for part in path.split("."):
@@ -143,14 +153,18 @@ def _get(inputs: dict[str, Any], path: str) -> Any:
 
 # --- the providers' rules, per type ---------------------------------------------------------------
 
-Rule = Callable[[Resource, Resource, list[str], StackConfig], tuple[str, str, str, bool]]
-RULES: dict[str, Rule] = {}
+# What a change of a resource's inputs does, by the rules of its provider: (before, after, the
+# changed input paths, the stack) -> (kind, why, the opt-in that allows it, allowed).
+Classifier = Callable[[Resource, Resource, list[str], StackConfig], tuple[str, str, str, bool]]
+# type token -> its classifier; a type without one is updated in place (Kubernetes: _kubernetes).
+CLASSIFIERS: dict[str, Classifier] = {}
 
 
-def rule(*types: str):
-    def register(fn: Rule) -> Rule:
+def classifies(*types: str) -> Callable[[Classifier], Classifier]:
+    """The function below classifies a change of a resource of `types` (CLASSIFIERS)."""
+    def register(fn: Classifier) -> Classifier:
         for t in types:
-            RULES[t] = fn
+            CLASSIFIERS[t] = fn
         return fn
     return register
 
@@ -164,7 +178,7 @@ FSX_REPLACE = ("deploymentType", "subnetIds", "securityGroupIds", "storageType",
                "importPath", "exportPath", "importedFileChunkSize", "backupId", "efaEnabled", "fileSystemTypeVersion")
 
 
-@rule("aws:fsx/lustreFileSystem:LustreFileSystem")
+@classifies("aws:fsx/lustreFileSystem:LustreFileSystem")
 def _fsx(before, after, changes, cfg):
     forced = [p for p in changes if _under(p, FSX_REPLACE)]
     a, b = before["inputs"].get("storageCapacity"), after["inputs"].get("storageCapacity")
@@ -212,7 +226,7 @@ def _version_pinned(before: Resource, after: Resource, changes: list[str]) -> bo
         and after["inputs"].get("version") not in (None, CHANGED)
 
 
-@rule("aws:eks/nodeGroup:NodeGroup")
+@classifies("aws:eks/nodeGroup:NodeGroup")
 def _node_group(before, after, changes, cfg):
     forced = [p for p in changes if _under(p, NODE_GROUP_REPLACE)]
     if forced:
@@ -263,9 +277,9 @@ def repair_effect(r: Resource) -> str:
 
 
 def _held(r: Resource) -> str:
-    """The program's own guard (gpu_nodes.ROLL_INPUTS): without the opt-in the node group ignores a
+    """The program's own guard (labels.ROLL_INPUTS): without the opt-in the node group ignores a
     new launch template or Kubernetes version, so `pulumi up` would not roll the nodes either."""
-    held = set((r.get("options") or {}).get("ignoreChanges") or ()) & {"launchTemplate.version", "version"}
+    held = set((r.get("options") or {}).get("ignoreChanges") or ()) & set(ROLL_INPUTS)
     return (f" (without the opt-in the program holds {', '.join(sorted(held))} at the deployed value: "
             "`pulumi up` leaves the nodes as they are)") if held else ""
 
@@ -275,7 +289,7 @@ def _version_text(r: Resource) -> str:
     return "the cluster's new version" if v in (None, CHANGED) else str(v)
 
 
-@rule("aws:ec2/launchTemplate:LaunchTemplate")
+@classifies("aws:ec2/launchTemplate:LaunchTemplate")
 def _launch_template(before, after, changes, cfg):
     # Any argument change is a new version (description included); the template itself stays.
     if any(_under(p, ("name", "namePrefix")) for p in changes):
@@ -307,7 +321,7 @@ def version_change(before: Any, after: Any) -> tuple[bool, str]:
                   "versions with it; then the node groups roll, then the other add-ons")
 
 
-@rule("eks:index:Cluster")
+@classifies("eks:index:Cluster")
 def _cluster(before, after, changes, cfg):
     if any(_under(p, ("vpcId",)) for p in changes) or (
             any(_under(p, ("privateSubnetIds", "publicSubnetIds")) for p in changes)
@@ -331,7 +345,7 @@ def _moves_vpc(before: Resource, after: Resource) -> bool:
     return any(s == CHANGED or CHANGED in str(s) for s in subnets)
 
 
-@rule("eks:index:ManagedNodeGroup")
+@classifies("eks:index:ManagedNodeGroup")
 def _system_nodes(before, after, changes, cfg):
     pinned = _version_pinned(before, after, changes)
     rolling = [p for p in changes if not _under(p, ("scalingConfig", "labels", "taints"))
@@ -346,7 +360,7 @@ def _system_nodes(before, after, changes, cfg):
     return IN_PLACE, _paths(changes), "", True
 
 
-@rule("aws:eks/addon:Addon")
+@classifies("aws:eks/addon:Addon")
 def _addon(before, after, changes, cfg):
     if any(_under(p, ("addonName", "clusterName")) for p in changes):
         return REPLACE, f"{_paths(changes)}: a new add-on", "", True
@@ -356,7 +370,7 @@ def _addon(before, after, changes, cfg):
     return IN_PLACE, _paths(changes), "", True
 
 
-@rule("pulumi:providers:aws")
+@classifies("pulumi:providers:aws")
 def _aws_provider(before, after, changes, cfg):
     if "region" in changes:
         return (REPLACE, f"region {before['inputs'].get('region')} -> {after['inputs'].get('region')}: a new "
@@ -381,6 +395,12 @@ FORCE_NEW: dict[str, tuple[str, ...]] = {
     "aws:ec2/placementGroup:PlacementGroup": ("name", "strategy"),
     "aws:iam/role:Role": ("name", "namePrefix"),
     "aws:kms/key:Key": ("customerMasterKeySpec", "keyUsage", "multiRegion"),
+    # The training image (components/aws/image.py): a new repository or project name is a new one;
+    # the build's own diff replaces it on these inputs (a new tag is a new build, and its new digest
+    # restarts the runs that reference it: their pod templates read it).
+    "aws:ecr/repository:Repository": ("name",),
+    "aws:codebuild/project:Project": ("name",),
+    image_build_run.TYPE: image_build_run.REPLACE_ON,
 }
 
 
@@ -392,24 +412,24 @@ def _force_new(before, after, changes, cfg):
 
 
 for _t in FORCE_NEW:
-    RULES[_t] = _force_new
+    CLASSIFIERS[_t] = _force_new
 
 
-@rule("aws:ec2/vpc:Vpc")
+@classifies("aws:ec2/vpc:Vpc")
 def _vpc(before, after, changes, cfg):
     if any(_under(p, ("cidrBlock",)) for p in changes):
         return REPLACE, "cidrBlock changed: a new VPC", "", True
     return IN_PLACE, _paths(changes), "", True
 
 
-@rule("aws:ec2/subnet:Subnet")
+@classifies("aws:ec2/subnet:Subnet")
 def _subnet(before, after, changes, cfg):
     if any(_under(p, ("cidrBlock", "vpcId", "availabilityZone")) for p in changes):
         return REPLACE, f"{_paths(changes)}: a new subnet", "", True
     return IN_PLACE, _paths(changes), "", True
 
 
-@rule("aws:ec2/securityGroup:SecurityGroup")
+@classifies("aws:ec2/securityGroup:SecurityGroup")
 def _sg(before, after, changes, cfg):
     if any(_under(p, ("vpcId", "name", "description")) for p in changes):
         return REPLACE, f"{_paths(changes)}: a new security group", "", True
@@ -422,13 +442,6 @@ def _sg(before, after, changes, cfg):
 _POD_TEMPLATE_KINDS = {"Job": ("spec.template", "spec.completions", "spec.parallelism", "spec.selector"),
                        "StatefulSet": ("spec.template", "spec.selector", "spec.serviceName",
                                        "spec.volumeClaimTemplates")}
-
-
-# A Job's other immutable fields (Kubernetes v1.35.4 pkg/apis/batch/validation/validation.go
-# ValidateJobSpecUpdate), outside the provider's forceNew list: a change is refused unless the
-# program replaces the Job on it (workloads/runs.py JOB_IMMUTABLE in replaceOnChanges).
-_JOB_IMMUTABLE = ("spec.podFailurePolicy", "spec.completionMode", "spec.backoffLimitPerIndex", "spec.managedBy",
-                  "spec.successPolicy")
 
 
 # Kueue objects with the `kueue.x-k8s.io/resource-in-use` finalizer while something names them (a
@@ -530,7 +543,14 @@ def _kubernetes_object(before, after, changes, cfg):
         return _kueue_object(before, after, changes)
     if kind == "PriorityClass":
         return _priority_class(before, after, changes)
-    if any(_under(p, ("metadata.name", "metadata.namespace")) for p in changes):
+    moved = [p for p in changes if _under(p, ("metadata.name", "metadata.namespace"))]
+    if kind == "PersistentVolumeClaim" and moved and claim_owns_its_volume(before):
+        return (DATA_LOSS, f"{_paths(moved)}: a new claim, and the old one deleted: {claim_volume_fate(before)}",
+                "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
+    if kind == "PersistentVolume" and moved:
+        return (REPLACE, f"{_paths(moved)}: a new volume naming the new claim (claimRef), so the new claim binds it; "
+                "the old one is deleted, and its reclaim policy Retain keeps the data", "", True)
+    if moved:
         what = RUN_RESTART if kind in ("Job", "StatefulSet", "MPIJob", "RayJob") else REPLACE
         return (what, "name or namespace changed: a new object", *(_run_opt_in(cfg) if what == RUN_RESTART
                                                                      else ("", True)))
@@ -540,7 +560,7 @@ def _kubernetes_object(before, after, changes, cfg):
         # Plus what the program replaces on (a run's labels: Kueue refuses a queue label change).
         forced = [p for p in changes if _under(p, (*_POD_TEMPLATE_KINDS[kind],
                                                    *(after["options"].get("replaceOnChanges") or ())))]
-        immutable = [p for p in changes if kind == "Job" and _under(p, _JOB_IMMUTABLE) and p not in forced]
+        immutable = [p for p in changes if kind == "Job" and _under(p, JOB_IMMUTABLE) and p not in forced]
         if immutable:
             # The provider patches them (not in its forceNew list) and the API server refuses the
             # update: "field is immutable" (the key sweep on the simulated cluster, issue 34).
@@ -588,6 +608,24 @@ def _kubernetes_object(before, after, changes, cfg):
     return IN_PLACE, _paths(changes), "", True
 
 
+def claim_owns_its_volume(r: Resource) -> bool:
+    """A claim provisioned from a storage class (no volumeName: not bound to a static volume): its
+    volume goes with it unless the class says Retain, which the program cannot read (a
+    bring-your-own cluster's class). A dynamically provisioned volume takes its class's
+    reclaimPolicy, "Delete" when the class sets none (Kubernetes docs, storage classes: "Reclaim
+    policy ... defaults to Delete"; k8s.io/api storage/v1 StorageClass.ReclaimPolicy), and the
+    external provisioner deletes the backing volume (an FSx file system for fsx.csi.aws.com) when
+    the claim is gone (kubernetes-csi/external-provisioner, controller Delete)."""
+    spec = (r.get("inputs") or {}).get("spec") or {}
+    return bool(spec.get("storageClassName")) and not spec.get("volumeName")
+
+
+def claim_volume_fate(r: Resource) -> str:
+    cls = ((r.get("inputs") or {}).get("spec") or {}).get("storageClassName")
+    return (f"its volume was provisioned from storage class {cls}, whose reclaim policy is Delete unless the "
+            "class says Retain: the file system and every checkpoint on it go with the old claim")
+
+
 def _claim_resize(before, after, changes, cfg):
     """A bound claim from a storage class (bring your own cluster). Measured on the simulated
     cluster's API server (Kubernetes v1.35, issue 18 scenario 5): a larger request is refused unless
@@ -611,12 +649,12 @@ def _claim_resize(before, after, changes, cfg):
             "rltrain:storage.allowClaimExpansion", cfg.storage.allow_claim_expansion)
 
 
-def _checkpoint_dirs(r: Resource) -> set[str]:
+def _checkpoint_dirs(r: Resource, var: str = "CKPT_DIR") -> set[str]:
     found: set[str] = set()
 
     def walk(v: Any) -> None:
         if isinstance(v, dict):
-            if v.get("name") == "CKPT_DIR" and isinstance(v.get("value"), str):
+            if v.get("name") == var and isinstance(v.get("value"), str):
                 found.add(v["value"])
             for x in v.values():
                 walk(x)
@@ -628,11 +666,23 @@ def _checkpoint_dirs(r: Resource) -> set[str]:
 
 
 def _fresh_dir(before: Resource, after: Resource) -> str:
-    """The resume contract: a run whose identity changes starts from step 0 in a new directory."""
+    """The resume contract: a run whose identity changes starts from step 0 in a new directory (or
+    from the step its resumeFrom names); one whose directory stays resumes its newest complete step."""
     old, new = _checkpoint_dirs(before), _checkpoint_dirs(after)
     if old and new and old != new:
-        return f"; CKPT_DIR {sorted(old)[0]} -> {sorted(new)[0]}: a fresh checkpoint directory, nothing resumed"
+        return f"; CKPT_DIR {sorted(old)[0]} -> {sorted(new)[0]}: a fresh checkpoint directory, {_start(after)}"
+    if old and new:
+        return f"; CKPT_DIR {sorted(new)[0]} unchanged: it resumes its newest complete step there"
     return ""
+
+
+def _start(r: Resource) -> str:
+    """How a new run starts: fresh, or from another run's step (RESUME_FROM, components/scripts/warm_start.py)."""
+    warm = _checkpoint_dirs(r, "RESUME_FROM")
+    if warm:
+        step = sorted(warm)[0]
+        return f"resumes step {step.rsplit('_', 1)[-1]} of another run ({step}), then its own"
+    return "nothing resumed (a fresh start)"
 
 
 def _run_opt_in(cfg: StackConfig) -> tuple[str, bool]:
@@ -676,10 +726,10 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
             if was is None or key[0].startswith("rltrain:"):
                 continue
             seen = _mark_changed(now["inputs"], replaced)
-            changes = changed_paths(was["inputs"], seen)
+            changes = kept_by_engine(changed_paths(was["inputs"], seen), now)
             if not changes:
                 continue
-            fn = RULES.get(key[0]) or (_kubernetes if key[0].startswith("kubernetes:") else None)
+            fn = CLASSIFIERS.get(key[0]) or (_kubernetes if key[0].startswith("kubernetes:") else None)
             kind, why, opt_in, allowed = fn(was, {**now, "inputs": seen}, changes, cfg) if fn else (
                 IN_PLACE, _paths(changes), "", True)
             if key[0] == "aws:ec2/launchTemplate:LaunchTemplate" and kind == IN_PLACE:
@@ -692,7 +742,9 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
     _new_cluster(old, new, verdict, cfg)
     for key in sorted(set(new) - set(old)):
         if new[key].get("custom", True) and not key[0].startswith("rltrain:"):
-            verdict[key] = Impact(key[0], key[1], CREATE, "new")
+            dirs = _checkpoint_dirs(new[key])
+            verdict[key] = Impact(key[0], key[1], CREATE, f"new run: CKPT_DIR {sorted(dirs)[0]}, {_start(new[key])}"
+                                  if dirs else "new")
     for key in sorted(set(old) - set(new)):
         r = old[key]
         if not r.get("custom", True) or key[0].startswith("rltrain:"):
@@ -708,8 +760,14 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
             verdict[key] = Impact(key[0], key[1], NODE_ROLL, f"removed from the stack: every GPU node launched "
                                   f"from the {r['inputs'].get('kind')} is deleted with the runs on it",
                                   "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
+        elif r["inputs"].get("kind") == "PersistentVolumeClaim" and claim_owns_its_volume(r):
+            verdict[key] = Impact(key[0], key[1], DATA_LOSS, f"removed from the stack: {claim_volume_fate(r)}",
+                                  "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
         elif r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob"):
-            verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack: the run is stopped and deleted")
+            dirs = _checkpoint_dirs(r)
+            kept = (f"; its checkpoints stay in {sorted(dirs)[0]} (no longer counted by the volume budget nor pruned: "
+                    "keep the run's entry with enabled: false to keep them counted, or delete them)") if dirs else ""
+            verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack: the run is stopped and deleted" + kept)
         else:
             verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack")
     return sorted(verdict.values(), key=lambda i: (SEVERITY.index(i.kind), i.type, i.name))

@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from components.offline import impact, unset_secrets
 from components.offline.config_reference import _models_in
 from components.offline.mock_engine import ROOT, run_program
-from components.stack import config, stackfile
+from components.stack import config, stackfile, validate
 
 # Where a key's type has no generic neighbour value (a map, an empty list): one example each, as a
 # user would write it. Every other key's value is derived from its type and current value.
@@ -45,15 +45,23 @@ EXAMPLES: dict[str, list[Any]] = {
 
 # Keys the simulated cluster cannot exercise however they change, with why (the rest are swept).
 NOT_ON_THE_SIM: dict[str, str] = {
-    "training.namespace": "moves every object to a new namespace, whose claim needs a volume the harness makes "
-                          "per namespace (tests/sim/test_day_two.py scenario 8 deploys a second namespace)",
+    # A data-losing change on the sim stack (its claim is dynamically provisioned, impact.py
+    # claim_owns_its_volume): it needs storage.allowReplacement, which the config still refuses on a
+    # bring-your-own cluster, and a volume for the new claim, which the harness makes once cluster/sim.py
+    # runs cluster/nodes.py `provision` in a loop (issue 44 item 10). Then the sweep takes them alone.
+    "training.namespace": "moves every object to a new namespace: replacing the dynamically provisioned claim "
+                          "deletes its volume (data loss: storage.allowReplacement, refused on a bring-your-own "
+                          "cluster for now), and the new claim needs the harness's provisioner (cluster/nodes.py "
+                          "provision, not yet run by cluster/sim.py); tests/sim/test_day_two.py scenario 8 deploys "
+                          "a second namespace",
     "cluster.existing.kubeconfigSecret": "points the stack at another cluster (a second cluster)",
     "cluster.existing.context": "points the stack at another cluster (a second cluster)",
     "storage.storageClass": "a claim of another class needs a volume of that class, which only a real CSI "
                             "driver provisions",
     "kueue.install": "the simulated cluster runs Kueue itself (cluster/sim.py); a second install would fight it",
-    "storage.claimName": "a claim of a new name needs a volume to bind, which the harness makes for the stack's "
-                         "claim only (cluster/nodes.py storage)",
+    "storage.claimName": "a claim of a new name: replacing the dynamically provisioned claim deletes its volume "
+                         "(data loss, as training.namespace), and the new one needs the harness's provisioner "
+                         "(cluster/nodes.py provision, not yet run by cluster/sim.py)",
 }
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -86,7 +94,12 @@ def _leaves(model: type[BaseModel], path: str, attrs: tuple[str, ...]) -> Iterat
     for name, f in model.model_fields.items():
         key, at = f"{path}.{f.alias or name}", (*attrs, name)
         nested = _models_in(f.annotation)
-        if nested:
+        if nested and getattr(nested[0], "config_type_name", "") == "string or section":
+            # workloads.image: a string (an image reference) itself, or its section's keys
+            # (stack/image_build.py BuiltImage); the configuration reference lists both.
+            yield Key(key, at, str, tuple(f.metadata))
+            yield from _leaves(nested[0], key, at)
+        elif nested:
             yield from _leaves(nested[0], key, at)
         else:
             yield Key(key, at, f.annotation, tuple(f.metadata))
@@ -207,7 +220,7 @@ class Project:
         self.doc = doc
 
     def render(self, edits: dict[Key, Any]) -> tuple[list[dict[str, Any]], config.StackConfig]:
-        """Raises config.ConfigError (or StackFileError) when the edited stack is refused."""
+        """Raises validate.ConfigError (or StackFileError) when the edited stack is refused."""
         doc = json.loads(json.dumps(self.doc))
         for key, value in edits.items():
             set_key(doc["config"], key, value)
@@ -239,7 +252,7 @@ def refusal(doc: dict[str, Any], root: Path, stack: str = "sim") -> str:
         (proj.dir / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         unset_secrets.load_stack(stack, proj.dir)
         return ""
-    except (config.ConfigError, stackfile.StackFileError) as e:
+    except (validate.ConfigError, stackfile.StackFileError) as e:
         return str(e).splitlines()[-1].strip()
     finally:
         proj.close()
@@ -271,7 +284,7 @@ def _plan_key(proj: Project, key: Key, base, cfg) -> Planned:
     for value in values:
         try:
             after, after_cfg = proj.render({key: value})
-        except (config.ConfigError, stackfile.StackFileError) as e:
+        except (validate.ConfigError, stackfile.StackFileError) as e:
             refusals.append(str(e).splitlines()[-1].strip())
             continue
         impacts = [i for i in impact.classify(base, after, after_cfg) if i.kind in CHANGED_KINDS]

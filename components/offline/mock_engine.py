@@ -28,7 +28,8 @@ from pulumi.runtime import resource as sdk_resource
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import resource_pb2, source_pb2
 
-from components.stack.stackfile import NOT_SET_PREFIX, ROOT, SECRET
+from components.aws import image_build_run
+from components.stack.stackfile import NOT_SET_PREFIX, OFFLINE_KEY, ROOT, SECRET
 
 UNKNOWN = "[unknown before deploy]"
 
@@ -54,6 +55,12 @@ _OUTPUTS: dict[str, tuple[str, ...]] = {
     # creates (pulumi-eks nodejs/eks/cluster/cluster.ts; FACTS "Deploy semantics").
     "eks:index:Cluster": ("kubeconfig", "kubeconfigJson", "clusterSecurityGroupId"),
     "eks:index:ManagedNodeGroup": ("nodeGroup",),
+    # The training image (components/aws/image.py): the repository's URL names the account, the
+    # bucket is autonamed, the archive's version id is S3's; the build's digest exists once built.
+    "aws:ecr/repository:Repository": ("id", "arn", "repositoryUrl"),
+    "aws:s3/bucket:Bucket": ("id", "arn", "bucket"),
+    "aws:s3/bucketObjectv2:BucketObjectv2": ("id", "versionId"),
+    image_build_run.TYPE: image_build_run.OUTPUTS,
 }
 
 # Outputs of remote components that are resources themselves, answered as resource references
@@ -205,7 +212,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         for out in _OUTPUTS.get(args.typ, ()):
             if out == "id":
                 continue
-            state.setdefault(out, after_deploy(args.name, out))
+            if state.get(out) is None:  # a dynamic resource declares its outputs as None inputs
+                state[out] = after_deploy(args.name, out)
         if args.typ.startswith("aws:"):
             state.setdefault("arn", after_deploy(args.name, "arn"))
         rid = after_deploy(args.name, "id") if args.custom else None
@@ -340,7 +348,8 @@ def run_program(
             mocks = RecordingMocks()
             monitor = RecordingMonitor(mocks)
             pulumi.runtime.settings.ROOT.set(None)
-            pulumi.runtime.set_all_config(dict(config), sorted(secret_keys))
+            # The stack's config, and that the program runs offline (OFFLINE_KEY).
+            pulumi.runtime.set_all_config({**config, OFFLINE_KEY: "true"}, sorted(secret_keys))
             pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
             body = program or (lambda: _run_main(project_dir))
 

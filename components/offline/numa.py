@@ -21,9 +21,10 @@ import base64
 import re
 from typing import Any, Optional
 
-from components.offline.resources import (GPU, INSTANCE_TYPE, LAUNCH_TEMPLATE, POD_TEMPLATES, Reads, Violation, gpu_node_groups,
-                                         of_types, pod_requests, pods, rule)
+from components.offline.resources import (INSTANCE_TYPE, LAUNCH_TEMPLATE, POD_TEMPLATES, Reads, Violation,
+                                          gpu_node_groups, of_types, pod_requests, pods, policy_rule)
 from components.stack import topology
+from components.stack.labels import GPU
 
 _SETTING = re.compile(r"^\s*(cpuManagerPolicy|topologyManagerPolicy):\s*(\S+)\s*$", re.M)
 # Elastic mode (components/aws/karpenter.py): no GPU launch template; Karpenter's EC2NodeClass
@@ -85,16 +86,6 @@ def template_policies(resources: list[dict[str, Any]]) -> Optional[dict[str, dic
     return None if templates is None else {lt["name"]: _settings(lt) for lt in templates}
 
 
-def kubelet_policies(resources: list[dict[str, Any]]) -> Optional[dict[str, str]]:
-    """{setting: value} the GPU node groups' templates agree on (one GPU group: its template's);
-    None when the record has no launch template (a bring-your-own cluster)."""
-    per = template_policies(resources)
-    if per is None:
-        return None
-    found = [s for s in per.values() if s] or [{}]
-    return {k: v for k, v in found[0].items() if all(s.get(k) == v for s in found)}
-
-
 def _guaranteed_cpus(spec: dict[str, Any]) -> float:
     """Integer CPUs of a pod whose every container has CPU limit == request (0 otherwise)."""
     total = 0.0
@@ -121,7 +112,7 @@ USER_DATA = Reads("the kubelet settings (a launch template's userData, nodeadm N
                   every=False)
 
 
-@rule("numa-policy-admits", "the GPU nodes' Topology Manager policy admits every pod that runs there "
+@policy_rule("numa-policy-admits", "the GPU nodes' Topology Manager policy admits every pod that runs there "
                             "(single-numa-node rejects a pod wider than one NUMA node)",
       reads=(POD_TEMPLATES, INSTANCE_TYPE, USER_DATA))
 def _numa_policy(resources, ctx):

@@ -4,7 +4,10 @@ One implementation, run in three places: by the offline render (which refuses to
 breaks a rule), by the test suite, and by the CrossGuard pack in `policy/` for
 `pulumi preview --policy-pack policy`. Every rule sees the same resource view: a dict with `type`,
 `name`, `inputs` (engine wire form, camelCase) and `options` (`protect`, ...) — a row of
-`rendered/<stack>/resources.json`.
+`rendered/<stack>/resources.json` (components/offline/resources.py).
+
+This module holds the pod and AWS rules, and `RULES`: every rule of the rule modules it lists (this
+one, deploy_model.py, schedule.py, numa.py), which `evaluate` runs.
 
 The instance type the workloads are sized for is read from the training Namespace annotation
 (`rltrain/gpu-instance-type`), so the rules hold on a bring-your-own cluster too.
@@ -19,12 +22,14 @@ from typing import Any, Iterable, Iterator, Optional
 
 from components.stack import catalog, trainers
 from components.offline.mock_engine import UNKNOWN as UNKNOWN_VALUE
-from components.stack.config import SECRET_LIKE
+from components.stack.secrets_scan import SECRET_LIKE
 
-from components.offline.resources import (  # noqa: F401  (the names policy.X always offered)
-    BYO_NODE_LABELS, EFA, GPU, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, LAUNCH_TEMPLATE, NODE_GROUP, POD_TEMPLATES, READS, RULES, Context,
-    Pod, Reads, Resource, Rule, Violation, _ref, _resources, context, coverage, gpu_node_groups, inputs_of,
-    k8s_objects, of_types, pod_requests, pods, quantity, rule, spec_of, unread)
+from components.offline import deploy_model, numa, schedule
+from components.offline.resources import (GPU_TAINT, INSTANCE_TYPE, LAUNCH_TEMPLATE, NODE_GROUP, POD_TEMPLATES, Pod,
+                                          PolicyRule, Reads, Resource, Violation, _ref, _resources, context, inputs_of,
+                                          k8s_objects, of_types, pod_requests, pods, policy_rule, quantity, spec_of,
+                                          unknown, unread)
+from components.stack.labels import EFA, GPU, HUGEPAGES
 
 _EFA_ENV = re.compile(r"^(FI_PROVIDER|FI_EFA_.*)$")
 STATEFUL = ("aws:fsx/lustreFileSystem:LustreFileSystem", "aws:kms/key:Key")
@@ -49,7 +54,7 @@ def _device_requests(resources: list[Resource], device: str) -> Iterator[tuple[s
                 yield f"{p.owner}/{c.get('name')}", lim, req
 
 
-@rule("gpu-count", "GPU containers: nvidia.com/gpu limit = request = the instance's GPUs (a Deployment's "
+@policy_rule("gpu-count", "GPU containers: nvidia.com/gpu limit = request = the instance's GPUs (a Deployment's "
                    "serving replica: a divisor of them)", reads=(POD_TEMPLATES, INSTANCE_TYPE))
 def _gpu_count(resources, ctx):
     if ctx.instance is None:
@@ -65,7 +70,7 @@ def _gpu_count(resources, ctx):
                             f"request and limit {want} GPUs (derived from the catalog, never typed)")
 
 
-@rule("efa-count", "EFA devices requested = the instance's EFA devices", reads=(POD_TEMPLATES, INSTANCE_TYPE))
+@policy_rule("efa-count", "EFA devices requested = the instance's EFA devices", reads=(POD_TEMPLATES, INSTANCE_TYPE))
 def _efa_count(resources, ctx):
     if ctx.instance is None:
         return
@@ -78,7 +83,7 @@ def _efa_count(resources, ctx):
                             "manifest uses 4 of 32)")
 
 
-@rule("efa-env-needs-efa", "EFA/NCCL-over-EFA environment only where EFA devices are requested",
+@policy_rule("efa-env-needs-efa", "EFA/NCCL-over-EFA environment only where EFA devices are requested",
       reads=(POD_TEMPLATES,))
 def _efa_env(resources, ctx):
     for p in pods(resources):
@@ -93,7 +98,7 @@ def _efa_env(resources, ctx):
                                 f"request {EFA} or drop the EFA variables")
 
 
-@rule("shm-memory", "every GPU pod mounts a memory-backed /dev/shm", reads=(POD_TEMPLATES,))
+@policy_rule("shm-memory", "every GPU pod mounts a memory-backed /dev/shm", reads=(POD_TEMPLATES,))
 def _shm(resources, ctx):
     for p in pods(resources):
         if not p.requests_gpu():
@@ -108,13 +113,16 @@ def _shm(resources, ctx):
                             "mount an emptyDir with medium: Memory at /dev/shm")
 
 
-@rule("image-pinned", "a specific image tag or digest; no imagePullPolicy: Always", reads=(POD_TEMPLATES,))
+@policy_rule("image-pinned", "a specific image tag or digest; no imagePullPolicy: Always", reads=(POD_TEMPLATES,))
 def _image(resources, ctx):
     for p in pods(resources):
         for c in p.containers + list(p.spec.get("initContainers") or []):
             image = str(c.get("image", ""))
             last = image.rsplit("/", 1)[-1]
-            if "@sha256:" not in image and (":" not in last or last.endswith(":latest")):
+            # Unknown before deploy: the image the stack builds (repository:tag@digest, composed by
+            # components/aws/image.py once the build's digest exists): pinned by construction.
+            pinned = "@sha256:" in image or (":" in last and not last.endswith(":latest"))
+            if not pinned and not unknown(image):
                 yield Violation("image-pinned", f"{p.owner}/{c.get('name')}", f"image {image!r} is not pinned",
                                 "use a specific tag or @sha256 digest (rltrain:workloads.image)")
             if c.get("imagePullPolicy") == "Always":
@@ -123,7 +131,7 @@ def _image(resources, ctx):
                                 "use IfNotPresent with a pinned tag")
 
 
-@rule("pod-fits-node", "the pod's requests plus the node's DaemonSets fit the node's allocatable",
+@policy_rule("pod-fits-node", "the pod's requests plus the node's DaemonSets fit the node's allocatable",
       reads=(POD_TEMPLATES, INSTANCE_TYPE))
 def _fits(resources, ctx):
     if ctx.instance is None:
@@ -161,7 +169,7 @@ def fit_problems(p: Pod, it: catalog.InstanceType, *, efa: bool = False) -> list
     return problems
 
 
-@rule("efa-hugepages", "pods using EFA request hugepages-2Mi for libfabric or switch huge pages off",
+@policy_rule("efa-hugepages", "pods using EFA request hugepages-2Mi for libfabric or switch huge pages off",
       reads=(POD_TEMPLATES,))
 def _efa_hugepages(resources, ctx):
     for p in pods(resources):
@@ -185,7 +193,7 @@ def _required_hostname_anti_affinity(p: Pod) -> bool:
     return any(t.get("topologyKey") == "kubernetes.io/hostname" for t in terms)
 
 
-@rule("one-pod-per-node", "multi-node runs place one pod per node", reads=(POD_TEMPLATES, INSTANCE_TYPE))
+@policy_rule("one-pod-per-node", "multi-node runs place one pod per node", reads=(POD_TEMPLATES, INSTANCE_TYPE))
 def _one_per_node(resources, ctx):
     for p in pods(resources):
         # A Deployment's replicas are independent servers, not ranks of one run (serving.py).
@@ -222,7 +230,7 @@ def run_placement(p: Pod) -> Optional[tuple[int, int, dict[str, list[tuple[int, 
     return None
 
 
-@rule("placement-uses-every-node", "a multi-node run's component placement uses a GPU of every node",
+@policy_rule("placement-uses-every-node", "a multi-node run's component placement uses a GPU of every node",
       reads=(POD_TEMPLATES,))
 def _placement(resources, ctx):
     seen = set()
@@ -243,7 +251,7 @@ def _placement(resources, ctx):
                             "override cluster.component_placement by hand", p.pulumi_name)
 
 
-@rule("schedules-on-gpu-nodes", "node selector (nodeSelector, required node affinity) and tolerations match a GPU "
+@policy_rule("schedules-on-gpu-nodes", "node selector (nodeSelector, required node affinity) and tolerations match a GPU "
       "node group of the stack",
       reads=(POD_TEMPLATES, NODE_GROUPS))
 def _scheduling(resources, ctx):
@@ -289,7 +297,7 @@ def _placement_problems(group, selector: dict[str, Any], tolerated: set) -> list
     return out
 
 
-@rule("job-deadline", "every Job has a deadline", reads=(spec_of("Job", "MPIJob"),))
+@policy_rule("job-deadline", "every Job has a deadline", reads=(spec_of("Job", "MPIJob"),))
 def _deadline(resources, ctx):
     for _, obj in k8s_objects(resources):
         spec = obj.get("spec") or {}
@@ -301,7 +309,7 @@ def _deadline(resources, ctx):
                             "set runPolicy.activeDeadlineSeconds")
 
 
-@rule("no-plain-secret-env", "secrets never appear as plain env values", reads=(POD_TEMPLATES,))
+@policy_rule("no-plain-secret-env", "secrets never appear as plain env values", reads=(POD_TEMPLATES,))
 def _secret_env(resources, ctx):
     for p in pods(resources):
         for c in p.containers:
@@ -312,7 +320,7 @@ def _secret_env(resources, ctx):
                                     "use rltrain:training.secretEnv (a secretKeyRef)")
 
 
-@rule("stateful-protected", "FSx file systems and KMS keys are protected", reads=(PROTECT,))
+@policy_rule("stateful-protected", "FSx file systems and KMS keys are protected", reads=(PROTECT,))
 def _protected(resources, ctx):
     for r in resources:
         if r["type"] in STATEFUL and not (r.get("options") or {}).get("protect"):
@@ -321,7 +329,7 @@ def _protected(resources, ctx):
                             r["name"])
 
 
-@rule("pv-retain", "PersistentVolumes reclaim with Retain; the FSx claim is ReadWriteMany",
+@policy_rule("pv-retain", "PersistentVolumes reclaim with Retain; the FSx claim is ReadWriteMany",
       reads=(spec_of("PersistentVolume", "PersistentVolumeClaim"),))
 def _pv(resources, ctx):
     for _, obj in k8s_objects(resources):
@@ -334,7 +342,7 @@ def _pv(resources, ctx):
                             "accessModes: [ReadWriteMany]")
 
 
-@rule("imdsv2", "instance metadata requires IMDSv2", reads=(
+@policy_rule("imdsv2", "instance metadata requires IMDSv2", reads=(
     inputs_of(LAUNCH_TEMPLATE, what="the properties of every launch template (metadataOptions)"),))
 def _imds(resources, ctx):
     for r in resources:
@@ -388,7 +396,7 @@ ENDPOINT_SETTINGS = Reads(f"the endpoint settings (vpcConfig.endpointPublicAcces
                           _has_endpoint_settings, every=False)
 
 
-@rule("endpoint-not-open", "the cluster endpoint is not open to the world", reads=(ENDPOINT_SETTINGS,))
+@policy_rule("endpoint-not-open", "the cluster endpoint is not open to the world", reads=(ENDPOINT_SETTINGS,))
 def _endpoint(resources, ctx):
     for label, name, public, cidrs in endpoint_settings(resources):
         if public is False:
@@ -401,10 +409,8 @@ def _endpoint(resources, ctx):
                             "rltrain:cluster.publicAccessCidrs = your office/VPN CIDRs", name)
 
 
-# The GPU node group's own guard (components/aws/gpu_nodes.py ROLL_INPUTS, ALLOW_NODE_ROLL_TAG),
-# repeated here so the policy pack's process needs no pulumi_aws; tests/test_first_up.py keeps them equal.
-ROLL_INPUTS = ("launchTemplate.version", "version")
-ALLOW_NODE_ROLL_TAG = "rltrain/allow-node-roll"
+# The GPU node group's own guard (components/aws/gpu_nodes.py ignores ROLL_INPUTS and tags ALLOW_NODE_ROLL_TAG).
+from components.stack.labels import ALLOW_NODE_ROLL_TAG, ROLL_INPUTS  # noqa: E402
 
 
 def _gpu_node_group(r: Resource) -> bool:
@@ -421,7 +427,7 @@ def _roll_guard_read(r: Resource) -> Optional[bool]:
 ROLL_GUARD = Reads("the GPU node groups' ignoreChanges option and tags", _gpu_node_group, _roll_guard_read)
 
 
-@rule("gpu-roll-opt-in", "a GPU node group rolls only with rltrain:gpuNodes.allowNodeRoll: without it, it ignores "
+@policy_rule("gpu-roll-opt-in", "a GPU node group rolls only with rltrain:gpuNodes.allowNodeRoll: without it, it ignores "
                          "a new launch template version and Kubernetes version", reads=(ROLL_GUARD,))
 def _roll_opt_in(resources, ctx):
     for r in resources:
@@ -455,13 +461,14 @@ def evaluate(resources: list[Resource], rules: Optional[Iterable[str]] = None) -
         rows.setdefault(_ref(obj), set()).add(r["name"])
     owners = {ref: next(iter(names)) if len(names) == 1 else "" for ref, names in rows.items()}
     for name in rules or RULES:
+        rule = RULES[name]
         found = []
-        for v in RULES[name][0](resources, ctx):
+        for v in rule(resources, ctx):
             if not v.pulumi_name:
                 key = next((o for o in sorted(owners, key=lambda o: (-len(o), o)) if v.resource.startswith(o)), None)
                 v = dataclasses.replace(v, pulumi_name=owners.get(key, "") if key else "")
             found.append(v)
-        found += unread(resources, name)
+        found += unread(resources, rule)
         out += sorted(found, key=lambda v: (v.resource, v.message, v.pulumi_name, v.fix))
     return out
 
@@ -493,9 +500,22 @@ def fit_report(resources: list[Resource]) -> list[str]:
     return lines + schedule.report(resources)
 
 
-# The deploy model's rules (order, reachability, privilege) register themselves here too.
-from components.offline import deploy_model  # noqa: E402,F401
-# Scheduling whole workloads (schedule-fits) and what Kueue needs of a queued one (kueue-queue).
-from components.offline import schedule  # noqa: E402
-# The GPU nodes' Topology Manager policy against the pods that run there (numa-policy-admits).
-from components.offline import numa  # noqa: E402,F401
+# --- every rule ----------------------------------------------------------------------------------
+
+
+def rules_of(*namespaces: dict[str, Any]) -> dict[str, PolicyRule]:
+    """name -> PolicyRule of every rule defined in the namespaces (a module's vars()), in their order
+    and in definition order within each; one name for two rules is an error."""
+    found: dict[str, PolicyRule] = {}
+    for namespace in namespaces:
+        for value in namespace.values():
+            if isinstance(value, PolicyRule) and found.setdefault(value.name, value) is not value:
+                raise ValueError(f"two policy rules named {value.name!r}")
+    return found
+
+
+# The rule modules, listed: this module's pod and AWS rules, the deploy model's (order, reachability,
+# privilege), the schedule's (whole runs over time, what Kueue needs of a queued run) and the GPU
+# nodes' Topology Manager policy. Their order is the order the rules run and the CrossGuard pack
+# lists them (policy/pack.py).
+RULES: dict[str, PolicyRule] = rules_of(globals(), vars(deploy_model), vars(schedule), vars(numa))

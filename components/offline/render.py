@@ -31,25 +31,22 @@ import yaml
 
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy, runs_summary
-from components.offline import checkpoints, impact, unset_secrets, yaml_emit
+from components.offline import checkpoints, image_summary, impact, unset_secrets
+# load_stack's home is unset_secrets.py; cluster/stacks.py, ci/record_drift.py and tests/sim still read it
+# from here (render.load_stack), until their owners import it from there.
+from components.offline.unset_secrets import load_stack
 from components.workloads import embodied_eval, export, serving
-from components.offline.unset_secrets import load_stack  # noqa: F401  (render.load_stack, as before)
-from components.stack import secrets_scan, stackfile
+from components.stack import secrets_scan, stackfile, validate
 from components.stack.outputs import usd_text
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
+from components.offline.resources import Violation
 
 _K8S_OBJECT = re.compile(r"^kubernetes:(?!helm\.sh|yaml|kustomize)[^:]+:[A-Za-z][A-Za-z0-9]*$")
 _HEAD_KEYS = ("apiVersion", "kind", "metadata")
 
 
 class _Dumper(yaml.SafeDumper):
-    # PyYAML's own scalar analysis and literal writer, with regular expressions instead of a loop per
-    # character (yaml_emit.py): the same bytes written.
-    def analyze_scalar(self, scalar: str):
-        return yaml_emit.analyze(scalar, bool(self.allow_unicode))
-
-    def write_literal(self, text: str) -> None:
-        yaml_emit.write_literal(self, text)
+    """PyYAML's safe dumper, with the render's representer of strings (`_str`)."""
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
@@ -108,7 +105,7 @@ class Rendered:
     def resources(self) -> list[dict[str, Any]]:
         return [r.as_json() for r in self.result.records]
 
-    def violations(self) -> list[policy.Violation]:
+    def violations(self) -> list[Violation]:
         return policy.evaluate(self.resources)
 
 
@@ -219,7 +216,8 @@ def summary(rendered: Rendered) -> str:
     lines += ["  " + line for line in impact.sequence(impacts, rendered.resources)]
     if rendered.accepted:
         lines.append("  " + accepted_line(rendered.accepted))
-    lines += ["  " + line for line in runs_summary.lines(cfg)]
+    lines += ["  " + line for line in image_summary.lines(cfg, rendered.resources, rendered.manifests)]
+    lines += ["  " + line for line in runs_summary.lines(cfg, rendered.resources)]
     ckpt = checkpoints.estimate(cfg)
     if ckpt:
         lines.append("  " + ckpt[2])
@@ -268,7 +266,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for stack in stacks:
         try:
             load_stack(stack, root)
-        except config_mod.ConfigError as e:
+        except validate.ConfigError as e:
             print(f"Pulumi.{stack}.yaml: {e.render()}", file=sys.stderr)
             failed = True
         except stackfile.StackFileError as e:
@@ -310,6 +308,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"Pulumi.{rendered.stack}.yaml: {accepted_line(rendered.accepted)}", file=sys.stderr)
         for r in verdict.allowed:
             print(f"Pulumi.{rendered.stack}.yaml: warning: {r.message()} (allowed)", file=sys.stderr)
+    for rendered in results:
+        for w in runs_summary.s3_export(rendered.cfg)[1]:
+            print(f"Pulumi.{rendered.stack}.yaml: warning: {w}", file=sys.stderr)
     for rendered in results:
         ckpt = checkpoints.estimate(rendered.cfg)
         if ckpt and ckpt[0] > ckpt[1]:

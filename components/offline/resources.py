@@ -1,11 +1,12 @@
-"""The resource view every rule reads, and the one registry the rules register with.
+"""The resource view every policy rule reads, and what a policy rule is.
 
 A row of `rendered/<stack>/resources.json` (`type`, `name`, `inputs`, `options`), the pod templates
 found in its workload objects, the node context they are checked against (instance type, labels,
-taints, EFA), Kubernetes quantities, and `rule`/`RULES`. Below the rules: `policy.py` (the pod and
-AWS rules), `deploy_model.py` (order, reachability, privilege) and `schedule.py` (whole runs over
-time) all read this module and register here; `policy.evaluate` runs every registered rule.
-Moved out of policy.py unchanged so that the rule families no longer import each other in a circle.
+taints, EFA), Kubernetes quantities, and `PolicyRule` (`@policy_rule`: a check, its description and
+what it reads). Below the rule modules: `policy.py` (the pod and AWS rules), `deploy_model.py`
+(order, reachability, privilege), `schedule.py` (whole runs over time) and `numa.py` all read this
+module; `policy.RULES` collects the rules of the modules it lists, and `policy.evaluate` runs them.
+Nothing registers on import: a rule module policy.py does not list runs no rule.
 """
 
 from __future__ import annotations
@@ -14,12 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from components.stack import catalog
-from components.stack.labels import GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
+from components.stack.labels import EFA, GPU, GPU_INSTANCE_ANNOTATION, GPU_NODES_ANNOTATION, GPU_TAINT_KEY, ROLE_LABEL
 
 Resource = dict[str, Any]
-GPU = "nvidia.com/gpu"
-EFA = "vpc.amazonaws.com/efa"
-HUGEPAGES = "hugepages-2Mi"
 GPU_TAINT = GPU_TAINT_KEY
 # What a bring-your-own cluster's GPU nodes are documented to carry (docs/running-for-real.md, Pulumi.byo.yaml).
 BYO_NODE_LABELS = dict(ROLE_LABEL)
@@ -303,7 +301,7 @@ def of_types(*types: str) -> Callable[[Resource], bool]:
     return lambda r: r["type"] in types
 
 
-def _unknown(value: Any) -> bool:
+def unknown(value: Any) -> bool:
     from components.offline.mock_engine import UNKNOWN
     return isinstance(value, str) and value == UNKNOWN
 
@@ -312,10 +310,10 @@ def _dict_at(r: Resource, *path: str) -> Optional[bool]:
     """A non-empty mapping at `path` of the inputs (None: unknown until deploy)."""
     value: Any = r.get("inputs")
     for key in path:
-        if _unknown(value):
+        if unknown(value):
             return None
         value = value.get(key) if isinstance(value, dict) else None
-    if _unknown(value):
+    if unknown(value):
         return None
     return isinstance(value, dict) and bool(value)
 
@@ -323,7 +321,7 @@ def _dict_at(r: Resource, *path: str) -> Optional[bool]:
 def pod_specs(obj: dict[str, Any]) -> Optional[list[Any]]:
     """The pod specs of a workload object's templates (None: its spec is unknown until deploy)."""
     kind, spec = obj.get("kind"), obj.get("spec")
-    if _unknown(spec):
+    if unknown(spec):
         return None
     if not isinstance(spec, dict):
         return []
@@ -346,7 +344,7 @@ def _has_pod_templates(r: Resource) -> Optional[bool]:
     if "kind" not in obj:
         return False
     specs = pod_specs(obj)
-    if specs is None or any(_unknown(s) for s in specs):
+    if specs is None or any(unknown(s) for s in specs):
         return None
     return bool(specs) and all(isinstance(s, dict) and isinstance(s.get("containers"), list) and bool(s["containers"])
                                for s in specs)
@@ -355,7 +353,7 @@ def _has_pod_templates(r: Resource) -> Optional[bool]:
 def _annotation(key: str) -> Callable[[Resource], Optional[bool]]:
     def has(r: Resource) -> Optional[bool]:
         value = (((r.get("inputs") or {}).get("metadata") or {}).get("annotations") or {}).get(key)
-        return None if _unknown(value) else bool(value)
+        return None if unknown(value) else bool(value)
     return has
 
 
@@ -403,23 +401,33 @@ def inputs_of(*types: str, what: str) -> Reads:
 
 # --- rules --------------------------------------------------------------------------------------
 
-Rule = Callable[[list[Resource], Context], Iterator[Violation]]
-RULES: dict[str, tuple[Rule, str]] = {}
-READS: dict[str, tuple[Reads, ...]] = {}
+Check = Callable[[list[Resource], Context], Iterator[Violation]]
 
 
-def rule(name: str, description: str, reads: Iterable[Reads] = ()):
-    def register(fn: Rule) -> Rule:
-        RULES[name] = (fn, description)
-        READS[name] = tuple(reads)
-        return fn
-    return register
+@dataclass(frozen=True)
+class PolicyRule:
+    """A policy rule: its name, what it requires (the CrossGuard policy's description), the check
+    and what the check reads (`coverage`). Called like its check."""
+    name: str
+    description: str
+    check: Check
+    reads: tuple[Reads, ...] = ()
+
+    def __call__(self, resources: list[Resource], ctx: Context) -> Iterator[Violation]:
+        return self.check(resources, ctx)
 
 
-def coverage(resources: list[Resource], name: str) -> list[Coverage]:
-    """What rule `name` reads of `resources`, per declared read."""
+def policy_rule(name: str, description: str, reads: Iterable[Reads] = ()) -> Callable[[Check], PolicyRule]:
+    """Make the check below a PolicyRule of its module (policy.RULES lists the modules)."""
+    def make(fn: Check) -> PolicyRule:
+        return PolicyRule(name, description, fn, tuple(reads))
+    return make
+
+
+def coverage(resources: list[Resource], rule: PolicyRule) -> list[Coverage]:
+    """What `rule` reads of `resources`, per declared read."""
     out = []
-    for need in READS.get(name, ()):
+    for need in rule.reads:
         scope = sorted((r for r in resources if need.scope(r)), key=lambda r: (r["name"], r["type"]))
         found: dict[Optional[bool], list[str]] = {True: [], False: [], None: []}
         for r in scope:
@@ -430,10 +438,11 @@ def coverage(resources: list[Resource], name: str) -> list[Coverage]:
     return out
 
 
-def unread(resources: list[Resource], name: str) -> list[Violation]:
-    """A violation of rule `name` for each thing it reads that applies to the stack and is not there."""
+def unread(resources: list[Resource], rule: PolicyRule) -> list[Violation]:
+    """A violation of `rule` for each thing it reads that applies to the stack and is not there."""
+    name = rule.name
     out = []
-    for c in coverage(resources, name):
+    for c in coverage(resources, rule):
         if not c.failed:
             continue
         if c.problem:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 
-from components.offline import render
+from components.offline import render, unset_secrets
 from components.offline.mock_engine import ROOT, run_program
 from components.stack import config as config_mod
 from components.stack import stackfile
@@ -89,7 +89,7 @@ def variants() -> list[str]:
 def render_variant(name: str) -> list[dict[str, Any]]:
     """p5's objects with one multi-node form (the full program, as the render runs it)."""
     multi_node, other = FORM_VARIANTS[name]
-    values, secret_keys, _ = render.load_stack("p5")
+    values, secret_keys, _ = unset_secrets.load_stack("p5")
     values = dict(values)
     workloads = json.loads(values["rltrain:workloads"])
     workloads["multiNode"] = multi_node

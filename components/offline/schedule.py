@@ -14,8 +14,10 @@ The node group: the instance type and node count the training Namespace records 
 your own cluster), allocatable from the memory model (catalog: nodeadm formula, 7.5 % VM overhead,
 net of the EFA huge pages), minus the DaemonSets (the catalog's figure for the plugins and agents
 installed by Helm, plus every DaemonSet of the record that runs on the GPU nodes). Multi-node pod
-sets (required anti-affinity on the hostname) take one node per pod. Runs are assumed to finish in
-the order they started (their length is not known here).
+sets (required anti-affinity on the hostname) take one node per pod. Pods are placed first fit
+(components/stack/fit.py, the placement serving's rollout choice and the replicas check use too);
+what is this module's own is the order over time. Runs are assumed to finish in the order they
+started (their length is not known here).
 
 The queue's order (components/k8s/kueue.py): StrictFIFO by PriorityClass value, then creation
 (ties: the order the program registers them). A queued workload's pods are all placed on the GPU
@@ -41,18 +43,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from components.offline import deploy_model
-from components.offline.resources import (EFA, GPU, GPU_NODE_COUNT, GPU_TAINT, HUGEPAGES, INSTANCE_TYPE, POD_TEMPLATES,
-                                          WORKLOAD_KINDS, Context, Pod, Violation, context, k8s_objects,
-                                          namespace_annotations, node_requirements, pod_requests, rule,
-                                          spec_of)
-from components.stack import catalog
-from components.stack.labels import GPU_NODES_ANNOTATION
+from components.offline.resources import (GPU_NODE_COUNT, GPU_TAINT, INSTANCE_TYPE, POD_TEMPLATES, WORKLOAD_KINDS,
+                                          Context, Pod, Violation, context, k8s_objects, namespace_annotations,
+                                          node_requirements, pod_requests, policy_rule, spec_of)
+from components.stack import catalog, fit
+from components.stack.labels import EFA, GPU, GPU_NODES_ANNOTATION, HUGEPAGES, QUEUE_LABEL
+from components.stack.versions import KUEUE_CHART_REF as KUEUE_CHART
 
 Resource = dict[str, Any]
-# Kueue names (components/k8s/kueue.py, which imports pulumi-kubernetes: not imported here).
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
-KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
 # Long-running workloads (the serving Deployment, components/workloads/serving.py): never finish,
 # not queued by Kueue (the ClusterQueue's quota leaves their GPUs out), placed before every run.
 PERMANENT_KINDS = ("Deployment",)
@@ -64,7 +62,6 @@ PERMANENT_KINDS = ("Deployment",)
 RAY_SUBMITTER_CONTAINER = {"name": "ray-job-submitter", "resources": {
     "requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-_EPS = 1e-9
 # How a resource reads in a message: its name and a unit.
 _MIB = 2**20
 _GIB = 2**30
@@ -330,44 +327,21 @@ class State:
     quota: Optional[dict[str, float]]  # what the ClusterQueue has left (None: no quota known here)
 
 
-def _fits(req: dict[str, float], free: dict[str, float]) -> bool:
-    return all(v <= free.get(r, 0.0) + _EPS for r, v in req.items() if v > 0)
-
-
-def _short(req: dict[str, float], free: dict[str, float]) -> list[str]:
-    return [r for r, v in req.items() if v > free.get(r, 0.0) + _EPS]
-
-
-def _first_fit(ps: PodSet, count: int, free: list[dict[str, float]], taken: set[int]) -> Optional[list[int]]:
-    """The nodes `count` pods of `ps` go to, first fit (one per node where it wants that, not on
-    `taken`), taking their requests out of `free`; None when one does not fit."""
-    nodes: list[int] = []
-    for _ in range(count):
-        node = next((i for i, n in enumerate(free) if not (ps.one_per_node and i in taken)
-                     and _fits(ps.requests, n)), None)
-        if node is None:
-            return None
-        taken.add(node)
-        nodes.append(node)
-        for r, v in ps.requests.items():
-            free[node][r] = free[node].get(r, 0.0) - v
-    return nodes
-
-
 def place(w: Workload, state: State) -> Optional[list[tuple[int, dict[str, float]]]]:
-    """Where every pod of `w` goes (node index, requests), or None; first fit, node by node."""
+    """Where every pod of `w` goes (node index, requests), or None; first fit, node by node
+    (components/stack/fit.py), each pod set in turn."""
     free = [dict(n) for n in state.free]
     placed: list[tuple[int, dict[str, float]]] = []
     for ps in w.pod_sets:
         if not ps.gpu_nodes:
             continue  # on the system nodes, not modelled
-        nodes = _first_fit(ps, ps.count, free, set())
-        if nodes is None:
+        nodes = fit.first_fit(ps.requests, ps.count, free, one_per_node=ps.one_per_node)
+        if len(nodes) < ps.count:
             return None
         placed += [(node, ps.requests) for node in nodes]
     if state.quota is not None:
         total = _total(w)
-        if not _fits(total, state.quota):
+        if not fit.fits(total, state.quota):
             return None
     return placed
 
@@ -407,7 +381,7 @@ def never_fits(w: Workload, ng: NodeGroup, q: Optional[Queue]) -> Optional[tuple
         for r, v in ps.requests.items():
             if v > 0 and ng.capacity.get(r, 0.0) <= 0:
                 return r, f"{_label(ps)}requests {_amount(r, v)}, and no node of the group offers {r}"
-            if v > ng.capacity.get(r, 0.0) + _EPS:
+            if v > ng.capacity.get(r, 0.0) + fit.EPS:
                 return r, (f"{_label(ps)}requests {_amount(r, v)} per pod, a {ng.instance.name} node offers "
                            f"{_amount(r, ng.capacity[r])} after the DaemonSets")
         if ps.one_per_node and ps.count > ng.count:
@@ -415,7 +389,7 @@ def never_fits(w: Workload, ng: NodeGroup, q: Optional[Queue]) -> Optional[tuple
                              f"{ng.count} node(s)")
     if place(w, State([dict(ng.capacity) for _ in range(ng.count)], None)) is None:
         need = _total(w)
-        short = [r for r, v in need.items() if v > ng.capacity.get(r, 0.0) * ng.count + _EPS]
+        short = [r for r, v in need.items() if v > ng.capacity.get(r, 0.0) * ng.count + fit.EPS]
         if short:
             r = short[0]
             return r, (f"needs {_amount(r, need[r])} in total, the {ng.count} node(s) offer "
@@ -423,7 +397,7 @@ def never_fits(w: Workload, ng: NodeGroup, q: Optional[Queue]) -> Optional[tuple
         return "nodes", f"its {w.pods} pods do not fit the {ng.count} node(s) together"
     if q is not None and q.own:
         for r, v in _total(w).items():
-            if v > q.quota.get(r, 0.0) + _EPS:
+            if v > q.quota.get(r, 0.0) + fit.EPS:
                 return r, (f"needs {_amount(r, v)} in total, ClusterQueue {q.cluster_queue} has a nominal quota "
                            f"of {_amount(r, q.quota.get(r, 0.0))}")
     return None
@@ -600,7 +574,9 @@ def _surge_fits(w: Workload, placed: list[tuple[int, dict[str, float]]], state: 
     it wants one per node), with the serving pods and the runs that start first in place."""
     ps = w.pod_sets[0]
     free = [dict(n) for n in state.free]
-    return _first_fit(ps, w.max_surge, free, {node for node, _ in placed}) is not None
+    surge = fit.first_fit(ps.requests, w.max_surge, free, one_per_node=ps.one_per_node,
+                          taken={node for node, _ in placed})
+    return len(surge) == w.max_surge
 
 
 def report(resources: list[Resource]) -> list[str]:
@@ -652,7 +628,7 @@ def report(resources: list[Resource]) -> list[str]:
 # --- rules ---------------------------------------------------------------------------------------
 
 
-@rule("schedule-fits", "every GPU workload fits the GPU node group whole (one pod per node for multi-node "
+@policy_rule("schedule-fits", "every GPU workload fits the GPU node group whole (one pod per node for multi-node "
                        "runs, allocatable after the DaemonSets, the queue's coverage and quota)",
       reads=(POD_TEMPLATES, INSTANCE_TYPE, GPU_NODE_COUNT))
 def _schedule_fits(resources, ctx):
@@ -666,7 +642,7 @@ def _schedule_fits(resources, ctx):
                             "catalog) or request only resources the GPU nodes offer", o.workload.pulumi_name)
 
 
-@rule("rollout-fits", "a Deployment on the GPU nodes surges only when its surge pods fit beside the serving pods "
+@policy_rule("rollout-fits", "a Deployment on the GPU nodes surges only when its surge pods fit beside the serving pods "
                       "and the runs that start with them", reads=(POD_TEMPLATES, INSTANCE_TYPE, GPU_NODE_COUNT))
 def _rollout_fits(resources, ctx):
     s = simulate(resources)
@@ -686,7 +662,7 @@ def _reaches(graph: "deploy_model.Graph", start: str, targets: Iterable[str]) ->
     return not targets or graph.reaches(start, targets)
 
 
-@rule("kueue-queue", "queued workloads name a LocalQueue of the stack whose ClusterQueue covers every resource "
+@policy_rule("kueue-queue", "queued workloads name a LocalQueue of the stack whose ClusterQueue covers every resource "
                      "their pods request, leave suspend to Kueue, and come after the queue and Kueue",
       reads=(POD_TEMPLATES, spec_of("LocalQueue"), spec_of("ClusterQueue")))
 def _kueue_queue(resources, ctx):
@@ -723,7 +699,7 @@ def _kueue_queue(resources, ctx):
                                 "refuses it or it is never admitted", f"add depends_on on {what}", w.pulumi_name)
 
 
-@rule("gpu-runs-queued", "with a LocalQueue in the stack (Kueue on), every GPU run names it: an unqueued run "
+@policy_rule("gpu-runs-queued", "with a LocalQueue in the stack (Kueue on), every GPU run names it: an unqueued run "
                          "is not admitted whole and takes GPUs past the queue",
       reads=(POD_TEMPLATES, spec_of("LocalQueue", what="metadata")))
 def _gpu_runs_queued(resources, ctx):

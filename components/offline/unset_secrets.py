@@ -12,6 +12,9 @@ it: `pulumi config set --secret rltrain:KEY VALUE`. Until then:
 Which secrets a stack needs is decided by the validation alone (secretEnv, a bring-your-own
 kubeconfig, the Grafana password, an alert receiver, ...): nothing here lists them.
 
+`load_stack` reads and validates a stack file this way: what the render, preflight, the scan
+report and the tests load a stack with.
+
     python -m components.offline.unset_secrets STACK   # KEY<TAB>COMMAND per secret not set; exit 2: invalid config
 """
 
@@ -25,6 +28,7 @@ from typing import Callable, Mapping, Optional, TypeVar
 
 from components.offline.mock_engine import ROOT
 from components.stack import config as config_mod
+from components.stack import validate
 from components.stack import stackfile
 
 T = TypeVar("T")
@@ -44,7 +48,7 @@ def command_of(value: str) -> Optional[str]:
     return None
 
 
-def named_by(err: config_mod.ConfigError, values: Mapping[str, str]) -> dict[str, str]:
+def named_by(err: validate.ConfigError, values: Mapping[str, str]) -> dict[str, str]:
     """{full key: command} of the problems that are a secret missing from `values` (and only that:
     a key present in plain text is a real problem)."""
     found: dict[str, str] = {}
@@ -64,7 +68,7 @@ def tolerating(check: Callable[[dict[str, str], set[str]], T], values: Mapping[s
     while True:
         try:
             return check(values, secret), values, secret
-        except config_mod.ConfigError as e:
+        except validate.ConfigError as e:
             missing = named_by(e, values)
             if not missing:
                 raise
@@ -73,13 +77,13 @@ def tolerating(check: Callable[[dict[str, str], set[str]], T], values: Mapping[s
 
 
 def program_check(values: Mapping[str, str], secret: set[str]) -> config_mod.StackConfig:
-    """The validation the running program does first (`config.from_pulumi`), on this config, in a
+    """The validation the running program does first (`validate.from_pulumi`), on this config, in a
     context of its own: what a real preview would refuse before creating anything."""
     import pulumi
 
     def _check() -> config_mod.StackConfig:
         pulumi.runtime.set_all_config(dict(values), sorted(secret))
-        return config_mod.from_pulumi()
+        return validate.from_pulumi()
 
     return contextvars.Context().run(_check)
 
@@ -103,14 +107,14 @@ def load_stack(stack: str, root: Path = ROOT) -> tuple[dict[str, str], set[str],
     prefix = f"{config_mod.NAMESPACE}:"
 
     def check(cfg_values: dict[str, str], secret: set[str]) -> config_mod.StackConfig:
-        return config_mod.load(
+        return validate.load(
             {k[len(prefix):]: v for k, v in cfg_values.items() if k.startswith(prefix)},
             secret_keys={k[len(prefix):] for k in secret if k.startswith(prefix)},
             region=cfg_values.get("aws:region"),
         )
 
     cfg, cfg_values, secret = tolerating(check, cfg_values, secret)
-    # A secret only the running program reads (its first line, config.from_pulumi) is found there.
+    # A secret only the running program reads (its first line, validate.from_pulumi) is found there.
     _, cfg_values, secret = tolerating(program_check, cfg_values, secret)
     return cfg_values, secret, cfg
 
@@ -123,7 +127,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     root = Path(args[1]).resolve() if len(args) == 2 else ROOT
     try:
         values, _, _ = load_stack(args[0], root)
-    except config_mod.ConfigError as e:
+    except validate.ConfigError as e:
         print(f"Pulumi.{args[0]}.yaml: {e.render()}", file=sys.stderr)
         return 2
     except stackfile.StackFileError as e:

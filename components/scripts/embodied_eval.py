@@ -10,6 +10,8 @@ by Kueue, in the trainer image's venv (RLinf, the simulator, torch):
         [--rlinf-repo /workspace/RLinf] -- HYDRA_OVERRIDE ...
 
 1. The step: `--step N` (complete, or refused: exit 4), else the newest complete step (none: exit 4).
+   Complete is the shared test (components/scripts/checkpoint_complete.py, mounted beside this
+   file): every mark loads; a newer torn step is skipped, named with the reason.
    A result file of that step already there: nothing to do (exit 0).
 2. RLinf's evaluation entry (RLinf/RLinf@0505431899574619 evaluations/eval_embodied_agent.py, the
    program evaluations/run_eval.sh runs; for a ManiSkill config not under evaluations/maniskill
@@ -45,6 +47,15 @@ import sys
 import time
 from typing import Optional, Sequence
 
+# The shared completeness test, mounted beside this file (see resume_wrapper.py for the two ways in).
+if __package__:
+    from .checkpoint_complete import incomplete_reason, newest_complete
+else:
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    if _HERE not in sys.path:
+        sys.path.insert(0, _HERE)
+    from checkpoint_complete import incomplete_reason, newest_complete
+
 EXIT_USAGE = 2
 EXIT_NO_STEP = 4
 EXIT_EVAL = 5
@@ -63,30 +74,20 @@ def say(message: str) -> None:
     print(f"[embodied-eval] {message}", flush=True)
 
 
-def complete(step_dir: str, marks: Sequence[str]) -> bool:
-    return all(os.path.isfile(os.path.join(step_dir, m)) for m in marks)
-
-
-def steps(steps_dir: str, prefix: str) -> list[tuple[int, str]]:
-    out = []
-    for path in glob.glob(os.path.join(glob.escape(steps_dir), f"{glob.escape(prefix)}*")):
-        tail = os.path.basename(path)[len(prefix):]
-        if tail.isdigit() and os.path.isdir(path):
-            out.append((int(tail), path))
-    return sorted(out)
-
-
 def choose_step(steps_dir: str, prefix: str, marks: Sequence[str], step: Optional[int]) -> tuple[Optional[int], str]:
     """(step, its directory) or (None, why not)."""
     if step is not None:
         d = os.path.join(steps_dir, f"{prefix}{step}")
-        if complete(d, marks):
+        why = incomplete_reason(d, marks) if os.path.isdir(d) else "no such directory"
+        if why is None:
             return step, d
-        return None, f"step {step} is not complete under {steps_dir} (missing one of {', '.join(marks)})"
-    done = [(n, d) for n, d in steps(steps_dir, prefix) if complete(d, marks)]
-    if not done:
+        return None, f"step {step} is not complete under {steps_dir} ({why}; marks: {', '.join(marks)})"
+    path, skipped = newest_complete(steps_dir, prefix, marks)
+    for torn, why in skipped:
+        say(f"skipping {torn}: incomplete, {why}")
+    if path is None:
         return None, f"no complete step under {steps_dir} yet (marks: {', '.join(marks)})"
-    return done[-1]
+    return int(os.path.basename(path)[len(prefix):]), path
 
 
 def already(out_dir: str, step: int) -> Optional[str]:

@@ -8,15 +8,18 @@ Usage (the export Job's command; components/workloads/export.py sets every flag)
         [--step N] --base-model /fsx/models/BASE --out DIR [--dtype bf16] [--wait-seconds S]
 
 1. The step: `--step N`, else the newest complete one. It is waited for (bounded by
-   `--wait-seconds`, polled) until every mark exists: a first `up` creates training, the export
-   and serving together, long before training has written the step.
+   `--wait-seconds`, polled) until it is complete: every mark loads (the shared test of
+   components/scripts/checkpoint_complete.py, mounted beside this file: a torch.save archive with
+   its zip directory, DCP metadata that parses to its end). A first `up` creates training, the
+   export and serving together, long before training has written the step. A newer step that is
+   not complete (a torn full_weights.pt) is skipped, named with the reason; an explicit step that
+   has every mark but is still torn when the wait ends is refused (exit 3).
 2. Idempotent: when `--out` holds the marker `.rltrain-export.json` of this step and the
    checkpoint's full_weights.pt has not changed since (size and mtime recorded), nothing is done.
 3. `actor/model_state_dict/full_weights.pt` must load. RLinf writes it in place with torch.save
    (RLinf/RLinf v0.3 rlinf/hybrid_engines/fsdp/strategy/base.py save_checkpoint), not atomically:
-   a save killed mid-write leaves a truncated zip. First a check of the zip's central directory
-   (torch.save writes a zip archive since torch 1.6; a truncated one has none), then torch.load on
-   the CPU. A file that does not load is refused (exit 3), and an earlier export is kept.
+   a save killed mid-write leaves a truncated zip, which step 1 never picks. Then torch.load on the
+   CPU. A file that does not load is refused (exit 3), and an earlier export is kept.
 4. Reasoning family: the base model (its config and tokenizer) with transformers, the full state
    dict loaded into it (strict, except weights the model ties), `save_pretrained` (safetensors)
    with the tokenizer. RLinf's own convertor (rlinf/utils/ckpt_convertor/fsdp_convertor/
@@ -38,13 +41,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from typing import Optional, Sequence
+
+# The shared completeness test, mounted beside this file (see resume_wrapper.py for the two ways in).
+if __package__:
+    from .checkpoint_complete import incomplete_reason, mark_problem, newest_complete
+else:
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    if _HERE not in sys.path:
+        sys.path.insert(0, _HERE)
+    from checkpoint_complete import incomplete_reason, mark_problem, newest_complete
 
 PREFIX = "[export]"
 MARKER = ".rltrain-export.json"
@@ -57,37 +67,28 @@ def say(message: str) -> None:
     print(f"{PREFIX} {message}", flush=True)
 
 
-def complete(step_dir: str, marks: Sequence[str]) -> bool:
-    return all(os.path.isfile(os.path.join(step_dir, m)) for m in marks)
-
-
-def newest_complete(steps_dir: str, prefix: str, marks: Sequence[str]) -> Optional[str]:
-    try:
-        names = os.listdir(steps_dir)
-    except FileNotFoundError:
-        return None
-    pattern = re.compile(re.escape(prefix) + r"(\d+)$")
-    found = sorted(((int(m.group(1)), n) for n in names if (m := pattern.match(n))), reverse=True)
-    for _, name in found:
-        path = os.path.join(steps_dir, name)
-        if os.path.isdir(path) and complete(path, marks):
-            return path
-    return None
-
-
-def wait_for_step(args: argparse.Namespace, marks: Sequence[str]) -> Optional[str]:
+def wait_for_step(args: argparse.Namespace, marks: Sequence[str]) -> tuple[Optional[str], Optional[str]]:
+    """(the step directory once complete, None) or, when the wait ends first, (None, why: the
+    last reason the step, or the newest one, was not complete)."""
     deadline = time.monotonic() + args.wait_seconds
+    said: set[str] = set()
     while True:
         if args.step is not None:
             path = os.path.join(args.steps_dir, f"{args.prefix}{args.step}")
-            if os.path.isdir(path) and complete(path, marks):
-                return path
+            why = incomplete_reason(path, marks) if os.path.isdir(path) else "no such directory yet"
+            if why is None:
+                return path, None
         else:
-            path = newest_complete(args.steps_dir, args.prefix, marks)
+            path, skipped = newest_complete(args.steps_dir, args.prefix, marks)
+            for torn, reason in skipped:
+                if torn not in said:
+                    say(f"skipping {torn}: incomplete, {reason}")
+                    said.add(torn)
             if path:
-                return path
+                return path, None
+            why = skipped[0][1] if skipped else "no step directory yet"
         if time.monotonic() >= deadline:
-            return None
+            return None, why
         time.sleep(args.poll_seconds)
 
 
@@ -106,10 +107,8 @@ def current(out: str, stamp: dict) -> bool:
 
 
 def check_loadable(path: str):
-    """The state dict of full_weights.pt, or raise ValueError naming the file and why."""
-    if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is not a complete torch.save archive (no zip central directory: "
-                         f"truncated, e.g. a save killed mid-write; RLinf writes it in place)")
+    """The state dict of full_weights.pt (complete by wait_for_step), or raise ValueError naming the
+    file and why."""
     try:
         import torch  # the trainer image's; imported only once the cheap check passed
     except ImportError as exc:
@@ -192,11 +191,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         marks.append(FULL_WEIGHTS)
     what = f"step {args.step}" if args.step is not None else "the newest complete step"
     say(f"waiting up to {args.wait_seconds:,.0f} s for {what} under {args.steps_dir} (marks: {', '.join(marks)})")
-    step_dir = wait_for_step(args, marks)
+    step_dir, why = wait_for_step(args, marks)
     if step_dir is None:
-        say(f"{what} under {args.steps_dir} was not complete after {args.wait_seconds:,.0f} s (missing one of "
+        explicit = os.path.join(args.steps_dir, f"{args.prefix}{args.step}") if args.step is not None else None
+        if explicit and os.path.isdir(explicit) and all(mark_problem(explicit, m) != "missing" for m in marks):
+            # Every mark is there but one does not load: a torn step, not one still to come.
+            kept = " (the previous export there is kept)" if os.path.isdir(args.out) else ""
+            say(f"refused: {what} under {args.steps_dir} is not a complete checkpoint ({why}). "
+                f"Not exported to {args.out}{kept}")
+            return EXIT_BAD_CHECKPOINT
+        say(f"{what} under {args.steps_dir} was not complete after {args.wait_seconds:,.0f} s ({why}; marks: "
             f"{', '.join(marks)}); the export Job's waitMinutes bounds this")
         return EXIT_TIMEOUT
+    say(f"exporting {step_dir}")
     stamp = source_stamp(step_dir)
     if current(args.out, stamp):
         say(f"{args.out} is already the export of {step_dir}: nothing to do")

@@ -33,9 +33,27 @@ Environment (set by the Pulumi program):
                                that is killed at the deadline) before giving
                                up with exit 8 (default 60).
     RAY_NODE_WAIT_SECONDS      how long the head then waits for NUM_NODES
-                               alive nodes before giving up (default 300).
+                               alive nodes, whose Kubernetes nodes are healthy
+                               (below), before giving up (default 300; the
+                               program sets the time a node repair takes).
     RAY_JOIN_DEADLINE_SECONDS  how long a worker retries reaching the head's
-                               port before giving up (default 600).
+                               port before giving up (default 600; the
+                               program sets the time a node repair takes).
+    POD_NAMESPACE, RUN_POD_SELECTOR  optional: the namespace and the label
+                               selector of this run's pods. With both and the
+                               pod's service-account token, the head asks the
+                               Kubernetes API about the nodes of those pods
+                               (_ray_launcher/node_health.py): it does not
+                               start the trainer while one is unhealthy (the
+                               node monitoring agent's condition, NotReady,
+                               cordoned, a NoExecute taint, deleted), and a
+                               trainer that fails while one is exits 9.
+                               Without them, or when the API cannot tell, Ray's
+                               count alone decides.
+    RESUME_LEDGER              optional (the resume wrapper's, beside this
+                               file): the head records a wait for nodes that
+                               ran out in the start ledger
+                               (resume_wrapper.py --record-stall).
     RAY_PEER_CHECK_SECONDS     after the training command failed, how long the
                                head watches its Ray for a lost node before
                                exiting with the trainer's code (default 70:
@@ -84,10 +102,15 @@ _ray_launcher/auth.py for why and how (Ray 2.60's sources).
 Exit codes (module-level EXIT_* names, importable by the Pulumi program):
 
     0   success (or an idle pod stopped by SIGTERM/SIGINT, or a worker whose
-        `ray start --block` exited 0)
+        `ray start --block` exited 0 without being stopped)
     2   EXIT_USAGE: bad configuration or usage
-    3   EXIT_NODES_TIMEOUT: the head did not see NUM_NODES nodes in time
+    3   EXIT_NODES_TIMEOUT: the head did not see NUM_NODES nodes (with healthy
+        Kubernetes nodes) in time. With a start ledger the attempt is recorded
+        there first (and 10 replaces 3 over its bound): the pod failure
+        policy then ignores 3, a peer that is gone, bounded by the ledger.
     4   EXIT_HEAD_UNREACHABLE: a worker could not reach the head's port in time
+        (with a start ledger, ignored like 3: the head's own bound and Kueue's
+        end the wait of its workers)
     5   EXIT_RAY_START_FAILED: `ray start --head` failed, or a worker's
         `ray start` exited before it had joined (e.g. a wrong RAY_AUTH_TOKEN)
     6   EXIT_HEAD_LOST: a worker had joined, then lost its head: `ray start
@@ -103,26 +126,35 @@ Exit codes (module-level EXIT_* names, importable by the Pulumi program):
         within RAY_CONNECT_TIMEOUT_SECONDS (or lost it while counting nodes)
     9   EXIT_PEER_LOST: the head's training command failed (exited non-zero,
         not stopped by SIGTERM/SIGINT) while fewer than NUM_NODES Ray nodes
-        were alive: a worker's node or pod was lost and the trainer failed on
-        the lost peer. A disruption, like EXIT_HEAD_LOST: the pod failure
-        policy should Ignore it. The head asks Ray only after a failure, in a
-        child process bounded by RAY_CONNECT_TIMEOUT_SECONDS and
-        RAY_PEER_CHECK_SECONDS (+5 s); when Ray cannot tell, the trainer's
-        code stands. A trainer that itself exits 6 or 9 with every node alive
-        (or unknown) gets 1: 6 and 9 mean a lost head or peer, nothing else.
+        were alive (a worker's node or pod was lost and the trainer failed on
+        the lost peer) or while a Kubernetes node of the run was unhealthy (a
+        GPU fault the node monitoring agent reported leaves every Ray node
+        alive). A disruption, like EXIT_HEAD_LOST: the pod failure policy
+        should Ignore it. The head asks only after a failure, Ray in a child
+        process bounded by RAY_CONNECT_TIMEOUT_SECONDS and
+        RAY_PEER_CHECK_SECONDS (+5 s), the API every 10 s within that window;
+        when neither tells, the trainer's code stands. A trainer that itself
+        exits 3, 4, 6 or 9 with every node alive and healthy (or unknown)
+        gets 1: those codes mean a peer or a wait, nothing else.
+    10  EXIT_NO_PROGRESS: the resume wrapper's (its start ledger refused
+        another attempt from the same checkpoint), from the trainer's start or
+        from the head's record of a wait that ran out (3).
     127 EXIT_NOT_FOUND: the training command or the `ray` CLI was not found
         on PATH (the message names the PATH searched: an image whose Ray lives
         in a virtual environment needs its bin directory first on PATH)
-    143/130 SIGTERM/SIGINT arrived before training started, or stopped a
-        joined worker (`ray start --block` itself would exit 1)
+    143/130 SIGTERM/SIGINT arrived before training started, stopped a
+        worker (`ray start --block` itself would exit 1, or 0), or stopped the
+        head's trainer, which exited 0 on it: a stop is never a success (the
+        Job's success policy on index 0 would complete a run that did not
+        finish)
     otherwise the training command's own exit code (128+N when it was killed
     by signal N), or a worker's `ray start --block` exit code when it failed
     while the head was still reachable.
 
 The head runs the training command as its child, passes SIGTERM/SIGINT on to
-it and otherwise passes its exit code through (but for 9, above), so a trainer
-should not itself exit with 2-9: a pod failure policy keyed on these codes
-cannot tell the launcher's from the trainer's.
+it and otherwise passes its exit code through (but for 9 and a stop, above),
+so a trainer should not itself exit with 2-10: a pod failure policy keyed on
+these codes cannot tell the launcher's from the trainer's.
 
 The program is this file and the package _ray_launcher/ beside it (its parts:
 config, auth, start, head, node_wait, training, worker, marker, processes; see its
@@ -144,7 +176,7 @@ from typing import Optional, Sequence
 # main() reads as their table of contents, and the tests reach the pure parts through this module.
 if __package__:
     # Imported as components.scripts.ray_launcher (the Pulumi program reads the exit codes).
-    from ._ray_launcher import (auth, common, config, head, marker, node_wait, processes, start,  # noqa: F401
+    from ._ray_launcher import (auth, common, config, head, marker, node_health, node_wait, processes, start,  # noqa: F401
                                 training, worker)
 else:
     # Run as a program (python3 /scripts/ray_launcher.py) or loaded from its path: the parts are
@@ -153,7 +185,7 @@ else:
     _HERE = os.path.dirname(os.path.abspath(__file__))
     if _HERE not in sys.path:
         sys.path.insert(0, _HERE)
-    from _ray_launcher import (auth, common, config, head, marker, node_wait, processes, start,  # noqa: F401
+    from _ray_launcher import (auth, common, config, head, marker, node_health, node_wait, processes, start,  # noqa: F401
                                training, worker)
 
 # The exit codes of the contract above, importable from here by the Pulumi program.
@@ -165,6 +197,7 @@ EXIT_HEAD_LOST = common.EXIT_HEAD_LOST
 EXIT_RAY_START_TIMEOUT = common.EXIT_RAY_START_TIMEOUT
 EXIT_RAY_CONNECT_FAILED = common.EXIT_RAY_CONNECT_FAILED
 EXIT_PEER_LOST = common.EXIT_PEER_LOST
+EXIT_NO_PROGRESS = common.EXIT_NO_PROGRESS
 EXIT_NOT_FOUND = common.EXIT_NOT_FOUND
 
 
@@ -193,7 +226,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.environ[cfg.node_rank_env] = str(cfg.rank)
     if cfg.done_marker is not None and os.path.exists(cfg.done_marker):
         return marker.idle_until_stopped(log, cfg.done_marker)
-    auth.prepare_ray_environment(log, cfg)
+    auth.prepare_ray_environment(log, is_head=cfg.is_head, ray_address=cfg.ray_address, mode=cfg.auth_mode)
     signal.signal(signal.SIGTERM, processes.exit_on_signal)
     try:
         if cfg.is_head:

@@ -7,8 +7,11 @@ Usage (the retention CronJob's command; components/workloads/retention.py sets e
         --marks actor/dcp_checkpoint/.metadata,actor/model_state_dict/full_weights.pt --keep 3 \
         [--protect DIR=STEP ...] [--max-deletions 4] [--min-age-seconds 3600] [--dry-run]
 
-A step directory is `<steps dir>/<prefix><N>`. It is *complete* when every mark exists (the same
-test as /scripts/resume_wrapper.py: the trainer writes the marks last). What a pass keeps:
+A step directory is `<steps dir>/<prefix><N>`. It is *complete* when every mark loads: the same
+test as /scripts/resume_wrapper.py and /scripts/export_hf.py (components/scripts/checkpoint_complete.py,
+mounted beside this file: a torch.save archive with its zip directory, DCP metadata that parses to
+its end), so a step whose full_weights.pt was torn mid-write never counts among the kept complete
+ones, and never lets an older complete one be deleted. What a pass keeps:
 
 - the newest `--keep` complete steps (K >= 1, so the step a restart resumes from, the newest
   complete one, is always kept until the trainer has written a newer one);
@@ -40,6 +43,15 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+# The shared completeness test, mounted beside this file (see resume_wrapper.py for the two ways in).
+if __package__:
+    from .checkpoint_complete import incomplete_reason
+else:
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    if _HERE not in sys.path:
+        sys.path.insert(0, _HERE)
+    from checkpoint_complete import incomplete_reason
+
 PREFIX = "[retention]"
 DELETING = ".rltrain-deleting-"
 EXIT_FAILED = 1
@@ -56,6 +68,7 @@ class Step:
     path: str
     complete: bool
     mtime: float  # newest modification time of anything inside (seconds since the epoch)
+    why: Optional[str] = None  # what is incomplete (checkpoint_complete.incomplete_reason)
 
 
 def tree_stats(path: str) -> tuple[int, float]:
@@ -82,8 +95,8 @@ def steps(steps_dir: str, prefix: str, marks: Sequence[str]) -> list[Step]:
         path = os.path.join(steps_dir, name)
         if not m or os.path.islink(path) or not os.path.isdir(path):
             continue
-        complete = all(os.path.isfile(os.path.join(path, mark)) for mark in marks)
-        out.append(Step(int(m.group(1)), path, complete, tree_stats(path)[1]))
+        why = incomplete_reason(path, marks)
+        out.append(Step(int(m.group(1)), path, why is None, tree_stats(path)[1], why))
     return sorted(out, key=lambda s: s.number, reverse=True)
 
 
@@ -101,7 +114,7 @@ def plan(found: Sequence[Step], keep: int, protect: set[int], min_age: float, no
         if s.complete:
             out.append((s, f"complete, older than the newest {keep} complete"))
         elif now - s.mtime >= min_age:
-            out.append((s, f"incomplete, older than the newest complete step {newest}, "
+            out.append((s, f"incomplete ({s.why}), older than the newest complete step {newest}, "
                            f"untouched for {now - s.mtime:,.0f} s"))
     return sorted(out, key=lambda x: x[0].number)
 
@@ -132,6 +145,9 @@ def prune(steps_dir: str, prefix: str, marks: Sequence[str], keep: int, protect:
     found = steps(steps_dir, prefix, marks)
     todo = plan(found, keep, protect, min_age, time.time() if now is None else now)
     complete = [s.number for s in found if s.complete]
+    for s in found:
+        if not s.complete and (not complete or s.number > complete[0]):
+            say(f"{s.path}: incomplete, {s.why}; kept (it may be being written), not counted as complete")
     say(f"{steps_dir}: {len(found)} step(s), complete {complete[:keep + 2]}{'...' if len(complete) > keep + 2 else ''}; "
         f"keeping the newest {keep} complete" + (f" and protected {sorted(protect)}" if protect else "")
         + f"; {len(todo)} to delete" + (f", {max_deletions} this pass" if len(todo) > max_deletions else ""))

@@ -15,6 +15,15 @@ checks:
         namespaced, so it lists every EFA device of the host; its count is
         only reported ("host has M"), never compared.
         (EXPECTED_EFA=0: passes only if the pod has no uverbs device)
+  provider  (`--efa-provider IMAGE` only: a multi-node stack with EFA) the image's
+        libfabric has a working EFA provider: `fi_info -p efa -t FI_EP_RDM`
+        exits 0 and lists `provider: efa`. libfabric's fi_info(1) filters the
+        fabric interfaces by provider (-p) and endpoint type (-t) and fails
+        when none matches; the EC2 user guide checks an EFA install with the
+        same command (efa-start, "Confirm that the EFA software components
+        were successfully installed"). NCCL reaches EFA only through it
+        (aws-ofi-nccl); without it a multi-node run falls back to TCP sockets
+        while it holds every EFA device of its nodes.
 
 Each check prints one "CHECK <name> PASS|FAIL: ..." line, and the output
 ends with exactly one summary line, e.g.
@@ -34,6 +43,12 @@ Environment:
   NODE_NAME      default: hostname (set from spec.nodeName via the downward API)
   VALIDATE_ROOT  default /; prefixed to /dev/infiniband, /sys/class/infiniband,
                  /dev/shm, FSX_PATH
+  FI_INFO        default: fi_info on PATH, else /opt/amazon/efa/bin/fi_info (the
+                 EFA installer's)
+
+Arguments:
+  --efa-provider IMAGE  run the provider check; IMAGE (the training image) is
+                 named in its message
   NVIDIA_SMI     default nvidia-smi
   NVIDIA_SMI_TIMEOUT  seconds, default 60
 
@@ -138,7 +153,17 @@ def load_config(env):
     cfg["ib_path"] = under_root(root, HOST_IB_DIR)
     cfg["nvidia_smi"] = env.get("NVIDIA_SMI", "").strip() or "nvidia-smi"
     cfg["node"] = env.get("NODE_NAME", "").strip() or socket.gethostname() or "unknown"
+    cfg["fi_info"] = env.get("FI_INFO", "").strip() or None
     return cfg
+
+
+def parse_args(argv):
+    """`--efa-provider IMAGE` or nothing: the image, or None (no provider check)."""
+    if not argv:
+        return None
+    if len(argv) == 2 and argv[0] == "--efa-provider" and argv[1].strip():
+        return argv[1].strip()
+    raise ConfigError(f"arguments: --efa-provider IMAGE or none, got {' '.join(argv)!r}")
 
 
 # -- checks -------------------------------------------------------------------
@@ -372,11 +397,72 @@ def check_efa(uverbs_path, ib_path, expected):
     return Check("efa", False, summary, f"{got}, expected {expected} ({hint})")
 
 
+# The EFA installer puts fi_info here (its libfabric under /opt/amazon/efa).
+EFA_FI_INFO = "/opt/amazon/efa/bin/fi_info"
+PROVIDER_LINE = re.compile(r"^\s*provider:\s*(\S+)\s*$", re.MULTILINE)
+PROVIDER_FIX = (
+    "build the image with the stack (workloads.image: {build: {target: ...}}: RLinf plus the EFA "
+    "installer, aws-ofi-nccl, GDRCopy and NCCL) or add the EFA installer to your image "
+    "(docs/running-for-real.md, \"What a multi-node image must contain\")"
+)
+
+
+def _fi_info(explicit):
+    if explicit:
+        return explicit
+    import shutil
+
+    return shutil.which("fi_info") or EFA_FI_INFO
+
+
+def check_provider(fi_info, image, timeout):
+    """libfabric's EFA provider in the image, as NCCL's plugin will open it."""
+    cmd = [fi_info, "-p", "efa", "-t", "FI_EP_RDM"]
+    shown = " ".join(cmd)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        return Check(
+            "provider",
+            False,
+            "nofabric",
+            f"{fi_info} not found: {image} has no libfabric, so a multi-node run "
+            f"would fall back to TCP sockets; {PROVIDER_FIX}",
+        )
+    except subprocess.TimeoutExpired:
+        return Check("provider", False, "hung", f"{shown} timed out after {timeout:g}s")
+    except OSError as exc:
+        return Check("provider", False, "nofabric", f"cannot run {fi_info}: {exc}; {PROVIDER_FIX}")
+    providers = sorted(set(PROVIDER_LINE.findall(proc.stdout or "")))
+    if proc.returncode == 0 and "efa" in providers:
+        return Check(
+            "provider",
+            True,
+            "efa",
+            f"{shown} lists the EFA provider in {image}",
+        )
+    if proc.returncode == 0 and providers:
+        got = f"lists only {', '.join(providers)}"
+    else:
+        got = "exited {}: {}".format(
+            proc.returncode, _tail(proc.stderr) or _tail(proc.stdout) or "no output"
+        )
+    return Check(
+        "provider",
+        False,
+        "noefa",
+        f"{shown} {got}: {image} has no working EFA provider (libfabric without "
+        f"it, or the EFA devices not usable), so NCCL would fall back to TCP "
+        f"sockets; {PROVIDER_FIX}",
+    )
+
+
 def summary_line(node, checks):
     fields = {c.name: c.summary for c in checks}
     failed = [c.name for c in checks if not c.ok]
     parts = ["VALIDATION", f"node={node}"]
-    parts += [f"{name}={fields[name]}" for name in ("gpus", "efa", "fsx", "shm")]
+    parts += [f"{name}={fields[name]}" for name in ("gpus", "efa", "fsx", "shm", "provider")
+              if name in fields]
     if failed:
         parts += ["RESULT=FAIL", "failed={}".format(",".join(failed))]
     else:
@@ -384,10 +470,12 @@ def summary_line(node, checks):
     return " ".join(parts)
 
 
-def main(env=None):
+def main(env=None, argv=None):
     env = os.environ if env is None else env
+    argv = sys.argv[1:] if argv is None else argv
     try:
         cfg = load_config(env)
+        provider_image = parse_args(argv)
     except ConfigError as exc:
         node = env.get("NODE_NAME", "").strip() or socket.gethostname() or "unknown"
         print(f"VALIDATION ERROR: {exc}", file=sys.stderr, flush=True)
@@ -400,6 +488,10 @@ def main(env=None):
         check_fsx(cfg["fsx_path"], cfg["fsx_display"], cfg["node"]),
         check_shm(cfg["shm_path"], cfg["shm_min_gib"]),
     ]
+    if provider_image is not None:
+        checks.append(
+            check_provider(_fi_info(cfg["fi_info"]), provider_image, cfg["smi_timeout"])
+        )
     for check in checks:
         print(check.line(), flush=True)
     print(summary_line(cfg["node"], checks), flush=True)

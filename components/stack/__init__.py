@@ -1,0 +1,1 @@
+"""What the user writes and what is derived from it: config models and checks, catalog, pins, names (no resources)."""

@@ -285,3 +285,26 @@ def shm_default_gib(it: InstanceType) -> int:
     node; the reference's 64 GiB sits between the p4de (72) and p5 (128) figures this gives.
     """
     return max(8, min(256, math.floor(it.memory_gib / 16)))
+
+
+# The whole-node training pod (components/workloads/sizing.py builds it; the config checks,
+# components/stack/validate.py, refuse a /dev/shm it cannot hold): its memory request and limit
+# leave this share of the conservative allocatable free besides the DaemonSets, and the
+# memory-backed /dev/shm, charged to that limit (FACTS.md), may take at most SHM_MAX_SHARE of it.
+MEMORY_HEADROOM = 0.02
+SHM_MAX_SHARE = 0.25
+
+
+def pod_memory_mib(it: InstanceType, *, efa: bool) -> int:
+    """The whole-node pod's memory request and limit in MiB, whole GiB: the conservative allocatable
+    (net of the EFA huge pages on an EFA node) less the DaemonSets and MEMORY_HEADROOM."""
+    alloc = it.allocatable(efa=efa)
+    mib = (alloc.memory_mib_conservative - DAEMONSET_MEMORY_MIB
+           - math.ceil(alloc.memory_mib_conservative * MEMORY_HEADROOM))
+    return (mib // GIB_IN_MIB) * GIB_IN_MIB
+
+
+def max_shm_gib(it: InstanceType, efa: int) -> int:
+    """The largest /dev/shm (GiB) the training pod can have on `it` with `efa` EFA devices: SHM_MAX_SHARE
+    of its memory limit."""
+    return math.floor(pod_memory_mib(it, efa=efa > 0) * SHM_MAX_SHARE / GIB_IN_MIB)

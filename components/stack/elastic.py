@@ -10,22 +10,20 @@ room for all its pods, and `waitForPodsReady` releases an admitted run whole whe
 all Ready in time (a node that never launched); the run is requeued whole (docs/elastic-capacity.md).
 
 A module of its own beside the component it feeds (not stack/config.py, which only holds the
-field); pure (no Pulumi); stack/config calls `problems` through refusals.stack_problems.
+field); pure (no Pulumi). What elastic mode refuses (keys that need each other, a maximum below the
+widest run, a Capacity Block outside its window) is checked in components/stack/validate.py; the
+most nodes the stack may hold is `GpuNodesConfig.node_limit`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Optional
 
 from pydantic import Field, model_validator
 
 from components.stack.model_base import _Model
 
-if TYPE_CHECKING:  # pragma: no cover
-    from components.stack.config import StackConfig
-
-KEY = "rltrain:gpuNodes.elastic"
 # The pod annotation that keeps Karpenter from voluntarily disrupting (consolidation, drift,
 # expiration) the node a pod runs on (sigs.k8s.io/karpenter v1.14.0 pkg/apis/v1/labels.go
 # DoNotDisruptAnnotationKey "karpenter.sh/do-not-disrupt"): every GPU pod of an elastic stack.
@@ -66,75 +64,7 @@ class ElasticConfig(_Model):
     """bring your own cluster: Karpenter already runs there with a NodePool for these GPU nodes (the stack installs Karpenter only on a cluster it creates); required with `cluster.existing`, refused without it"""
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
-def enabled(cfg: "StackConfig") -> bool:
-    return cfg.gpu_nodes.elastic.enabled
-
-
-def max_nodes(cfg: "StackConfig") -> int:
-    """The most GPU nodes the stack may hold: the maximum in elastic mode, the count otherwise."""
-    e = cfg.gpu_nodes.elastic
-    return (e.max_nodes or cfg.gpu_nodes.count) if e.enabled else cfg.gpu_nodes.count
-
-
-def widest_run(cfg: "StackConfig") -> tuple[int, str]:
-    """(nodes, what) of the widest workload the stack runs: validation and the NCCL test take every
-    one of `gpuNodes.count` nodes (components/workloads/validation.py, nccl.py), the multi-node run
-    its `nodes`."""
-    w = cfg.workloads
-    widths = [(cfg.gpu_nodes.count, "gpuNodes.count (validation, the NCCL test, the default run width)")]
-    if w.multi_node.enabled:
-        widths.append((cfg.multi_node_count, "the multi-node run (workloads.multiNode.nodes)"))
-    return max(widths, key=lambda x: x[0])
-
-
-def pod_annotations(cfg: "StackConfig") -> dict[str, str]:
+def pod_annotations(e: ElasticConfig) -> dict[str, str]:
     """Annotations of every GPU pod: do-not-disrupt in elastic mode (a training node is never
     consolidated or drifted while the run is on it), none otherwise (no change to fixed stacks)."""
-    return dict(DO_NOT_DISRUPT) if enabled(cfg) else {}
-
-
-def problems(cfg: "StackConfig", now: Optional[Callable[[], dt.datetime]] = None) -> list[tuple[str, str]]:
-    """What elastic mode refuses before anything is created, each with its key and what is allowed."""
-    e = cfg.gpu_nodes.elastic
-    out: list[tuple[str, str]] = []
-    if not e.enabled:
-        for name, set_ in (("maxNodes", e.max_nodes is not None), ("capacityBlock", e.capacity_block is not None),
-                           ("existingKarpenter", e.existing_karpenter)):
-            if set_:
-                out.append((f"{KEY}.{name}", "only with elastic.enabled: true (the fixed node group ignores it)"))
-        return out
-    width, what = widest_run(cfg)
-    top = max_nodes(cfg)
-    if top < width:
-        out.append((f"{KEY}.maxNodes", f"{top} is smaller than the widest run, {what}: {width} nodes; Kueue would "
-                    f"never admit it whole (its quota is the maximum). Allowed: {width}-256"))
-    cap = cfg.gpu_nodes.capacity.type
-    if cap == "capacity-block":
-        w = e.capacity_block
-        if w is None:
-            out.append((f"{KEY}.capacityBlock", "required with capacity.type capacity-block: the block's start and "
-                        "end (aws ec2 describe-capacity-reservations --capacity-reservation-ids ID: StartDate, "
-                        "EndDate)"))
-        else:
-            t = (now or _now)()
-            if not w.start <= t < w.end:
-                when = "has not started" if t < w.start else "has ended"
-                out.append((f"{KEY}.capacityBlock", f"the Capacity Block {when} (window {w.start.isoformat()} to "
-                            f"{w.end.isoformat()}, now {t.replace(microsecond=0).isoformat()}): EC2 launches into a "
-                            "block only inside its window, so every run would stay queued. Apply inside the window, "
-                            "or use capacity.type on-demand / odcr"))
-    elif e.capacity_block is not None:
-        out.append((f"{KEY}.capacityBlock", f"only with capacity.type capacity-block (got {cap})"))
-    if cfg.byo_cluster and not e.existing_karpenter:
-        out.append((f"{KEY}.existingKarpenter", "a bring-your-own cluster needs Karpenter already running with a "
-                    "NodePool for the GPU nodes (this stack installs Karpenter, its IAM roles and interruption "
-                    "queue only on a cluster it creates): set existingKarpenter: true once it does, or turn "
-                    "elastic off"))
-    if e.existing_karpenter and not cfg.byo_cluster:
-        out.append((f"{KEY}.existingKarpenter", "only with cluster.existing: a created cluster gets the stack's own "
-                    "Karpenter"))
-    return out
+    return dict(DO_NOT_DISRUPT) if e.enabled else {}

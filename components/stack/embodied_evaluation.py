@@ -9,7 +9,7 @@ A module of its own beside the component it feeds (not stack/config.py).
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import Field
 
@@ -24,8 +24,8 @@ class EmbodiedEvaluation(_Model):
 
     enabled: bool = False
     """the embodied evaluation Job (only with a trainer profile of the embodied family); a finished Job stays until the step changes"""
-    run: Literal["single-node", "multi-node"] = "single-node"
-    """training run whose checkpoints are evaluated"""
+    run: str = Field("single-node", pattern=r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+    """training run whose checkpoints are evaluated: `single-node`, `multi-node` or a named run (workloads.runs) of the stack's trainer config"""
     step: Optional[int] = Field(None, ge=1)
     """checkpoint step evaluated (one the config saves); none = the newest complete step when the Job starts"""
     overrides: tuple[str, ...] = ()

@@ -42,6 +42,6 @@ class ExportConfig(_Model):
     image: Optional[str] = None
     """image of the export Job; none = the training image (its venv has torch and transformers)"""
     wait_minutes: Optional[int] = Field(None, ge=5, le=20160)
-    """how long the export Job waits for the step's checkpoint to be complete, and the serving pods for the export; none = the run's deadline (maxRunMinutes + the pull margin)"""
+    """how long the export Job waits for the step's checkpoint to be complete, and the serving pods for the export; none = the run's deadline (maxRunMinutes + the pull margin + the room for its infrastructure restarts)"""
     cpu: int = Field(4, ge=1, le=64)
     """CPUs of the export Job (CPU only; no GPU)"""

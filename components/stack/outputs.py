@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.stack import catalog, elastic
+from components.stack import catalog
 from components.stack.config import StackConfig
 
 
@@ -27,8 +27,8 @@ def cost_per_hour(cfg: StackConfig) -> dict[str, Any]:
     fsx_usd = catalog.fsx_usd_per_hour(fsx.storage_capacity_gib, fsx.per_unit_storage_throughput) if fsx else 0.0
     fsx_part = f" + FSx {fsx.storage_capacity_gib} GiB at ${fsx_usd:.2f}/h" if fsx else ""
     dated = {"priceDate": it.price.date, "priceSource": f"{it.price.source}; {catalog.FSX_PRICE.source}"}
-    if elastic.enabled(cfg):
-        top = elastic.max_nodes(cfg)
+    if cfg.gpu_nodes.elastic.enabled:
+        top = cfg.gpu_nodes.node_limit
         at_max = round(it.price.usd_per_hour * top + fsx_usd, 2)
         return {
             "usd": at_max,

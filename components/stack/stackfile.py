@@ -15,6 +15,14 @@ SECRET = "[secret]"
 # How a secret the stack needs and its file does not hold shows there: `[secret not set: <command>]`
 # (components/offline/unset_secrets.py).
 NOT_SET_PREFIX = "[secret not set: "
+# The offline render's engine tells the program it runs offline, with no AWS account to ask, by this
+# config key, set in-process beside the stack's own config (components/offline/mock_engine.py;
+# read by components/aws/platform.py `offline`). Config, not an environment variable: it lives in
+# the run's context only, so it neither leaks into a later program of the same process nor into a
+# child process (a real `pulumi up` the simulated-cluster tests start). Never a stack file's key:
+# `read` refuses it, and so does the program when the CLI hands it over (validate.from_pulumi).
+OFFLINE_NAMESPACE, OFFLINE_NAME = "rltrain-render", "offline"
+OFFLINE_KEY = f"{OFFLINE_NAMESPACE}:{OFFLINE_NAME}"
 
 
 class StackFileError(Exception):
@@ -48,6 +56,9 @@ def read(path: Path) -> tuple[dict[str, str], set[str]]:
     config: dict[str, str] = {}
     secret: set[str] = set()
     for key, value in raw.items():
+        if key == OFFLINE_KEY:
+            raise StackFileError(f"{path}: {key} is set by the offline render's engine only: a stack file that sets "
+                                 "it would skip a real deploy's account checks")
         if isinstance(value, dict) and set(value) == {"secure"}:
             config[key] = SECRET
             secret.add(key)

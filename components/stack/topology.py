@@ -64,17 +64,6 @@ class KubeletPolicies:
     why: str
 
 
-def pod_gpu_shapes(cfg: StackConfig) -> list[int]:
-    """GPUs per pod of every GPU pod shape the stack runs on the node group."""
-    w, it = cfg.workloads, cfg.gpu_nodes.instance
-    shapes = []
-    if w.single_node.enabled or w.multi_node.enabled or w.validation.enabled or w.nccl_test.enabled:
-        shapes.append(it.gpu_count)
-    if w.serving.enabled:
-        shapes.append(w.serving.gpus_per_replica)
-    return shapes
-
-
 def derive(cfg: StackConfig) -> KubeletPolicies:
     it = cfg.gpu_nodes.instance
     fractional = cfg.workloads.serving.enabled and cfg.workloads.serving.gpus_per_replica < it.gpu_count

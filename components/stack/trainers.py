@@ -168,6 +168,19 @@ class TrainerProfile:
     default_config: str
     experiment_name: str  # workloads.experimentName unless set: names the run's checkpoint directory
     source: str  # where the profile's values come from (shown in errors and docs)
+    # What the stack builds for this trainer (workloads.image: {build: ...}, components/aws/image.py):
+    # RLinf docker/Dockerfile's BUILD_TARGET and the RLinf commit.
+    image_target: str = ""
+    image_revision: str = RLINF_COMMIT
+    # Hydra keys the program (or the profile's command) sets for the checkpoint and log directories
+    # and resume, with why: a run's overrides may not set them (components/workloads/trainer.py
+    # program_keys adds the config's placement and staged paths).
+    output_keys: Mapping[str, str] = field(default_factory=dict)
+    # Where the trainer writes its TensorBoard event files, relative to the checkpoint directory
+    # ({experiment}, {config_experiment} as in ResumeTerms.steps_under); "" = not known.
+    tensorboard_under: str = ""
+    # The headline scalars' TensorBoard tags: reward, loss, seconds per step (the Grafana panel).
+    headline_tags: Mapping[str, str] = field(default_factory=dict)
 
     def venv_bin(self, venv: str) -> str:
         return f"{self.venv_root}/{venv}/bin"
@@ -189,6 +202,10 @@ IMAGE_PATH = ("/opt/amazon/openmpi/bin:/opt/amazon/efa/bin:/opt/gdrcopy/bin:/usr
               "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 
 MODELS = "/fsx/models"
+# RLINF rlinf/utils/metric_logger.py MetricLogger: runner.logger.logger_backends, a list of
+# tensorboard, wandb, swanlab; every run's, set from workloads.curves.loggerBackends.
+LOGGERS_KEY = "runner.logger.logger_backends"
+LOGGERS_WHY = "the loggers of every run: workloads.curves.loggerBackends"
 ASSETS = "/fsx/assets"
 
 _STAGES = {s.name: s for s in (
@@ -295,6 +312,23 @@ RLINF = TrainerProfile(
     default_config="maniskill_ppo_openvlaoft",
     experiment_name="maniskill-openvlaoft-ppo",
     source=f"RLinf/RLinf@{RLINF_COMMIT[:12]} (v0.3) in aws-samples/sample-rlinf-on-eks@{SAMPLE_COMMIT[:12]}",
+    # SAMPLE examples/buildspec.yml BUILD_TARGET: ManiSkill + LIBERO with the openvla and openvla-oft
+    # venvs (RLINF docker/Dockerfile embodied-maniskill_libero-image).
+    image_target="embodied-maniskill_libero",
+    # run_training_eks.sh passes runner.logger.log_path=${CKPT_PATH}/${EXPERIMENT_NAME}; RLINF
+    # embodied_runner.py _save_checkpoint writes under <log_path>/<runner.logger.experiment_name>;
+    # runner.resume_dir is the resume wrapper's (RLINF examples/embodiment/config/*.yaml runner:).
+    output_keys={"runner.logger.log_path": "the run's checkpoint and log directory (run_training_eks.sh sets it from CKPT_PATH)",
+                 "runner.logger.experiment_name": "a level of the checkpoint path the resume wrapper reads",
+                 "runner.resume_dir": "resume (the resume wrapper sets it; a warm start is resumeFrom)",
+                 LOGGERS_KEY: LOGGERS_WHY},
+    # RLINF rlinf/utils/metric_logger.py MetricLogger: TensorBoard event files (torch.utils.tensorboard
+    # SummaryWriter) in <runner.logger.log_path>/tensorboard; logger_backends ["tensorboard"] in the configs.
+    tensorboard_under="{experiment}/tensorboard",
+    # RLINF embodied_runner.py: rollout/<k> of metric_utils.compute_rollout_metrics ("rewards": the
+    # mean reward), train/<k> of the actor's metrics (fsdp_actor_worker.py "actor/total_loss"),
+    # time/<k> of the runner's timer ("step").
+    headline_tags={"reward": "rollout/rewards", "loss": "train/actor/total_loss", "seconds per step": "time/step"},
 )
 
 
@@ -303,7 +337,8 @@ RLINF = TrainerProfile(
 # `reason-image` target (RLINF docker/Dockerfile: `install.sh agentic --venv reason`, ~/.bashrc
 # sources /opt/venv/reason/bin/activate). The image's layout beyond RLinf's Dockerfile is the
 # builder's: RLINF_REPO below is where this profile expects RLinf's source (examples/ is not
-# copied by RLinf's Dockerfile) - a placeholder to match to the image you build.
+# copied by RLinf's Dockerfile); the image the stack builds puts it there
+# (components/image/install_sources.sh), an image you bring must too.
 
 RLINF_REPO = "/workspace/RLinf"
 DATASETS = "/fsx/datasets"
@@ -346,8 +381,11 @@ RLINF_REASONING = TrainerProfile(
              + RLINF_REPO + '/examples/reasoning/config/math --config-name "$CONFIG_NAME" '
              'runner.output_dir="$CKPT_PATH" $HYDRA_OVERRIDES'),
     venv_root=VENV_ROOT,
-    # The reason image is RLINF docker/Dockerfile's own (no sample layer): the CUDA base's PATH.
-    image_path="/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    # The reason target of RLINF docker/Dockerfile under the stack's EFA overlay (components/image/
+    # Dockerfile puts the EFA installer's and GDRCopy's directories before the CUDA base's PATH, as
+    # the sample's layer does): the same PATH as the embodied image. On RLinf's image without the
+    # overlay the first three directories do not exist, which PATH lookups skip.
+    image_path=IMAGE_PATH,
     configs={
         # RLINF examples/reasoning/config/math/qwen2.5-1.5b-grpo-fsdp.yaml: cluster.num_nodes 1,
         # component_placement `actor,rollout,reward: all`; actor.training_backend fsdp,
@@ -379,6 +417,22 @@ RLINF_REASONING = TrainerProfile(
     default_config="qwen2.5-1.5b-grpo-fsdp",
     experiment_name="math-grpo",
     source=f"RLinf/RLinf@{RLINF_COMMIT[:12]} (v0.3) examples/reasoning, reason-image target",
+    image_target="reason",
+    # The command passes runner.output_dir="$CKPT_PATH"; RLINF qwen2.5-1.5b-grpo-fsdp.yaml runner:
+    # logger.log_path ${runner.output_dir}/${runner.experiment_name}; reasoning_runner.py
+    # _save_checkpoint writes <output_dir>/<experiment_name>/checkpoints; resume_dir is the wrapper's.
+    output_keys={"runner.output_dir": "the run's checkpoint directory (the command sets it from CKPT_PATH)",
+                 "runner.experiment_name": "a level of the checkpoint path the resume wrapper reads",
+                 "runner.logger.log_path": "where the curves are written (TensorBoard serves them from there)",
+                 "runner.resume_dir": "resume (the resume wrapper sets it; a warm start is resumeFrom)",
+                 LOGGERS_KEY: LOGGERS_WHY},
+    # RLINF metric_logger.py: <log_path>/tensorboard = <output_dir>/<experiment_name>/tensorboard.
+    tensorboard_under="{config_experiment}/tensorboard",
+    # RLINF reasoning_runner.py: rollout/<k> of utils/distributed.py compute_rollout_metrics
+    # ("reward_scores"), actor/training/<k> of fsdp_actor_worker.py's ("actor/final_loss"),
+    # time/<k> of the runner's timer ("step").
+    headline_tags={"reward": "rollout/reward_scores", "loss": "actor/training/actor/final_loss",
+                   "seconds per step": "time/step"},
 )
 
 PROFILES: dict[str, TrainerProfile] = {RLINF.name: RLINF, RLINF_REASONING.name: RLINF_REASONING}
@@ -468,3 +522,28 @@ def idle_nodes(ranks: Mapping[str, list[tuple[int, int]]], nodes: int, gpus: int
 def summary_text(ranks: Mapping[str, list[tuple[int, int]]]) -> str:
     """`actor 0-15, env 0-3,8-11, rollout 4-7,12-15`."""
     return ", ".join(f"{comp} {placement_text(r)}" for comp, r in ranks.items())
+
+
+def config_overrides(tc: TrainerConfig, nodes: int, gpus: int) -> list[str]:
+    """The overrides every run of `tc` over `nodes` x `gpus` gets: the config's own (staged model and
+    data paths), then placement and scaled batch sizes when they differ from the config's."""
+    out = list(tc.overrides)
+    if tc.all_gpus or (tc.placement and (nodes > 1 or gpus != tc.gpus_per_node)):
+        out += placement_overrides(tc, nodes, gpus)
+    return out
+
+
+def program_keys(profile: TrainerProfile, tc: TrainerConfig, nodes: int, gpus: int) -> dict[str, str]:
+    """Hydra keys the program sets for a run of `tc` over `nodes` x `gpus`, each with why: the
+    checkpoint and log directories and resume (the profile's output_keys), the staged model and data
+    paths, the placement and the batch sizes scaled with the nodes. A run's overrides may not repeat
+    them: Hydra keeps the last value, so the run would silently undo what placement, resume or the
+    checkpoint contract depend on."""
+    out = dict(profile.output_keys)
+    for text in config_overrides(tc, nodes, gpus):
+        key = text.split("=", 1)[0]
+        out.setdefault(key, f"placement over the run's {nodes * gpus} GPUs" if key.startswith("cluster.")
+                       or key in tc.scaled else "a model or data path the staging Job puts on /fsx")
+    if tc.placement or tc.all_gpus:
+        out.setdefault("cluster.component_placement", f"placement over the run's {nodes * gpus} GPUs")
+    return out

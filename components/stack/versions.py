@@ -31,6 +31,10 @@ EFA_PLUGIN_KNOWN_TYPES = ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.4
 # `oci://` chart reference with no repository (pulumi-kubernetes provider/pkg/provider/helm_release.go,
 # resolveChartName; OCI support since pulumi-kubernetes 3.16, #1892).
 KUEUE = Chart("kueue", "0.19.2", "oci://registry.k8s.io/kueue/charts")
+KUEUE_CHART_REF = f"{KUEUE.repo}/{KUEUE.chart}"
+# The API version of Kueue's objects (ClusterQueue, LocalQueue, ResourceFlavor, Topology) that v0.19.2
+# serves and stores (apis/kueue/v1beta2).
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 KUEUE_NAMESPACE = "kueue-system"
 # KubeRay (FACTS.md "KubeRay"; components/k8s/kuberay.py): chart kuberay-operator 1.6.2 from the
 # project's Helm repository (ray-project/kuberay tag v1.6.2: helm-chart/kuberay-operator/Chart.yaml
@@ -56,7 +60,6 @@ KARPENTER_CRD = Chart("karpenter-crd", "1.14.0", "oci://public.ecr.aws/karpenter
 KARPENTER_NAMESPACE = "kube-system"
 KARPENTER_SERVICE_ACCOUNT = "karpenter"
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
-FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 POD_IDENTITY_ADDON = "eks-pod-identity-agent"
 VPC_CNI_ADDON = "vpc-cni"
 KUBE_PROXY_ADDON = "kube-proxy"
@@ -88,7 +91,6 @@ EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 # values.schema.json at these versions.
 KUBE_PROMETHEUS_STACK = Chart("kube-prometheus-stack", "88.5.3", "https://prometheus-community.github.io/helm-charts")
 KUBE_STATE_METRICS_APP = "2.20.0"
-NODE_EXPORTER_APP = "1.12.1"
 # dcgm-exporter chart 4.8.2 (NVIDIA/dcgm-exporter deployment/Chart.yaml at tag 4.5.3-4.8.2, image
 # nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless); no values.schema.json.
 DCGM_EXPORTER = Chart("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts")
@@ -138,6 +140,12 @@ def eks_addons(kubernetes_version: str) -> dict[str, str]:
 # `vllm.entrypoints.openai.api_server`; the program names the module itself so the pod does not
 # depend on the image's ENTRYPOINT. Metric names read by the dashboard: monitoring_metrics.py.
 VLLM_OPENAI_IMAGE = "docker.io/vllm/vllm-openai:v0.11.0"
+# TensorBoard for the runs' curves (components/workloads/curves.py): TensorFlow's CPU image, whose
+# tensorflow 2.20.0 pip package requires tensorboard~=2.20 (tensorflow/tools/pip_package/setup.py at
+# v2.20.0, REQUIRED_PACKAGES). Pinned by tag only: not pulled from here, check `docker run --rm IMAGE
+# tensorboard --version` before the first `up`. The RLinf training image also carries tensorboard
+# (RLinf pyproject.toml at 0505431 lists it) but is 15-20 GB, too large for the system nodes.
+TENSORBOARD_IMAGE = "docker.io/tensorflow/tensorflow:2.20.0"
 # The evaluation CronJob's script uses the standard library only: the same pinned Python image as
 # the EFA exporter.
 EVALUATION_IMAGE = EFA_EXPORTER_IMAGE

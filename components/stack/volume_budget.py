@@ -11,17 +11,17 @@ RLinf rlinf/hybrid_engines/fsdp/strategy/base.py save_checkpoint), or `workloads
 when set. The total must fit the FSx capacity less `checkpoints.volumeMarginPercent`; otherwise the
 stack is refused with the numbers and the fixes.
 
-Pure (no Pulumi); stack/config calls `problems` through refusals.stack_problems.
+Pure (no Pulumi). The refusal, with the numbers and the fixes, is components/stack/validate.py's;
+the summary's lines are `lines`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-if TYPE_CHECKING:  # pragma: no cover
-    from components.stack.config import StackConfig
+from components.stack.config import StackConfig
 
 # FSx for Lustre PERSISTENT_2 capacities: 1200, 2400, then multiples of 2400 GiB (config.FsxConfig).
 FSX_STEP_GIB = 2400
@@ -47,8 +47,9 @@ class Budget:
 
 
 def run_names(cfg: StackConfig) -> list[str]:
-    w = cfg.workloads
-    return [n for n, on in (("single-node", w.single_node.enabled), ("multi-node", w.multi_node.enabled)) if on]
+    """Every run whose checkpoints the volume keeps: the enabled runs, and a named run with
+    `enabled: false` (its Job is gone, its checkpoints stay and are pruned like the others)."""
+    return [r.name for r in cfg.training_runs]
 
 
 def checkpoint_gib(cfg: StackConfig) -> Optional[float]:
@@ -149,8 +150,10 @@ def lines(cfg: StackConfig) -> list[str]:
         if retention_on(cfg) or cfg.workloads.resume_terms is None:
             return []
         return ["volume budget: none (workloads.checkpoints.enabled false: nothing prunes checkpoints)"]
+    off = {r.name for r in cfg.training_runs if not r.enabled}
     out = [f"checkpoint budget {run}: ({b.keep} kept + 1 being written"
            + (" + 1 served" if served_extra(cfg, run) else "") + f") x {b.checkpoint_gib:,.1f} GiB = {g:,.1f} GiB"
+           + (" (disabled: its Job is gone, its checkpoints stay)" if run in off else "")
            for run, g in b.runs]
     breakdown = save_breakdown(cfg)
     if breakdown:
@@ -160,23 +163,3 @@ def lines(cfg: StackConfig) -> list[str]:
                f"(FSx {b.capacity_gib} GiB less {cfg.workloads.checkpoints.volume_margin_percent} % margin): "
                + ("fits" if b.fits else "DOES NOT FIT"))
     return out
-
-
-def problems(cfg: StackConfig) -> list[tuple[str, str]]:
-    b = budget(cfg)
-    if b is None or b.fits:
-        return []
-    runs = ", ".join(f"{run} {g:,.1f} GiB" for run, g in b.runs)
-    keep = max_keep(b)
-    fixes = [f"rltrain:storage.fsx.storageCapacityGiB: {capacity_for(b.total_gib, cfg.workloads.checkpoints.volume_margin_percent)}"]
-    if keep >= 1:
-        fixes.append(f"rltrain:workloads.checkpoints.keep: {keep}")
-    fixes.append("fewer runs sharing the volume (singleNode / multiNode), or save less often "
-                 "(the config's runner.save_interval: more steps between saves, fewer to keep for the same span)")
-    tc = cfg.workloads.trainer_config
-    each = f"{b.checkpoint_gib:,.1f} GiB each" + (f", saved every {tc.saves.save_interval} steps" if tc and tc.saves else "")
-    return [("rltrain:workloads.checkpoints.keep",
-             f"the volume does not hold what the runs keep: models and assets {b.staged_gib:,.1f} GiB + export "
-             f"{b.export_gib:,.1f} GiB + ({b.keep} + 1) checkpoints per run ({each}: {runs}) = {b.total_gib:,.1f} GiB "
-             f"> {b.usable_gib:,.0f} GiB usable of the {b.capacity_gib} GiB FSx ({cfg.workloads.checkpoints.volume_margin_percent} % "
-             f"kept free). Fix: {'; or '.join(fixes)}")]

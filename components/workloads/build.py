@@ -37,6 +37,9 @@ from components.workloads.export import ExportJob
 from components.workloads import embodied_eval
 from components.workloads.embodied_eval import EmbodiedEvaluationJob
 from components.workloads.serving import Serving, ServingArgs
+from components.workloads import curves
+from components.workloads.curves import Curves
+from components.k8s.options import child_opts
 
 
 # A PriorityClass's value and preemptionPolicy may not be changed in an update: the value is in the
@@ -45,6 +48,7 @@ from components.workloads.serving import Serving, ServingArgs
 # kueue v0.19.2 pkg/controller/jobframework/reconciler.go constructWorkload); the impact table
 # says so (components/offline/impact.py _priority_class refuses a change under the same name).
 def priority_class_args(cfg: StackConfig) -> k8s.scheduling.v1.PriorityClassInitArgs:
+    """The training class of `cfg.workloads.priority` (a run's view carries the run's priority)."""
     return k8s.scheduling.v1.PriorityClassInitArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(name=runs.priority_class(cfg), labels=MANAGED_BY),
         value=cfg.workloads.priority,
@@ -101,9 +105,9 @@ def gate_seconds(cfg: StackConfig) -> dict[str, int]:
 def scripts_used(cfg: StackConfig) -> list[str]:
     """The programs the enabled workloads run (one ConfigMap each)."""
     w = cfg.workloads
-    training = w.single_node.enabled or w.multi_node.enabled
+    training = bool(cfg.enabled_runs)
     return sorted({f for on, f in ((w.validation.enabled, "validate_node.py"),
-                                   (w.multi_node.enabled and w.multi_node.form != "rayjob", "ray_launcher.py"),
+                                   (cfg.multi_node_runs and w.multi_node.form != "rayjob", "ray_launcher.py"),
                                    (w.nccl_test.enabled, "nccl_check.py"),
                                    (w.serving.enabled and w.serving.evaluation.enabled, "evaluate.py"),
                                    (w.serving.enabled and w.serving.evaluation.enabled, "eval_metrics.py"),
@@ -111,8 +115,12 @@ def scripts_used(cfg: StackConfig) -> list[str]:
                                    (embodied_eval.enabled(cfg), "eval_metrics.py"),
                                    (w.nccl_test.enabled and w.training_after_checks, "check_gate.py"),
                                    (training and trainer.resume_mapped(cfg), trainer.WRAPPER),
+                                   (any(trainer.warm(cfg, r) for r in cfg.enabled_runs), trainer.WARM),
+                                   (training and trainer.resume_mapped(cfg) or retention.enabled(cfg)
+                                    or export.enabled(cfg) or embodied_eval.enabled(cfg), trainer.COMPLETENESS),
                                    (training and w.staging_enabled, staging.SCRIPT),
                                    (retention.enabled(cfg), retention.SCRIPT),
+                                   (curves.enabled(cfg), curves.SCRIPT),
                                    (export.enabled(cfg), export.SCRIPT)) if on})
 
 
@@ -130,23 +138,28 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
     parent = Workloads(name, opts)
     out: dict[str, Any] = {"workloads": parent}
     priority = k8s.scheduling.v1.PriorityClass(f"{name}-priority", priority_class_args(cfg),
-                                               runs.child_opts(parent, opts))
+                                               child_opts(parent, opts))
     available = read_scripts()
     used = {f: available[f] for f in scripts_used(cfg)}
-    scripts = ScriptConfigMaps(f"{name}-scripts", used, namespace, runs.child_opts(parent, opts))
+    scripts = ScriptConfigMaps(f"{name}-scripts", used, namespace, child_opts(parent, opts))
     out.update(priority_class=priority, scripts=scripts)
     classes: list[pulumi.Resource] = [priority]
+    # A named run with a priority of its own gets its class (named after the value, as the stack's).
+    for value in sorted({r.priority for r in cfg.enabled_runs} - {w.priority}):
+        view = cfg.model_copy(update={"workloads": w.model_copy(update={"priority": value})})
+        classes.append(k8s.scheduling.v1.PriorityClass(f"{name}-priority-training-{value}", priority_class_args(view),
+                                                       child_opts(parent, opts)))
     for check, (value, _) in checks(cfg).items():
         classes.append(k8s.scheduling.v1.PriorityClass(
             f"{name}-priority-{check}", check_priority_class_args(cfg, check, value),
-            runs.child_opts(parent, opts)))
+            child_opts(parent, opts)))
     if embodied_eval.enabled(cfg):
         classes.append(k8s.scheduling.v1.PriorityClass(
             f"{name}-priority-{runs.EMBODIED_EVALUATION}",
             check_priority_class_args(cfg, runs.EMBODIED_EVALUATION, runs.check_priority(cfg, runs.EMBODIED_EVALUATION)),
-            runs.child_opts(parent, opts)))
+            child_opts(parent, opts)))
     # Pods reference both by name: create them first.
-    wl_opts = runs.child_opts(parent, opts, *classes, scripts)
+    wl_opts = child_opts(parent, opts, *classes, scripts)
     base = dict(cfg=cfg, claim_name=claim_name, scripts=used)
     gate = gate_seconds(cfg)
     passed: list[pulumi.Resource] = []  # the check runs training waits for (trainingAfterChecks)
@@ -160,28 +173,39 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
         # Gated, the checks run one after the other: the NCCL test is created once validation has
         # passed. Created together, Kueue admits whichever Workload it sees first, not the higher
         # priority (seen on the simulated cluster: offline/schedule.py created_together).
-        nccl_opts = runs.child_opts(parent, opts, *classes, scripts, *passed) if gate else wl_opts
+        nccl_opts = child_opts(parent, opts, *classes, scripts, *passed) if gate else wl_opts
         out["nccl_test"] = NcclTest(f"{name}-nccl-test",
                                     NcclTestArgs(**base, await_seconds=gate.get(nccl.COMPONENT)), namespace,
                                     opts=nccl_opts)
         if gate:
             passed.append(out["nccl_test"].passed)
-    if w.staging_enabled and (w.single_node.enabled or w.multi_node.enabled):
+    if w.staging_enabled and cfg.enabled_runs:
         # Models and assets on /fsx first: `pulumi up` waits for the Job, the runs depend on it.
         out["staging"] = StagingJob(f"{name}-staging", StagingJobArgs(**base), namespace, secret_name,
                                     opts=wl_opts)
         passed.append(out["staging"].job)
-    train_opts = runs.child_opts(parent, opts, *classes, scripts, *passed)
-    if w.single_node.enabled:
-        out["single_node"] = TrainingJob(f"{name}-single-node", TrainingJobArgs(**base), namespace,
+    train_opts = child_opts(parent, opts, *classes, scripts, *passed)
+    # The runs list -> each run's view of the stack and identity -> its builder (issue 43): the
+    # implicit runs keep their resource names (workloads-single-node, workloads-multi-node).
+    operator = True  # the KubeRay operator is installed once, with the first RayJob run
+    for run in cfg.enabled_runs:
+        view = cfg.for_run(run)
+        key = run.name.replace("-", "_") if run.implicit else f"run:{run.name}"
+        args = dict(base, cfg=view, run=None if run.implicit else run)
+        if not run.multi_node:
+            out[key] = TrainingJob(f"{name}-{run.pulumi_name}", TrainingJobArgs(**args), namespace,
+                                   secret_name, opts=train_opts)
+        elif w.multi_node.form == "rayjob":
+            # KubeRay runs the Ray cluster; the launcher script is not mounted.
+            out[key] = RayJobTraining(f"{name}-{run.pulumi_name}", RayJobTrainingArgs(**args, install_operator=operator),
+                                      namespace, secret_name, opts=train_opts)
+            operator = False
+        else:
+            out[key] = MultiNodeTraining(f"{name}-{run.pulumi_name}", MultiNodeTrainingArgs(**args), namespace,
                                          secret_name, opts=train_opts)
-    if w.multi_node.enabled and w.multi_node.form == "rayjob":
-        # KubeRay runs the Ray cluster; the launcher script is not mounted.
-        out["multi_node"] = RayJobTraining(f"{name}-multi-node", RayJobTrainingArgs(**base), namespace,
-                                           secret_name, opts=train_opts)
-    elif w.multi_node.enabled:
-        out["multi_node"] = MultiNodeTraining(f"{name}-multi-node", MultiNodeTrainingArgs(**base), namespace,
-                                              secret_name, opts=train_opts)
+    if curves.enabled(cfg):
+        # Beside the runs: it reads what they write (curves.py).
+        out["curves"] = Curves(f"{name}-curves", runs.WorkloadArgs(**base), namespace, opts=wl_opts)
     if retention.enabled(cfg):
         # Beside the runs, not after them: it prunes while they train (retention.py).
         out["checkpoint_retention"] = CheckpointRetention(f"{name}-checkpoint-retention", runs.WorkloadArgs(**base),
@@ -194,7 +218,7 @@ def build_workloads(cfg: StackConfig, *, namespace: pulumi.Input[str], claim_nam
         out["serving"] = Serving(f"{name}-serving", ServingArgs(**base), namespace, opts=wl_opts)
         if w.serving.evaluation.enabled:
             out["evaluation"] = EvaluationCronJob(f"{name}-evaluation", ServingArgs(**base), namespace,
-                                                  opts=runs.child_opts(parent, opts, *classes, scripts,
+                                                  opts=child_opts(parent, opts, *classes, scripts,
                                                                        out["serving"]))
     if embodied_eval.enabled(cfg):
         # Queued by Kueue like the runs (it holds GPUs only once admitted), below them (its class).

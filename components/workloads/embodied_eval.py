@@ -42,6 +42,7 @@ from components.scripts import embodied_eval as script
 from components.stack import trainers
 from components.stack.config import IMAGE_PULL_MARGIN_SECONDS, StackConfig
 from components.workloads import env, evaluation, placement, pod, runs, sizing, trainer, volumes
+from components.k8s.options import child_opts
 
 COMPONENT = "embodied-evaluation"
 SCRIPT = "embodied_eval.py"
@@ -64,11 +65,13 @@ def name(cfg: StackConfig) -> str:
 
 
 def run_nodes(cfg: StackConfig) -> int:
-    return 1 if cfg.workloads.embodied_evaluation.run == "single-node" else cfg.multi_node_count
+    run = cfg.run(cfg.workloads.embodied_evaluation.run)
+    return run.nodes if run is not None else 1 if cfg.workloads.embodied_evaluation.run == "single-node" \
+        else cfg.multi_node_count
 
 
 def checkpoint_dir(cfg: StackConfig) -> str:
-    return env.checkpoint_dir(cfg, run_nodes(cfg))
+    return env.dir_of(cfg, cfg.workloads.embodied_evaluation.run)
 
 
 def out_dir(cfg: StackConfig) -> str:
@@ -179,9 +182,9 @@ class EmbodiedEvaluationJob(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:EmbodiedEvaluationJob", name_, None, opts)
         cfg = args_.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name_}-netpol", runs.isolated_network_policy(name(cfg), COMPONENT, namespace),
-                                                 runs.child_opts(self, opts))
-        self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT]]),
-                                    runs.child_opts(self, opts, netpol, delete_before_replace=True,
+                                                 child_opts(self, opts))
+        self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT], args_.scripts[trainer.COMPLETENESS]]),
+                                    child_opts(self, opts, netpol, delete_before_replace=True,
                                                     replace_on_changes=runs.REPLACE_JOB_ON))
         self.metrics = evaluation.eval_metrics(self, name_, cfg, args_.claim_name, namespace,
                                                [args_.scripts[evaluation.METRICS_SCRIPT]], opts, out_dir(cfg))

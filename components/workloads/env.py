@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
@@ -10,26 +11,63 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.stack import catalog
+from components.stack import runs as runs_mod
 from components.stack.config import StackConfig
-# Env the program sets, which `workloads.env` may not override: defined with the config checks that
-# refuse them.
-from components.stack.refusals import PROTECTED_ENV
+from components.stack.runs import Run
+# Env the program sets, which `workloads.env` may not override (the config checks refuse them).
+from components.stack.labels import PROTECTED_ENV, short_hash
 from components.workloads import trainer
-from components.workloads.runs import short_hash
 
 # The resume contract: every run writes checkpoints under its own directory on FSx, keyed by what
-# makes old checkpoints unusable (model, trainer config, node count), and resumes from the newest
-# complete one there. A change of any of these starts a fresh directory.
+# makes old checkpoints unusable (model, trainer config, node count; for a named run also its name
+# and its overrides), and resumes from the newest complete one there. A change of any of these
+# starts a fresh directory (issue 43: a new learning rate never resumes the old run's weights).
 CHECKPOINT_ROOT = "/fsx/runs"
 
 
 def run_identity(cfg: StackConfig, num_nodes: int) -> str:
+    """The implicit runs' key (`single-node`, `multi-node`): unchanged since before named runs, so
+    their directories, and a deployed run's resume point, stay where they were."""
     w = cfg.workloads
     return short_hash(w.model_path or "", w.config_name, str(num_nodes), length=12)
 
 
 def checkpoint_dir(cfg: StackConfig, num_nodes: int) -> str:
+    """The directory of the implicit run of `num_nodes` nodes."""
     return f"{CHECKPOINT_ROOT}/{cfg.workloads.experiment_name}/{run_identity(cfg, num_nodes)}"
+
+
+def named_identity(cfg: StackConfig, run: Run) -> str:
+    """A named run's key: its name, trainer, model, config, node count and overrides as the trainer
+    reads them (components/stack/runs.py hydra_overrides: sorted, so their order in the stack file
+    does not matter). Not in it: priority, deadline, image, retries (a checkpoint stays usable)."""
+    w = cfg.stack.for_run(run).workloads
+    return short_hash(run.name, run.trainer, w.model_path or "", run.config_name, str(run.nodes),
+                      json.dumps(runs_mod.hydra_overrides(run.override_map)), length=12)
+
+
+def run_dir(cfg: StackConfig, run: Run) -> str:
+    """The run's checkpoint directory: `<root>/<experiment>/<run>-<identity>` for a named run."""
+    stack = cfg.stack
+    if run.implicit:
+        return checkpoint_dir(stack, run.nodes)
+    return f"{CHECKPOINT_ROOT}/{stack.for_run(run).workloads.experiment_name}/{run.name}-{named_identity(stack, run)}"
+
+
+def dir_of(cfg: StackConfig, name: str) -> str:
+    """The checkpoint directory of the run `name` (serving, export, evaluation and retention name a
+    run): a run of the stack, else the implicit run the name stands for."""
+    stack = cfg.stack
+    run = stack.run(name) or implicit_run(stack, 1 if name == "single-node" else stack.multi_node_count)
+    return run_dir(stack, run)
+
+
+def implicit_run(cfg: StackConfig, num_nodes: int) -> Run:
+    """The implicit run of `num_nodes` nodes (a caller that names no run)."""
+    name = "single-node" if num_nodes == 1 else "multi-node"
+    w = cfg.workloads
+    return runs_mod.implicit(name, num_nodes, trainer=w.trainer, config_name=w.config_name, priority=w.priority,
+                             max_run_minutes=w.max_run_minutes)
 
 
 def mlflow_port(uri: Optional[str]) -> Optional[int]:
@@ -63,10 +101,11 @@ def secret_env(cfg: StackConfig, secret_name: Optional[pulumi.Input[str]]) -> li
 def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.Input[str]],
              efa: int, extra: Optional[Mapping[str, pulumi.Input[str]]] = None,
              include_secrets: bool = True, checkpoints: bool = True,
-             secret_refs: Mapping[str, str] = {}) -> list[k8s.core.v1.EnvVarArgs]:
+             secret_refs: Mapping[str, str] = {}, run: Optional[Run] = None) -> list[k8s.core.v1.EnvVarArgs]:
     """The container env, sorted by name. `extra` is component-specific (Ray, validation);
-    `checkpoints`: a training run, which gets the resume contract (CKPT_DIR, RESUME=auto);
-    `secret_refs`: further env name -> key of the training Secret (the Ray token)."""
+    `checkpoints`: a training run, which gets the resume contract (CKPT_DIR, RESUME=auto), for `run`
+    (None: the implicit run of `num_nodes`); `secret_refs`: further env name -> key of the training
+    Secret (the Ray token)."""
     w = cfg.workloads
     it = cfg.gpu_nodes.instance
     values: dict[str, pulumi.Input[str]] = {
@@ -86,11 +125,14 @@ def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.I
     if w.mlflow_tracking_uri:
         values["MLFLOW_TRACKING_URI"] = w.mlflow_tracking_uri
     if checkpoints:
-        values["CKPT_DIR"] = checkpoint_dir(cfg, num_nodes)
+        run = run or implicit_run(cfg, num_nodes)
+        ckpt = run_dir(cfg, run)
+        values["CKPT_DIR"] = ckpt
         values["RESUME"] = "auto"
         # The same directory in the trainer's own terms, PATH to the image's venv, assets,
-        # placement and the resume wrapper's settings (components/workloads/trainer.py).
-        values.update(trainer.trainer_env(cfg, num_nodes, checkpoint_dir(cfg, num_nodes)))
+        # placement, the run's overrides and the resume wrapper's settings (workloads/trainer.py).
+        values.update(trainer.trainer_env(cfg, num_nodes, ckpt, run=run,
+                                          warm_start=warm_start_dir(cfg, run)))
     clash = sorted(set(w.env) & PROTECTED_ENV)
     if clash:
         raise ValueError(f"rltrain:workloads.env may not set {', '.join(clash)}: the program sets them")
@@ -105,5 +147,22 @@ def env_vars(cfg: StackConfig, *, num_nodes: int, secret_name: Optional[pulumi.I
         raise ValueError(f"training.secretEnv names {', '.join(clash)}, which is also a plain env var")
     out = [_plain(k, v) for k, v in values.items()]
     out += [_field("POD_NAMESPACE", "metadata.namespace"), _field("NODE_NAME", "spec.nodeName")]
+    if checkpoints and trainer.resume_mapped(cfg):
+        out.append(_field(trainer.LEDGER_SCOPE_ENV, trainer.LEDGER_SCOPE_FIELD))
     out += secrets
     return sorted(out, key=lambda e: e.name)
+
+
+def warm_start_dir(cfg: StackConfig, run: Run) -> Optional[str]:
+    """`resumeFrom`: the other run's step directory, in the trainer's layout (its own steps
+    directory: components/workloads/trainer.py steps_dir)."""
+    rf = run.resume_from
+    if rf is None:
+        return None
+    stack = cfg.stack
+    source = stack.run(rf.run)
+    terms = stack.workloads.resume_terms
+    if source is None or terms is None:
+        return None
+    view = stack.for_run(source)
+    return f"{trainer.steps_dir(view, run_dir(stack, source))}/{terms.step_prefix}{rf.step}"

@@ -27,6 +27,7 @@ from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.k8s import security
 from components.workloads import env, runs, serving, volumes
+from components.k8s.options import child_opts
 
 NAME = "rltrain-evaluation"
 COMPONENT = "evaluation"
@@ -45,7 +46,7 @@ SKIP_REASONS = security.Reasons(
 def out_dir(cfg: StackConfig) -> str:
     m = cfg.workloads.serving.model
     if m.run:
-        return f"{env.checkpoint_dir(cfg, serving.run_nodes(cfg, m.run))}/eval"
+        return f"{env.dir_of(cfg, m.run)}/eval"
     return posixpath.join(posixpath.dirname(m.path.rstrip("/")), "eval")
 
 
@@ -221,17 +222,24 @@ def metrics_deployment_args(cfg: StackConfig, claim_name: str, namespace: pulumi
 
 def metrics_network_policy_args(cfg: StackConfig, namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
     """In: Prometheus of the monitoring namespace on the metrics port; out: nothing."""
+    return prometheus_only_policy(cfg, METRICS_NAME, METRICS_COMPONENT, METRICS_PORT, namespace)
+
+
+def prometheus_only_policy(cfg: StackConfig, name: str, component: str, port: int,
+                           namespace: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicyInitArgs:
+    """The pods of `name`: in, Prometheus of the monitoring namespace on `port`; out, nothing (an
+    exporter reading files on the volume, mounted by the node's kernel)."""
     prometheus = k8s.networking.v1.NetworkPolicyPeerArgs(
         namespace_selector=k8s.meta.v1.LabelSelectorArgs(
             match_labels={"kubernetes.io/metadata.name": cfg.monitoring.namespace}),
         pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(serving.PROMETHEUS_LABELS)))
     return k8s.networking.v1.NetworkPolicyInitArgs(
-        metadata=runs.object_metadata(METRICS_NAME, namespace, runs.labels(METRICS_COMPONENT, METRICS_NAME)),
+        metadata=runs.object_metadata(name, namespace, runs.labels(component, name)),
         spec=k8s.networking.v1.NetworkPolicySpecArgs(
-            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(METRICS_NAME)),
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=runs.selector_labels(name)),
             policy_types=["Ingress", "Egress"],
             ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[prometheus], ports=[
-                k8s.networking.v1.NetworkPolicyPortArgs(port=METRICS_PORT, protocol="TCP")])]),
+                k8s.networking.v1.NetworkPolicyPortArgs(port=port, protocol="TCP")])]),
     )
 
 
@@ -240,10 +248,10 @@ def eval_metrics(parent: pulumi.ComponentResource, name: str, cfg: StackConfig, 
                  eval_dir: Optional[str] = None) -> k8s.apps.v1.Deployment:
     """The eval-metrics Deployment and its NetworkPolicy, children of `parent`."""
     netpol = k8s.networking.v1.NetworkPolicy(f"{name}-metrics-netpol", metrics_network_policy_args(cfg, namespace),
-                                             runs.child_opts(parent, opts))
+                                             child_opts(parent, opts))
     return k8s.apps.v1.Deployment(f"{name}-metrics",
                                   metrics_deployment_args(cfg, claim_name, namespace, scripts, eval_dir),
-                                  runs.child_opts(parent, opts, netpol))
+                                  child_opts(parent, opts, netpol))
 
 
 class EvaluationCronJob(pulumi.ComponentResource):
@@ -254,9 +262,9 @@ class EvaluationCronJob(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:EvaluationCronJob", name, None, opts)
         cfg = args.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(cfg, namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         self.cronjob = k8s.batch.v1.CronJob(
             f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT]]),
-            runs.child_opts(self, opts, netpol))
+            child_opts(self, opts, netpol))
         self.metrics = eval_metrics(self, name, cfg, args.claim_name, namespace, [args.scripts[METRICS_SCRIPT]], opts)
         self.register_outputs({"cronjob": NAME, "metrics": METRICS_NAME})

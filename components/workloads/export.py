@@ -26,11 +26,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.scripts import export_hf
-from components.stack.config import IMAGE_PULL_MARGIN_SECONDS, StackConfig
+from components.stack import image_build
+from components.stack.config import StackConfig
+from components.stack.labels import EXPORT_COMPONENT
 from components.k8s import security
 from components.workloads import env, placement, runs, trainer, volumes
+from components.k8s.options import child_opts
 
-COMPONENT = "export"
+COMPONENT = EXPORT_COMPONENT
 SCRIPT = "export_hf.py"
 # The conversion itself after the wait: loading, a state dict copy and writing safetensors of a
 # 7 B model on a few CPUs is minutes; an hour is the allowance.
@@ -54,7 +57,9 @@ def enabled(cfg: StackConfig) -> bool:
 
 
 def nodes(cfg: StackConfig) -> int:
-    return 1 if cfg.workloads.serving.model.run == "single-node" else cfg.multi_node_count
+    run = cfg.workloads.serving.model.run or ""
+    found = cfg.run(run)
+    return found.nodes if found is not None else 1 if run == "single-node" else cfg.multi_node_count
 
 
 def name(cfg: StackConfig) -> str:
@@ -64,7 +69,7 @@ def name(cfg: StackConfig) -> str:
 def out_dir(cfg: StackConfig) -> str:
     terms = cfg.workloads.resume_terms
     assert terms is not None
-    return f"{env.checkpoint_dir(cfg, nodes(cfg))}/exports/{terms.step_prefix}{cfg.workloads.serving.model.step}"
+    return f"{env.dir_of(cfg, cfg.workloads.serving.model.run or '')}/exports/{terms.step_prefix}{cfg.workloads.serving.model.step}"
 
 
 def marker(cfg: StackConfig) -> str:
@@ -75,7 +80,9 @@ def wait_seconds(cfg: StackConfig) -> int:
     ex = cfg.workloads.serving.export
     if ex.wait_minutes is not None:
         return ex.wait_minutes * 60
-    return cfg.workloads.max_run_minutes * 60 + IMAGE_PULL_MARGIN_SECONDS
+    # The run's own deadline: a step can be written as late as the run may last, the restarts its
+    # bounds allow included (runs.deadline_seconds).
+    return runs.deadline_seconds(cfg)
 
 
 def memory_gib(cfg: StackConfig) -> int:
@@ -89,7 +96,7 @@ def args(cfg: StackConfig) -> list[str]:
     w = cfg.workloads
     terms, profile = w.resume_terms, w.profile
     assert terms is not None and profile is not None
-    return [f"--family={profile.family}", f"--steps-dir={trainer.steps_dir(cfg, env.checkpoint_dir(cfg, nodes(cfg)))}",
+    return [f"--family={profile.family}", f"--steps-dir={trainer.steps_dir(cfg, env.dir_of(cfg, w.serving.model.run or ''))}",
             f"--prefix={terms.step_prefix}", f"--marks={','.join(terms.complete_marks)}",
             f"--step={w.serving.model.step}", f"--base-model={w.model_path}", f"--out={out_dir(cfg)}",
             f"--wait-seconds={wait_seconds(cfg)}", "--poll-seconds=60"]
@@ -114,7 +121,7 @@ def pod_template(cfg: StackConfig, claim_name: str, scripts: list) -> k8s.core.v
             security_context=security.pod_security_context(),
             containers=[k8s.core.v1.ContainerArgs(
                 name=runs.CONTAINER,
-                image=w.serving.export.image or w.image,
+                image=w.serving.export.image or image_build.pod_image(w.image),
                 image_pull_policy="IfNotPresent",
                 command=["python3", f"{volumes.SCRIPTS_PATH}/{SCRIPT}"],
                 args=args(cfg),
@@ -172,9 +179,9 @@ class ExportJob(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:ExportJob", name_, None, opts)
         cfg = args_.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name_}-netpol", runs.isolated_network_policy(name(cfg), COMPONENT, namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         # Replaced (a new step) delete first, like every Job here (policy rule run-replacement).
-        self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT]]),
-                                    runs.child_opts(self, opts, netpol, delete_before_replace=True,
+        self.job = k8s.batch.v1.Job(f"{name_}-job", job_args(cfg, args_.claim_name, namespace, [args_.scripts[SCRIPT], args_.scripts[trainer.COMPLETENESS]]),
+                                    child_opts(self, opts, netpol, delete_before_replace=True,
                                                     replace_on_changes=runs.REPLACE_JOB_ON))
         self.register_outputs({"job": name(cfg), "path": out_dir(cfg)})

@@ -30,12 +30,14 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
 from components.stack import versions
+from components.stack.labels import CHECK_GATE_COMPONENT, JOB_IMMUTABLE
 from components.k8s import security
 from components.workloads import runs, volumes
 from components.workloads.script_files import Script
+from components.k8s.options import child_opts
 
 SCRIPT = "check_gate.py"
-COMPONENT = "check-gate"
+COMPONENT = CHECK_GATE_COMPONENT
 SERVICE_ACCOUNT = "rltrain-check-gate"
 FINGERPRINT_ANNOTATION = "rltrain/gated-run"
 # The pod reaches the API server on 443 (kubernetes.default ClusterIP, DNAT'd to the control plane's
@@ -161,13 +163,13 @@ class CheckGate(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None, *, after: tuple[pulumi.Resource, ...] = ()):
         super().__init__("rltrain:workloads:CheckGate", name, None, opts)
         sa = k8s.core.v1.ServiceAccount(f"{name}-sa", service_account_args(args, namespace),
-                                        runs.child_opts(self, opts))
-        role = k8s.rbac.v1.Role(f"{name}-role", role_args(args, namespace), runs.child_opts(self, opts))
+                                        child_opts(self, opts))
+        role = k8s.rbac.v1.Role(f"{name}-role", role_args(args, namespace), child_opts(self, opts))
         binding = k8s.rbac.v1.RoleBinding(f"{name}-binding", role_binding_args(args, namespace),
-                                          runs.child_opts(self, opts, sa, role))
+                                          child_opts(self, opts, sa, role))
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(args, namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
-                                    runs.child_opts(self, opts, binding, netpol, *after, delete_before_replace=True,
-                                                    replace_on_changes=runs.JOB_IMMUTABLE))
+                                    child_opts(self, opts, binding, netpol, *after, delete_before_replace=True,
+                                                    replace_on_changes=JOB_IMMUTABLE))
         self.register_outputs({"job": args.name})

@@ -28,6 +28,7 @@ from components.k8s import kueue
 from components.k8s import security
 from components.workloads import pod, runs, sizing, trainer
 from components.workloads.multinode import run_guards
+from components.k8s.options import child_opts
 
 NAME = "rltrain-training"
 COMPONENT = "training"
@@ -35,6 +36,11 @@ COMPONENT = "training"
 
 class TrainingJobArgs(runs.WorkloadArgs):
     pass
+
+
+def resource_name(a: runs.WorkloadArgs) -> str:
+    """The Job's name: `rltrain-training` for the implicit run, `rltrain-run-<name>` for a named one."""
+    return a.run.resource_name if a.run is not None else NAME
 
 
 def single_node_efa(cfg) -> bool:
@@ -51,23 +57,25 @@ def job_args(a: TrainingJobArgs, namespace: pulumi.Input[str],
              secret_name: Optional[pulumi.Input[str]]) -> k8s.batch.v1.JobInitArgs:
     cfg = a.cfg
     w = cfg.workloads
-    obj_labels = runs.labels(COMPONENT, NAME)
+    name = resource_name(a)
+    obj_labels = runs.labels(COMPONENT, name)
     template = pod.training_pod_template(
         cfg,
         claim_name=a.claim_name,
         secret_name=secret_name,
         pod_labels=obj_labels,
-        command=trainer.training_command(cfg),
+        command=trainer.training_command(cfg, a.run),
         num_nodes=1,
-        scripts=[a.scripts[f] for f in trainer.scripts(cfg)],
+        scripts=[a.scripts[f] for f in trainer.scripts(cfg, a.run)],
         # EFA devices and huge pages only when the trainer uses EFA on one node (the profile).
         sizing=sizing.pod_sizing(cfg, efa=single_node_efa(cfg)),
+        run=a.run,
     )
     return k8s.batch.v1.JobInitArgs(
         # checkov reads skips from the Job's own metadata: the skips derived from the pod go there
         # only (on the template, a reason's wording would restart the run).
         # The queue label (Kueue on): Kueue suspends the Job at creation and starts it once admitted.
-        metadata=runs.object_metadata(NAME, namespace, {**obj_labels, **kueue.queue_labels(cfg)},
+        metadata=runs.object_metadata(name, namespace, {**obj_labels, **kueue.queue_labels(cfg)},
                                       {**runs.AWAIT_CREATED,
                                        **security.annotate(template, security.TRAINING, kind="Job")}),
         spec=k8s.batch.v1.JobSpecArgs(
@@ -91,11 +99,12 @@ class TrainingJob(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:TrainingJob", name, None, opts)
         cfg = args.cfg
-        obj_labels = runs.labels(COMPONENT, NAME)
-        netpol, pdb = run_guards(name, NAME, namespace, obj_labels, cfg, self, opts)
+        run = resource_name(args)
+        obj_labels = runs.labels(COMPONENT, run)
+        netpol, pdb = run_guards(name, run, namespace, obj_labels, cfg, self, opts)
         self.job = k8s.batch.v1.Job(
             f"{name}-job", job_args(args, namespace, secret_name),
-            runs.child_opts(self, opts, netpol, pdb, delete_before_replace=True,
+            child_opts(self, opts, netpol, pdb, delete_before_replace=True,
                             replace_on_changes=runs.REPLACE_JOB_ON))
-        self.job_name = NAME
-        self.register_outputs({"job": NAME})
+        self.job_name = run
+        self.register_outputs({"job": run})

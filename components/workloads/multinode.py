@@ -44,10 +44,13 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.stack import node_repair
 from components.stack.config import StackConfig
 from components.k8s import kueue
 from components.k8s import security
-from components.workloads import env, placement, pod, runs, trainer, volumes
+from components.workloads import env, node_health_access, placement, pod, runs, trainer, volumes
+from components.k8s.options import child_opts
+from components.stack.labels import short_hash
 RUN = "rltrain-multinode"
 COMPONENT = "multinode"
 LAUNCHER = "/scripts/ray_launcher.py"
@@ -74,8 +77,8 @@ def service_name(run: str) -> str:
     return f"{run}-svc"
 
 
-def launcher_command(cfg: StackConfig) -> list[str]:
-    return ["python3", LAUNCHER, "--", *trainer.training_command(cfg)]
+def launcher_command(cfg: StackConfig, run=None) -> list[str]:
+    return ["python3", LAUNCHER, "--", *trainer.training_command(cfg, run)]
 
 
 def head_host(run: str, namespace: pulumi.Input[str]) -> pulumi.Output[str]:
@@ -86,7 +89,7 @@ def head_host(run: str, namespace: pulumi.Input[str]) -> pulumi.Output[str]:
 def done_marker(cfg: StackConfig, run: str) -> str:
     """Per-run marker: a changed image, command or config starts a new run, an unchanged one does not."""
     w = cfg.workloads
-    key = runs.short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path or "",
+    key = short_hash(w.image, json.dumps(list(w.command)), w.config_name, w.model_path or "",
                          str(cfg.multi_node_count))
     return f"{volumes.FSX_PATH}/runs/{w.experiment_name}/{run}-{key}.done"
 
@@ -110,9 +113,15 @@ def ray_env(cfg: StackConfig, run: str, namespace: pulumi.Input[str]) -> dict[st
     env: dict[str, pulumi.Input[str]] = {
         "RAY_HEAD_HOST": head_host(run, namespace),
         "RAY_PORT": str(mn.ray_port),
-        "RAY_NODE_WAIT_SECONDS": str(mn.node_wait_seconds),
+        # Both waits outlast a node repair (components/stack/node_repair.py): a head waiting for a
+        # worker whose node is repaired, a worker waiting for a head whose node is, see it come
+        # back instead of giving up (exits 3 and 4, runs.ray_ignored_exit_codes).
+        "RAY_NODE_WAIT_SECONDS": str(mn.node_wait_seconds or node_repair.repair_bound_seconds()),
+        "RAY_JOIN_DEADLINE_SECONDS": str(node_repair.repair_bound_seconds()),
         EXTRA_ARGS_ENV: ray_start_extra_args(cfg),
     }
+    # The head's node check names the run's pods (node_health_access.py).
+    env.update(node_health_access.env(run))
     if mn.form == "statefulset":
         env["RUN_DONE_MARKER"] = done_marker(cfg, run)
     rank_env = trainer.node_rank_env(cfg)
@@ -219,9 +228,9 @@ def run_guards(name: str, run: str, namespace: pulumi.Input[str], obj_labels: di
     netpol = k8s.networking.v1.NetworkPolicy(
         f"{name}-netpol",
         network_policy_args(run, namespace, obj_labels, env.mlflow_port(cfg.workloads.mlflow_tracking_uri)),
-        runs.child_opts(parent, opts))
+        child_opts(parent, opts))
     pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(run, namespace, obj_labels, pods),
-                                            runs.child_opts(parent, opts))
+                                            child_opts(parent, opts))
     return netpol, pdb
 
 
@@ -238,19 +247,21 @@ def pod_template(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
         claim_name=a.claim_name,
         secret_name=secret_name,
         pod_labels=runs.labels(COMPONENT, run),
-        command=launcher_command(cfg),
+        command=launcher_command(cfg, a.run),
         num_nodes=cfg.multi_node_count,
         extra_env=ray_env(cfg, run, namespace),
         affinity=placement.run_affinity(run),
         restart_policy="Never" if form == "indexed-job" else "Always",
         # A StatefulSet sets the subdomain from serviceName itself.
         subdomain=service_name(run) if form == "indexed-job" else None,
-        scripts=[a.scripts["ray_launcher.py"], *(a.scripts[f] for f in trainer.scripts(cfg))],
+        scripts=[a.scripts["ray_launcher.py"], *(a.scripts[f] for f in trainer.scripts(cfg, a.run))],
         secret_refs=ray_secret_refs(cfg),
+        run=a.run,
         # Kueue places the pod set preferably under one nearest switch (never required).
         annotations=kueue.podset_topology(cfg) if form == "indexed-job" else None,
         ports=[k8s.core.v1.ContainerPortArgs(name=RAY_METRICS_PORT_NAME, container_port=RAY_METRICS_PORT,
                                              protocol="TCP")],
+        api_token=True,
     )
 
 
@@ -266,7 +277,9 @@ def job_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str], secret_name
         # The queue label (Kueue on): admitted whole, every pod at once, or not at all.
         metadata=runs.object_metadata(run, namespace, {**runs.labels(COMPONENT, run), **kueue.queue_labels(cfg)},
                                      {**runs.AWAIT_CREATED,
-                                      **security.annotate(template, security.TRAINING, kind="Job")}),
+                                      **security.annotations([*security.skips(template.spec, security.TRAINING,
+                                                                              kind="Job"),
+                                                              node_health_access.TOKEN_SKIP])}),
         spec=k8s.batch.v1.JobSpecArgs(
             completion_mode="Indexed",
             completions=n,
@@ -297,7 +310,9 @@ def statefulset_args(a: MultiNodeTrainingArgs, namespace: pulumi.Input[str],
     return k8s.apps.v1.StatefulSetInitArgs(
         metadata=runs.object_metadata(run, namespace, runs.labels(COMPONENT, run),
                                      {**runs.AWAIT_CREATED,
-                                      **security.annotate(template, STATEFULSET_SKIP_REASONS, kind="StatefulSet")}),
+                                      **security.annotations([*security.skips(template.spec, STATEFULSET_SKIP_REASONS,
+                                                                              kind="StatefulSet"),
+                                                              node_health_access.TOKEN_SKIP])}),
         spec=k8s.apps.v1.StatefulSetSpecArgs(
             service_name=service_name(run),
             replicas=cfg.multi_node_count,
@@ -320,24 +335,25 @@ class MultiNodeTraining(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:MultiNodeTraining", name, None, opts)
         cfg = args.cfg
-        run = RUN
+        run = args.run.resource_name if args.run is not None else RUN
         obj_labels = runs.labels(COMPONENT, run)
         svc = k8s.core.v1.Service(
             f"{name}-svc", headless_service_args(run, namespace, cfg.workloads.multi_node.ray_port, obj_labels),
-            runs.child_opts(self, opts))
+            child_opts(self, opts))
         netpol, pdb = run_guards(name, run, namespace, obj_labels, cfg, self, opts, pods=cfg.multi_node_count)
+        access = node_health_access.build(name, cfg, run, namespace, self, opts)
         # Fixed name + delete-before-replace: see job.py. The pods must not start before the
-        # Service (DNS), the policy and the PDB exist.
-        deps = (svc, netpol, pdb)
+        # Service (DNS), the policy, the PDB and the head's API access exist.
+        deps = (svc, netpol, pdb, *access)
         if cfg.workloads.multi_node.form == "indexed-job":
             workload = k8s.batch.v1.Job(
                 f"{name}-job", job_args(args, namespace, secret_name, run),
-                runs.child_opts(self, opts, *deps, delete_before_replace=True,
+                child_opts(self, opts, *deps, delete_before_replace=True,
                                 replace_on_changes=runs.REPLACE_JOB_ON))
         else:
             workload = k8s.apps.v1.StatefulSet(
                 f"{name}-statefulset", statefulset_args(args, namespace, secret_name, run),
-                runs.child_opts(self, opts, *deps, delete_before_replace=True, replace_on_changes=["spec"]))
+                child_opts(self, opts, *deps, delete_before_replace=True, replace_on_changes=["spec"]))
         self.workload = workload
         self.workload_name = run
         self.service_name = service_name(run)

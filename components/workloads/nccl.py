@@ -37,10 +37,11 @@ import pulumi_kubernetes as k8s
 from components.k8s import kueue
 from components.stack import catalog, elastic
 from components.stack.config import StackConfig
-from components.stack.labels import CHECKS_SERVICE_ACCOUNT
+from components.stack.labels import CHECKS_SERVICE_ACCOUNT, NCCL_TEST_COMPONENT, short_hash
 from components.k8s import security
 from components.workloads import gate, placement, runs, sizing, volumes
 from components.workloads.gate import CheckGate, CheckGateArgs
+from components.k8s.options import child_opts
 # Kubeflow MPI operator release manifest (no official Helm chart; FACTS.md). Pinned: bump the tag
 # here and nowhere else. Applied with server-side apply (the provider default), which the CRD's
 # size needs. Path checked in kubeflow/mpi-operator: deploy/v2beta1/mpi-operator.yaml.
@@ -51,7 +52,7 @@ MPI_OPERATOR_MANIFEST = (
 )
 
 NAME = "rltrain-nccl-test"
-COMPONENT = "nccl-test"
+COMPONENT = NCCL_TEST_COMPONENT
 ALL_REDUCE = "/opt/nccl-tests/build/all_reduce_perf"
 CHECK = "/scripts/nccl_check.py"
 MAX_BYTES = 16 << 30  # -e 16G, the published sweep
@@ -238,7 +239,7 @@ def worker_template(a: NcclTestArgs) -> k8s.core.v1.PodTemplateSpecArgs:
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(COMPONENT, run),
                                             # Kueue: the workers preferably under one nearest switch.
                                             # checkov skips: on the MPIJob (skip_annotations).
-                                            annotations={**kueue.podset_topology(cfg), **elastic.pod_annotations(cfg)}),
+                                            annotations={**kueue.podset_topology(cfg), **elastic.pod_annotations(cfg.gpu_nodes.elastic)}),
         spec=k8s.core.v1.PodSpecArgs(
             **_pod_spec_common(cfg),
             tolerations=placement.gpu_tolerations(),
@@ -287,7 +288,7 @@ def fingerprint(a: NcclTestArgs) -> str:
     """What the MPIJob runs (image, launcher command, workers and their devices, deadline): a new MPIJob
     gets a new gate Job."""
     cfg, g = a.cfg, a.cfg.gpu_nodes
-    return runs.short_hash(cfg.workloads.nccl_test.image, launcher_script(cfg), str(g.count), str(g.instance.gpu_count),
+    return short_hash(cfg.workloads.nccl_test.image, launcher_script(cfg), str(g.count), str(g.instance.gpu_count),
                            str(g.efa_devices_per_node), str(DEADLINE_SECONDS), a.scripts["nccl_check.py"].digest,
                            *sorted(f"{k}={v}" for k, v in nccl_env(cfg).items()), length=16)
 
@@ -341,10 +342,10 @@ class NcclTest(pulumi.ComponentResource):
         deps: list[pulumi.Resource] = []
         if cfg.mpi_operator:
             operator = k8s.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=MPI_OPERATOR_MANIFEST,
-                                              opts=runs.child_opts(self, opts))
+                                              opts=child_opts(self, opts))
             deps.append(operator)
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         deps.append(netpol)
         spec = mpijob_spec(args)
         skips = skip_annotations(spec)
@@ -364,14 +365,14 @@ class NcclTest(pulumi.ComponentResource):
             # spec change would be patched onto the finished MPIJob, which never runs again
             # (pulumi-kubernetes provider/pkg/provider/diff.go). Fixed name: delete first; the
             # deletion is awaited (skipAwait skips it only for built-in kinds, runs.py).
-            opts=runs.child_opts(self, opts, *deps, delete_before_replace=True,
+            opts=child_opts(self, opts, *deps, delete_before_replace=True,
                                  replace_on_changes=["spec", *runs.REPLACE_ON_LABELS]),
         )
         self.mpijob_name = NAME
         # What the training runs wait for (workloads.trainingAfterChecks): the gate, else the MPIJob.
         self.passed: pulumi.Resource = self.mpijob
         if args.await_seconds:
-            self.gate = CheckGate(f"{name}-gate", gate_args(args), namespace, opts=runs.child_opts(self, opts),
+            self.gate = CheckGate(f"{name}-gate", gate_args(args), namespace, opts=child_opts(self, opts),
                                   after=(self.mpijob,))
             self.passed = self.gate.job
         self.register_outputs({"mpijob": NAME})

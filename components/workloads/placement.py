@@ -16,9 +16,12 @@ writes back is unchanged and stays the program's.
 
 from __future__ import annotations
 
+from typing import Optional
 
 import pulumi_kubernetes as k8s
 
+from components.k8s import cpu_nodes
+from components.stack.config import StackConfig
 from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
 from components.workloads.runs import selector_labels
 
@@ -74,3 +77,23 @@ def co_locate(run: str) -> k8s.core.v1.PodAffinityArgs:
 
 def run_affinity(run: str, *, co_located: bool = True) -> k8s.core.v1.AffinityArgs:
     return gpu_affinity(pod_anti_affinity=one_pod_per_node(run), pod_affinity=co_locate(run) if co_located else None)
+
+
+def cpu_helper_placement(cfg: StackConfig) -> tuple[Optional[list[k8s.core.v1.TolerationArgs]],
+                                                    Optional[k8s.core.v1.AffinityArgs]]:
+    """(tolerations, affinity) of a CPU-only pod that runs the training image on /fsx (the staging
+    Job). A fixed stack: the GPU nodes, which exist whatever runs, and the image it pulls there is
+    the one training runs next. An elastic stack the program creates: its CPU NodePool
+    (components/k8s/cpu_nodes.py), never a GPU launch outside the queue (issue 44 item 2). An
+    elastic bring-your-own cluster: no requirement, the cluster's own untainted nodes."""
+    if not cfg.gpu_nodes.elastic.enabled:
+        return gpu_tolerations(), gpu_affinity()
+    if not cpu_nodes.used(cfg):
+        return None, None
+    terms = cpu_nodes.node_affinity_terms()
+    return ([k8s.core.v1.TolerationArgs(**t) for t in cpu_nodes.tolerations()],
+            k8s.core.v1.AffinityArgs(node_affinity=k8s.core.v1.NodeAffinityArgs(
+                required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(node_selector_terms=[
+                    k8s.core.v1.NodeSelectorTermArgs(match_expressions=[
+                        k8s.core.v1.NodeSelectorRequirementArgs(**e) for e in term["matchExpressions"]])
+                    for term in terms]))))

@@ -15,8 +15,9 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.stack import elastic
+from components.stack import elastic, image_build
 from components.stack.config import StackConfig
+from components.stack.runs import Run
 from components.workloads.env import env_vars
 from components.workloads.placement import gpu_affinity, gpu_tolerations
 from components.workloads.runs import CONTAINER, priority_class
@@ -48,6 +49,8 @@ def training_pod_template(
     priority_class_name: Optional[str] = None,
     service_account: Optional[str] = None,
     ports: Sequence[k8s.core.v1.ContainerPortArgs] = (),
+    run: Optional[Run] = None,
+    api_token: bool = False,
 ) -> k8s.core.v1.PodTemplateSpecArgs:
     """One whole GPU node's pod running `command` in the training image.
 
@@ -57,14 +60,18 @@ def training_pod_template(
     `priority_class_name`: default the training PriorityClass; checks run in their own (queue order).
     `command` None: the image's own (a KubeRay Ray container, whose command KubeRay writes).
     `ports`: the container's named ports (Ray's metrics port, which the Ray PodMonitor scrapes by name).
+    `run`: the training run the pod belongs to (its checkpoint directory and overrides); None = the
+    implicit run of `num_nodes`.
+    `api_token`: mount the service account's API token (the Ray launcher's node check,
+    node_health_access.py); off for every other pod.
     """
     w = cfg.workloads
     sizing = sizing or pod_sizing(cfg)
     env = env_vars(cfg, num_nodes=num_nodes, secret_name=secret_name, efa=sizing.efa, extra=extra_env,
-                   include_secrets=include_secrets, checkpoints=checkpoints, secret_refs=secret_refs)
+                   include_secrets=include_secrets, checkpoints=checkpoints, secret_refs=secret_refs, run=run)
     container = k8s.core.v1.ContainerArgs(
         name=CONTAINER,
-        image=w.image,
+        image=image_build.pod_image(w.image),
         image_pull_policy="IfNotPresent",
         command=list(command) if command is not None else None,
         ports=list(ports) or None,
@@ -75,12 +82,12 @@ def training_pod_template(
     )
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(pod_labels), annotations={**scripts_annotation(scripts),
-                                                                                **elastic.pod_annotations(cfg),
+                                                                                **elastic.pod_annotations(cfg.gpu_nodes.elastic),
                                                                                 **(annotations or {})}),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy=restart_policy,
             service_account_name=service_account or cfg.training.service_account,
-            automount_service_account_token=False,
+            automount_service_account_token=api_token,
             priority_class_name=priority_class_name or priority_class(cfg),
             termination_grace_period_seconds=w.termination_grace_period_seconds,
             # GPU nodes by affinity (placement.py: Kueue owns nodeSelector); callers pass

@@ -74,6 +74,7 @@ from components.k8s import kuberay, kueue
 from components.stack.config import StackConfig
 from components.k8s import security
 from components.workloads import env, multinode, placement, pod, runs, trainer
+from components.k8s.options import child_opts
 
 API_VERSION = "ray.io/v1"
 RUN = multinode.RUN  # the same run (label, checkpoint identity) as the other multi-node forms
@@ -101,15 +102,16 @@ SKIP_REASONS = dataclasses.replace(
 
 
 class RayJobTrainingArgs(runs.WorkloadArgs):
-    pass
+    # The stack's first RayJob run installs the KubeRay operator (StackConfig.kuberay_operator), once.
+    install_operator: bool = True
 
 
 def token_secret_name(run: str = RUN) -> str:
     return f"{run}-ray-token"
 
 
-def entrypoint(cfg: StackConfig) -> str:
-    return shlex.join(trainer.training_command(cfg))
+def entrypoint(cfg: StackConfig, run=None) -> str:
+    return shlex.join(trainer.training_command(cfg, run))
 
 
 def head_start_params(cfg: StackConfig) -> dict[str, str]:
@@ -161,7 +163,8 @@ def ray_pod_template(a: RayJobTrainingArgs, secret_name: Optional[pulumi.Input[s
         annotations=podset_annotations(cfg),
         ports=ports,
         # The entrypoint runs on the head: its resume wrapper is mounted on every Ray pod (one template).
-        scripts=[a.scripts[f] for f in trainer.scripts(cfg)],
+        scripts=[a.scripts[f] for f in trainer.scripts(cfg, a.run)],
+        run=a.run,
     )
 
 
@@ -174,7 +177,7 @@ def rayjob_spec(a: RayJobTrainingArgs, secret_name: Optional[pulumi.Input[str]],
     if token_secret:
         auth["secretName"] = token_secret
     return {
-        "entrypoint": entrypoint(cfg),
+        "entrypoint": entrypoint(cfg, a.run),
         "submissionMode": SUBMISSION_MODE,
         # Delete the Ray cluster when the job ends (Kueue requires it of a queued RayJob).
         "shutdownAfterJobFinishes": True,
@@ -240,23 +243,23 @@ class RayJobTraining(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:RayJobTraining", name, None, opts)
         cfg = args.cfg
-        run = RUN
+        run = args.run.resource_name if args.run is not None else RUN
         obj_labels = runs.labels(COMPONENT, run)
         deps: list[pulumi.Resource] = []
-        if cfg.kuberay_operator:
+        if cfg.kuberay_operator and args.install_operator:
             deps.append(kuberay.operator_release(f"{name}-kuberay-operator", self, opts))
         guards = guard_names(run)
         # The other forms' same-run policy and PDB (multinode.run_guards), under this form's names.
         netpol = k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol", multinode.network_policy_args(
                 run, namespace, obj_labels, env.mlflow_port(cfg.workloads.mlflow_tracking_uri), name=guards),
-            runs.child_opts(self, opts))
+            child_opts(self, opts))
         dashboard = k8s.networking.v1.NetworkPolicy(
             f"{name}-dashboard-netpol", dashboard_policy_args(run, namespace, obj_labels, cfg.kuberay_operator),
-            runs.child_opts(self, opts))
+            child_opts(self, opts))
         pdb = k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb", multinode.pdb_args(run, namespace, obj_labels, cfg.multi_node_count, name=guards),
-            runs.child_opts(self, opts))
+            child_opts(self, opts))
         deps += [netpol, dashboard, pdb]
         token_secret = None
         key = cfg.workloads.multi_node.ray_auth_token_secret
@@ -267,7 +270,7 @@ class RayJobTraining(pulumi.ComponentResource):
                     metadata=runs.object_metadata(token_secret, namespace, obj_labels),
                     type="Opaque",
                     string_data={TOKEN_SECRET_KEY: pulumi.Config("rltrain").require_secret(key)}),
-                runs.child_opts(self, opts))
+                child_opts(self, opts))
             deps.append(secret)
         spec = rayjob_spec(args, secret_name, token_secret, run)
         awaits = runs.await_success(args.await_seconds, custom_resource=True) if args.await_seconds else runs.SKIP_AWAIT
@@ -283,7 +286,7 @@ class RayJobTraining(pulumi.ComponentResource):
             # A custom resource is replaced only when its name or namespace changes (pulumi-kubernetes
             # provider/pkg/provider/diff.go); KubeRay would not apply a patched spec to the running
             # cluster, and a finished RayJob never runs again. Fixed name: delete first.
-            opts=runs.child_opts(self, opts, *deps, delete_before_replace=True,
+            opts=child_opts(self, opts, *deps, delete_before_replace=True,
                                  replace_on_changes=["spec", *runs.REPLACE_ON_LABELS]),
         )
         self.workload = self.rayjob

@@ -26,7 +26,8 @@ from components.stack import versions, volume_budget
 from components.stack.config import StackConfig
 from components.stack.labels import CHECKS_SERVICE_ACCOUNT
 from components.k8s import security
-from components.workloads import env, runs, serving, trainer, volumes
+from components.workloads import env, runs, trainer, volumes
+from components.k8s.options import child_opts
 
 NAME = "rltrain-checkpoint-retention"
 COMPONENT = "checkpoint-retention"
@@ -42,15 +43,13 @@ SKIP_REASONS = security.Reasons(
 
 
 def enabled(cfg: StackConfig) -> bool:
-    w = cfg.workloads
-    return (w.single_node.enabled or w.multi_node.enabled) and trainer.resume_mapped(cfg) \
+    return bool(cfg.training_runs) and trainer.resume_mapped(cfg) \
         and volume_budget.retention_on(cfg)
 
 
 def steps_dirs(cfg: StackConfig) -> dict[str, str]:
     """Run -> its steps directory."""
-    return {run: trainer.steps_dir(cfg, env.checkpoint_dir(cfg, serving.run_nodes(cfg, run)))
-            for run in volume_budget.run_names(cfg)}
+    return {r.name: trainer.steps_dir(cfg.for_run(r), env.run_dir(cfg, r)) for r in cfg.training_runs}
 
 
 def args(cfg: StackConfig) -> list[str]:
@@ -124,8 +123,8 @@ class CheckpointRetention(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:CheckpointRetention", name, None, opts)
         cfg = args.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", runs.isolated_network_policy(NAME, COMPONENT, namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         self.cronjob = k8s.batch.v1.CronJob(
-            f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT]]),
-            runs.child_opts(self, opts, netpol))
+            f"{name}-cronjob", cronjob_args(cfg, args.claim_name, namespace, [args.scripts[SCRIPT], args.scripts[trainer.COMPLETENESS]]),
+            child_opts(self, opts, netpol))
         self.register_outputs({"cronjob": NAME})

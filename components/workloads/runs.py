@@ -9,10 +9,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict, Field
 
-from components.k8s.options import child_opts  # noqa: F401  (runs.child_opts, as before)
 from components.scripts import ray_launcher, resume_wrapper
+from components.stack import node_repair
 from components.stack.config import StackConfig
-from components.stack.labels import MANAGED_BY, short_hash  # noqa: F401  (runs.short_hash, as before)
+from components.stack.runs import Run
+from components.stack.labels import JOB_IMMUTABLE
+from components.stack.labels import MANAGED_BY
+from components.workloads import trainer
 from components.workloads.script_files import Script
 
 CONTAINER = "trainer"
@@ -55,40 +58,64 @@ def check_priority_class(cfg: StackConfig, check: str) -> str:
 
 
 def deadline_seconds(cfg: StackConfig) -> int:
-    """Training time plus the cold image pull margin (D6)."""
-    return cfg.workloads.max_run_minutes * 60 + IMAGE_PULL_MARGIN_SECONDS
+    """Training time plus the cold image pull margin (D6), plus room for the infrastructure restarts
+    the run's bounds allow (workloads.infrastructureRestarts): each one a node repair and a cold
+    pull (components/stack/node_repair.py), during which activeDeadlineSeconds keeps counting."""
+    w = cfg.workloads
+    return (w.max_run_minutes * 60 + IMAGE_PULL_MARGIN_SECONDS
+            + node_repair.restart_room_seconds(w.infrastructure_restarts))
 
 
 # The launcher's exit codes that report another pod's loss (ray_launcher.py's docstring): a worker
-# that lost its head, a head whose trainer lost a peer.
+# that lost its head, a head whose trainer failed while a node of the run was lost or unhealthy.
 RAY_DISRUPTION_EXIT_CODES = frozenset({ray_launcher.EXIT_HEAD_LOST, ray_launcher.EXIT_PEER_LOST})
+# And the launcher's waits that ran out (a head whose nodes did not all come healthy within
+# RAY_NODE_WAIT_SECONDS, a worker whose head did not answer within RAY_JOIN_DEADLINE_SECONDS): both
+# derived from a node repair (multinode.py), so they mean a peer that is gone, not a failure of the
+# run. Ignored only where the start ledger bounds them (a resume mapping): the head records its
+# failed wait there (resume_wrapper.py --record-stall) and the attempt over the bound fails the Job
+# (EXIT_NO_PROGRESS); a worker's wait ends with its head's, which the head's bound and Kueue's
+# (waitForPodsReady: a head pod not Ready, requeue limit) end.
+RAY_WAIT_EXIT_CODES = frozenset({ray_launcher.EXIT_NODES_TIMEOUT, ray_launcher.EXIT_HEAD_UNREACHABLE})
+
+
+def ray_ignored_exit_codes(cfg: StackConfig) -> frozenset[int]:
+    """The launcher's exit codes a Ray run's pod failure policy ignores (not counted in
+    workloads.retries): a lost head or peer always, a wait that ran out where the ledger bounds it."""
+    return RAY_DISRUPTION_EXIT_CODES | (RAY_WAIT_EXIT_CODES if trainer.resume_mapped(cfg) else frozenset())
 
 
 def pod_failure_policy(cfg: StackConfig, *, ray: bool = False) -> k8s.batch.v1.PodFailurePolicyArgs:
     """Disruptions are free retries; configuration errors fail the Job at once (D5).
 
-    Ignore comes first: rules match in order, and a pod killed by a drain or preemption is never a
-    configuration error whatever its exit code during shutdown. In a Ray run (`ray`), a worker whose
-    head went away exits with the launcher's EXIT_HEAD_LOST, and a head whose trainer failed while a
-    worker's node or pod was gone exits EXIT_PEER_LOST: each is another pod's disruption, not a
-    failure of the run, so they are ignored too (the Job recreates the pod, which rejoins the new
-    cluster) and the retry budget is kept for real failures. The resume wrapper's EXIT_NO_PROGRESS
-    (too many restarts from the same checkpoint, `workloads.infrastructureRestarts`) always fails
-    the Job: a retry would be refused the same way.
+    Ignore comes first: rules match in order, and a pod killed by a drain, a preemption or a node's
+    graceful shutdown (a reboot repair: components/aws/gpu_nodes.py) is never a configuration error
+    whatever its exit code during shutdown (Kubernetes v1.35.4 pkg/controller/job/pod_failure_policy.go:
+    the first matching rule decides; a failure no rule matches counts against backoffLimit). In a
+    Ray run (`ray`), a worker whose head went away exits with the launcher's EXIT_HEAD_LOST, and a
+    head whose trainer failed while a node of the run was lost or unhealthy (the node monitoring
+    agent's condition, a NotReady or tainted node: the head reads them) exits EXIT_PEER_LOST: each
+    is a node's disruption, not a failure of the run, so they are ignored too (the Job recreates the
+    pod, which rejoins the new cluster) and the retry budget is kept for real failures; with a
+    resume mapping, so are the launcher's waits that ran out (ray_ignored_exit_codes), each bounded
+    by the start ledger. The resume wrapper's EXIT_NO_PROGRESS (too many restarts from the same
+    checkpoint, `workloads.infrastructureRestarts`) always fails the Job: a retry would be refused
+    the same way.
     """
     rules = [k8s.batch.v1.PodFailurePolicyRuleArgs(
         action="Ignore",
         on_pod_conditions=[k8s.batch.v1.PodFailurePolicyOnPodConditionsPatternArgs(
             type="DisruptionTarget", status="True")],
     )]
-    if ray:
+    ignored = ray_ignored_exit_codes(cfg) if ray else frozenset()
+    if ignored:
         rules.append(k8s.batch.v1.PodFailurePolicyRuleArgs(
             action="Ignore",
             on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
-                container_name=CONTAINER, operator="In", values=sorted(RAY_DISRUPTION_EXIT_CODES)),
+                container_name=CONTAINER, operator="In", values=sorted(ignored)),
         ))
     codes = sorted(({c for c in cfg.workloads.fail_fast_exit_codes if c != 0} | {resume_wrapper.EXIT_NO_PROGRESS})
-                   - (RAY_DISRUPTION_EXIT_CODES if ray else set()))
+                   - ignored)
     if codes:
         rules.append(k8s.batch.v1.PodFailurePolicyRuleArgs(
             action="FailJob",
@@ -125,15 +152,8 @@ SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 # is not suspended (running or finished; kueue pkg/controller/jobframework/validation.go,
 # validateUpdateForQueueName): a label change replaces the run instead of patching it.
 REPLACE_ON_LABELS = ["metadata.labels"]
-# A Job's fields the API server never lets an update change beyond the pod template, completions,
-# parallelism and selector (which pulumi-kubernetes already replaces on: provider/pkg/provider/
-# diff.go forceNewProperties): Kubernetes v1.35.4 pkg/apis/batch/validation/validation.go
-# ValidateJobSpecUpdate. Without them here, a new `workloads.failFastExitCodes` (the
-# podFailurePolicy) previewed as an update and the real preview failed "field is immutable"
-# (the key sweep on the simulated cluster, issue 34).
-JOB_IMMUTABLE = ["spec.podFailurePolicy", "spec.completionMode", "spec.backoffLimitPerIndex", "spec.managedBy",
-                 "spec.successPolicy"]
-# What a batch/v1 Job of the program is replaced on.
+# What a batch/v1 Job of the program is replaced on: its labels and the fields the API server never
+# lets an update change (labels.JOB_IMMUTABLE).
 REPLACE_JOB_ON = [*REPLACE_ON_LABELS, *JOB_IMMUTABLE]
 
 
@@ -163,6 +183,9 @@ class WorkloadArgs(BaseModel):
     # A check run the training runs wait for (workloads.trainingAfterChecks): `pulumi up` waits up to
     # this long for it to succeed. None: `pulumi up` waits only for the object to exist.
     await_seconds: Optional[int] = Field(None, ge=60)
+    # The training run a run builder builds (components/stack/runs.py); None = the implicit run of
+    # the builder's form. `cfg` is then the stack as that run sees it (StackConfig.for_run).
+    run: Optional[Run] = None
 
 
 def dns_peer() -> k8s.networking.v1.NetworkPolicyPeerArgs:

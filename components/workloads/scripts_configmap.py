@@ -20,8 +20,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.stack.labels import MANAGED_BY
-from components.workloads.runs import child_opts
 from components.workloads.script_files import Script, configmap_key
+from components.k8s.options import child_opts
 
 def configmap_args(script: Script, namespace: pulumi.Input[str]) -> k8s.core.v1.ConfigMapInitArgs:
     return k8s.core.v1.ConfigMapInitArgs(

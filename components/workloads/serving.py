@@ -52,12 +52,13 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.stack import versions
+from components.stack import fit, node_efa, versions
 from components.stack.config import StackConfig
-from components.stack.labels import CHECKS_SERVICE_ACCOUNT
+from components.stack.labels import CHECKS_SERVICE_ACCOUNT, GPU
 from components.k8s import security
 from components.workloads import env, export, placement, runs, sizing, trainer, volumes
 from components.workloads.sizing import PodSizing
+from components.k8s.options import child_opts
 
 NAME = "rltrain-serving"
 COMPONENT = "serving"
@@ -119,7 +120,8 @@ def image(cfg: StackConfig) -> str:
 
 
 def run_nodes(cfg: StackConfig, run: str) -> int:
-    return 1 if run == "single-node" else cfg.multi_node_count
+    found = cfg.run(run)
+    return found.nodes if found is not None else 1 if run == "single-node" else cfg.multi_node_count
 
 
 def model_path(cfg: StackConfig) -> str:
@@ -130,7 +132,7 @@ def model_path(cfg: StackConfig) -> str:
     assert m.run is not None and m.step is not None  # config refuses otherwise
     if export.enabled(cfg):  # what the export Job writes (export.py), never the raw trainer layout
         return export.out_dir(cfg)
-    ckpt = env.checkpoint_dir(cfg, run_nodes(cfg, m.run))
+    ckpt = env.dir_of(cfg, m.run)
     # Step directories sit where the trainer writes them: with a trainer profile that is below the
     # run's directory (RLinf: <experiment>/<config experiment>/checkpoints, components/stack/trainers.py).
     steps = trainer.steps_dir(cfg, ckpt) if cfg.workloads.resume_terms is not None else ckpt
@@ -192,7 +194,8 @@ def replica_sizing(cfg: StackConfig) -> PodSizing:
         mem_gib = math.ceil(weights_gib(cfg)) + shm_gib(cfg) + HOST_ALLOWANCE_GIB
         return PodSizing(cpu=CPU_BASE + CPU_PER_GPU * gpus, memory_mib=mem_gib * 1024, shm_gib=shm_gib(cfg),
                          gpus=gpus, efa=0, cpu_limit=True)
-    whole = sizing.sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node, shm=1)
+    whole = sizing.sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node, shm=1,
+                              node_efa=node_efa.interfaces(cfg.gpu_nodes))
     mem_gib = whole.memory_gib * gpus // it.gpu_count
     return PodSizing(cpu=whole.cpu * gpus // it.gpu_count, memory_mib=mem_gib * 1024, shm_gib=shm_gib(cfg),
                      gpus=gpus, efa=0, cpu_limit=True)
@@ -206,12 +209,7 @@ def reserved(cfg: StackConfig) -> dict[str, int]:
         return {}
     s = replica_sizing(cfg)
     n = cfg.workloads.serving.replicas + (rollout_strategy(cfg).max_surge if surge_fits(cfg) else 0)
-    return {"cpu": s.cpu * 1000 * n, "memory": s.memory_mib * n, sizing.GPU: s.gpus * n}
-
-
-def one_replica_per_node(cfg: StackConfig) -> bool:
-    """A node holds one replica only (more GPUs than half a node)."""
-    return 2 * cfg.workloads.serving.gpus_per_replica > cfg.gpu_nodes.instance.gpu_count
+    return {"cpu": s.cpu * 1000 * n, "memory": s.memory_mib * n, GPU: s.gpus * n}
 
 
 # --- time budgets -----------------------------------------------------------------------------------
@@ -271,30 +269,16 @@ class Rollout:
 def training_nodes(cfg: StackConfig) -> int:
     """Whole GPU nodes the largest training run holds while serving runs (runs queue one after
     another; the checks are short and run before)."""
-    w = cfg.workloads
-    return max([0] + ([1] if w.single_node.enabled else []) + ([cfg.multi_node_count] if w.multi_node.enabled else []))
-
-
-def free_gpus(cfg: StackConfig) -> tuple[list[int], list[int]]:
-    """(free GPUs per node, serving replicas per node) with the largest training run on whole nodes
-    and the replicas placed first fit on the others."""
-    it, sv = cfg.gpu_nodes.instance, cfg.workloads.serving
-    free = [0 if i < training_nodes(cfg) else it.gpu_count for i in range(cfg.gpu_nodes.count)]
-    held = [0] * len(free)
-    for _ in range(sv.replicas):
-        node = next((i for i, f in enumerate(free) if f >= sv.gpus_per_replica
-                     and not (one_replica_per_node(cfg) and held[i])), None)
-        if node is None:
-            break
-        free[node] -= sv.gpus_per_replica
-        held[node] += 1
-    return free, held
+    return max([0] + [r.nodes for r in cfg.enabled_runs])
 
 
 def surge_fits(cfg: StackConfig) -> bool:
-    free, held = free_gpus(cfg)
-    g = cfg.workloads.serving.gpus_per_replica
-    return any(f >= g and not (one_replica_per_node(cfg) and h) for f, h in zip(free, held))
+    """A surge replica fits beside the largest training run (on whole nodes) and the replicas,
+    placed first fit (components/stack/fit.py)."""
+    free, placed = fit.serving_replicas(cfg, training_nodes(cfg))
+    surge = fit.first_fit({GPU: float(cfg.workloads.serving.gpus_per_replica)}, 1, free,
+                          one_per_node=fit.one_replica_per_node(cfg), taken=placed)
+    return len(surge) == 1
 
 
 def rollout_strategy(cfg: StackConfig) -> Rollout:
@@ -340,7 +324,7 @@ def affinity(cfg: StackConfig) -> k8s.core.v1.AffinityArgs:
     term = k8s.core.v1.PodAffinityTermArgs(topology_key="kubernetes.io/hostname",
                                            label_selector=k8s.meta.v1.LabelSelectorArgs(
                                                match_labels=runs.selector_labels(NAME)))
-    if one_replica_per_node(cfg):
+    if fit.one_replica_per_node(cfg):
         return placement.gpu_affinity(pod_anti_affinity=placement.one_pod_per_node(NAME))
     return placement.gpu_affinity(pod_affinity=k8s.core.v1.PodAffinityArgs(
         preferred_during_scheduling_ignored_during_execution=[
@@ -529,12 +513,12 @@ class Serving(pulumi.ComponentResource):
         super().__init__("rltrain:workloads:Serving", name, None, opts)
         cfg = args.cfg
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(cfg, namespace),
-                                                 runs.child_opts(self, opts))
-        pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(cfg, namespace), runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
+        pdb = k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", pdb_args(cfg, namespace), child_opts(self, opts))
         self.service = k8s.core.v1.Service(f"{name}-service", service_args(cfg, namespace),
-                                           runs.child_opts(self, opts))
+                                           child_opts(self, opts))
         self.deployment = k8s.apps.v1.Deployment(f"{name}-deployment",
                                                  deployment_args(cfg, args.claim_name, namespace),
-                                                 runs.child_opts(self, opts, netpol, pdb))
+                                                 child_opts(self, opts, netpol, pdb))
         self.model_path = model_path(cfg)
         self.register_outputs({"deployment": NAME, "service": NAME, "modelPath": self.model_path})

@@ -1,5 +1,5 @@
-"""Sizing (whole node for one training pod; derived from `components.stack.catalog`, D9/D10)
-----------------------------------------------------------------------------------
+"""Sizing: the whole node for one training pod, derived from `components.stack.catalog` (D9/D10).
+
 GPUs and EFA devices: all the node has (`gpu_count`; `efa_devices_per_node`, 0 when EFA is off,
 and then the key is omitted). Extended resources: limits == requests.
 
@@ -32,17 +32,15 @@ from typing import Optional
 import pulumi_kubernetes as k8s
 
 from components.stack import catalog
-from components.stack import config as config_mod
+from components.stack.catalog import SHM_MAX_SHARE
+from components.stack.node_efa import interfaces as efa_interfaces
 from components.stack.config import StackConfig
 
-from components.stack.labels import EFA, GPU, HUGEPAGES  # noqa: F401  (sizing.GPU, ..., as before)
+from components.stack.labels import EFA, GPU, HUGEPAGES
 
 CPU_HEADROOM = 0.02
-
-MEMORY_HEADROOM = 0.02
-
-# /dev/shm may use at most this share of the pod memory limit (it is charged to it).
-SHM_MAX_SHARE = 0.25
+# The memory headroom and /dev/shm's share of the memory limit: catalog.MEMORY_HEADROOM,
+# catalog.SHM_MAX_SHARE (the config checks size the same pod).
 
 
 @dataclass(frozen=True)
@@ -102,15 +100,14 @@ class PodSizing:
 
 
 def shm_gib(cfg: StackConfig) -> int:
-    return cfg.workloads.shm_size_gib or config_mod.shm_default_gib(cfg.gpu_nodes.instance)
+    return cfg.workloads.shm_size_gib or catalog.shm_default_gib(cfg.gpu_nodes.instance)
 
 
 def sizing_for(it: catalog.InstanceType, *, efa: int, shm: int, node_efa: Optional[bool] = None) -> PodSizing:
-    alloc = it.allocatable(efa=efa > 0 if node_efa is None else node_efa)
+    on_efa_node = efa > 0 if node_efa is None else node_efa
+    alloc = it.allocatable(efa=on_efa_node)
     cpu_milli = alloc.cpu_milli - catalog.DAEMONSET_CPU_MILLI - math.ceil(alloc.cpu_milli * CPU_HEADROOM)
-    mem_mib = (alloc.memory_mib_conservative - catalog.DAEMONSET_MEMORY_MIB
-               - math.ceil(alloc.memory_mib_conservative * MEMORY_HEADROOM))
-    return PodSizing(cpu=cpu_milli // 1000, memory_mib=(mem_mib // catalog.GIB_IN_MIB) * catalog.GIB_IN_MIB,
+    return PodSizing(cpu=cpu_milli // 1000, memory_mib=catalog.pod_memory_mib(it, efa=on_efa_node),
                      shm_gib=shm, gpus=it.gpu_count, efa=efa, node_efa=node_efa)
 
 
@@ -131,8 +128,9 @@ def pod_sizing(cfg: StackConfig, *, efa: bool = True) -> PodSizing:
     """The whole-node training pod; `efa` False: no EFA devices or huge pages requested (a run
     that does not use EFA), the node's allocatable still net of its EFA huge pages."""
     it = cfg.gpu_nodes.instance
+    # The node's huge pages follow its EFA interfaces, not whether this pod uses EFA (stack/node_efa.py).
     sizing = sizing_for(it, efa=cfg.gpu_nodes.efa_devices_per_node if efa else 0, shm=shm_gib(cfg),
-                        node_efa=cfg.gpu_nodes.efa_enabled)
+                        node_efa=efa_interfaces(cfg.gpu_nodes))
     if not fits(sizing, it):
         raise ValueError(
             f"training pod {sizing} does not fit {it.name} (allocatable {it.allocatable(efa=sizing.on_efa_node)}); "

@@ -12,10 +12,11 @@ Ordering: the training runs depend on this Job and `pulumi up` waits for it to c
 = the Job's own deadline), so no run is created before its model is on the volume.
 
 The pod: the training image (its venv has huggingface_hub, an RLinf dependency: RLinf/RLinf@050543189957
-pyproject.toml; staging on a GPU node also pulls the
-large image there before training needs it), 2 CPUs and 8 GiB, no GPU and no EFA, the training
-Secret's env (a model hub token, training.secretEnv), egress 443 and FSx only. It is not queued
-by Kueue (no GPU: nothing to admit).
+pyproject.toml), 2 CPUs and 8 GiB, no GPU and no EFA, the training Secret's env (a model hub token,
+training.secretEnv), egress 443 and FSx only. It is not queued by Kueue (no GPU: nothing to admit).
+Where it runs (placement.cpu_helper_placement): on a fixed stack a GPU node, which also pulls the
+large image there before training needs it; on an elastic stack the CPU NodePool
+(components/k8s/cpu_nodes.py), so `up` never waits for a GPU launch to download files.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.stack import trainers
+from components.stack import elastic, image_build, trainers
 from components.stack.config import StackConfig
 from components.k8s import security
 from components.workloads import env, multinode, placement, runs, volumes
+from components.k8s.options import child_opts
 
 NAME = "rltrain-staging"
 COMPONENT = "staging"
@@ -79,20 +81,25 @@ def pod_template(a: StagingJobArgs, secret_name: Optional[pulumi.Input[str]]) ->
     script = a.scripts[SCRIPT]
     plain = [k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in sorted(staging_env(cfg).items())]
     resources = {"cpu": CPU, "memory": MEMORY}
+    # The GPU nodes on a fixed stack, the CPU NodePool on an elastic one (placement.py): never a
+    # GPU launch for a download. Affinity, not nodeSelector: Kueue's (placement.py).
+    tolerations, affinity = placement.cpu_helper_placement(cfg)
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(labels=runs.labels(COMPONENT, NAME),
-                                            annotations=volumes.scripts_annotation([script])),
+                                            # elastic: Karpenter leaves its node alone while it runs
+                                            annotations={**volumes.scripts_annotation([script]),
+                                                         **elastic.pod_annotations(cfg.gpu_nodes.elastic)}),
         spec=k8s.core.v1.PodSpecArgs(
             restart_policy="Never",
             service_account_name=cfg.training.service_account,  # S3 reads through the training role
             automount_service_account_token=False,
             priority_class_name=runs.priority_class(cfg),
-            tolerations=placement.gpu_tolerations(),
-            affinity=placement.gpu_affinity(),  # not nodeSelector: Kueue's (placement.py)
+            tolerations=tolerations,
+            affinity=affinity,
             security_context=security.pod_security_context(),
             containers=[k8s.core.v1.ContainerArgs(
                 name=runs.CONTAINER,
-                image=w.image,
+                image=image_build.pod_image(w.image),
                 image_pull_policy="IfNotPresent",
                 command=["python3", f"{volumes.SCRIPTS_PATH}/{SCRIPT}"],
                 env=sorted(plain + env.secret_env(cfg, secret_name), key=lambda e: e.name),
@@ -139,9 +146,9 @@ class StagingJob(pulumi.ComponentResource):
         obj_labels = runs.labels(COMPONENT, NAME)
         netpol = k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol", multinode.network_policy_args(NAME, namespace, obj_labels),
-            runs.child_opts(self, opts))
+            child_opts(self, opts))
         self.job = k8s.batch.v1.Job(
             f"{name}-job", job_args(args, namespace, secret_name),
-            runs.child_opts(self, opts, netpol, delete_before_replace=True, replace_on_changes=runs.REPLACE_JOB_ON))
+            child_opts(self, opts, netpol, delete_before_replace=True, replace_on_changes=runs.REPLACE_JOB_ON))
         self.job_name = NAME
         self.register_outputs({"job": NAME})

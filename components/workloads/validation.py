@@ -4,7 +4,8 @@ An Indexed Job with completions = parallelism = the GPU node count and a require
 anti-affinity on the hostname, so each node gets exactly one pod. Each pod requests the node's full
 GPUs and EFA devices (a node whose EFA plugin advertises too few devices leaves its pod Pending,
 which is itself the finding) and mounts /fsx, /dev/shm and /scripts like training does; it runs
-`validate_node.py` (GPUs via nvidia-smi, EFA devices, /dev/shm size, /fsx read-write).
+`validate_node.py` (GPUs via nvidia-smi, EFA devices, /dev/shm size, /fsx read-write, and on a
+multi-node stack with EFA the image's libfabric EFA provider: `fi_info -p efa`).
 
 CPU and memory are small, but the memory limit exceeds the /dev/shm size: a memory-backed emptyDir
 is capped by the pod's memory limit, and the check must see the size training gets. CPU has a limit
@@ -38,11 +39,12 @@ import pulumi_kubernetes as k8s
 from components.k8s import kueue
 from components.stack import catalog
 from components.stack.config import StackConfig
-from components.stack.labels import CHECKS_SERVICE_ACCOUNT
+from components.stack.labels import CHECKS_SERVICE_ACCOUNT, VALIDATION_COMPONENT
 from components.k8s import security
 from components.workloads import placement, pod, runs, sizing, volumes
+from components.k8s.options import child_opts
 NAME = "rltrain-validation"
-COMPONENT = "validation"
+COMPONENT = VALIDATION_COMPONENT
 COMMAND = ("python3", "/scripts/validate_node.py")
 VALIDATION_CPU = 2
 # Above the /dev/shm size (see the module docstring).
@@ -75,6 +77,21 @@ def validation_env(cfg: StackConfig) -> dict[str, str]:
             "FSX_PATH": volumes.FSX_PATH}
 
 
+def command(cfg: StackConfig) -> tuple[str, ...]:
+    """validate_node.py, with the EFA provider check on a multi-node stack with EFA (naming the image
+    in its message: the stack's name for it, `<repository>:<tag>` when the stack builds it)."""
+    if efa_provider_checked(cfg):
+        return (*COMMAND, "--efa-provider", str(cfg.workloads.image))
+    return COMMAND
+
+
+def efa_provider_checked(cfg: StackConfig) -> bool:
+    """A multi-node stack with EFA: its runs talk between nodes through NCCL's EFA plugin, so the
+    image's libfabric must have the EFA provider (validate_node.py `provider`). A single-node run
+    uses NVLink only and needs none (trainers.TrainerConfig.single_node_efa)."""
+    return cfg.workloads.multi_node.enabled and validation_sizing(cfg).efa > 0
+
+
 def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batch.v1.JobInitArgs:
     cfg = a.cfg
     n = cfg.gpu_nodes.count
@@ -85,7 +102,7 @@ def job_args(a: ClusterValidationArgs, namespace: pulumi.Input[str]) -> k8s.batc
         secret_name=None,
         include_secrets=False,
         pod_labels=obj_labels,
-        command=COMMAND,
+        command=command(cfg),
         num_nodes=n,
         extra_env=validation_env(cfg),  # NODE_NAME comes from spec.nodeName (env.env_vars)
         affinity=placement.run_affinity(NAME, co_located=False),
@@ -151,9 +168,9 @@ class ClusterValidation(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("rltrain:workloads:ClusterValidation", name, None, opts)
         netpol = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", network_policy_args(namespace),
-                                                 runs.child_opts(self, opts))
+                                                 child_opts(self, opts))
         self.job = k8s.batch.v1.Job(f"{name}-job", job_args(args, namespace),
-                                    runs.child_opts(self, opts, netpol, delete_before_replace=True,
+                                    child_opts(self, opts, netpol, delete_before_replace=True,
                                                     replace_on_changes=runs.REPLACE_JOB_ON))
         self.job_name = NAME
         self.register_outputs({"job": NAME})

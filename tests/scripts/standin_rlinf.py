@@ -5,7 +5,9 @@ examples/scripts/run_training_eks.sh running RLinf v0.3, nothing else.
   (the script's runner.logger.log_path=${CKPT_PATH}/${EXPERIMENT_NAME}; RLinf embodied_runner.py
   _save_checkpoint adds runner.logger.experiment_name, here $CONFIG_NAME as in the reference configs).
 - Each step directory is written as RLinf's FSDP strategy writes it: actor/dcp_checkpoint shards,
-  then actor/dcp_checkpoint/.metadata, then actor/model_state_dict/full_weights.pt last.
+  then actor/dcp_checkpoint/.metadata (a pickle, as DCP writes it), then
+  actor/model_state_dict/full_weights.pt last (a zip archive in torch.save's layout, its directory
+  last), so the completeness test (components/scripts/checkpoint_complete.py) sees real formats.
 - A resume is requested by `runner.resume_dir=<.../global_step_N>` in $HYDRA_OVERRIDES: the step
   is parsed from the name and <dir>/actor must exist (embodied_runner.py init_workers).
 
@@ -17,10 +19,11 @@ Output lines: `resume: fresh` / `resume: from step N`, `step N value=V`, `finish
 
 from __future__ import annotations
 
-import json
 import os
+import pickle
 import sys
 import time
+import zipfile
 
 MODULUS = 1_000_000_007
 
@@ -47,8 +50,8 @@ def main() -> int:
     if resume_dir:
         actor = os.path.join(resume_dir, "actor")
         assert os.path.exists(actor), f"resume_dir {actor} does not exist."
-        with open(os.path.join(actor, "dcp_checkpoint", ".metadata"), encoding="utf-8") as f:
-            value = json.load(f)["value"]
+        with open(os.path.join(actor, "dcp_checkpoint", ".metadata"), "rb") as f:
+            value = pickle.load(f)["value"]
         step = int(resume_dir.split("global_step_")[-1])
         print(f"resume: from step {step}", flush=True)
     else:
@@ -63,15 +66,15 @@ def main() -> int:
         os.makedirs(os.path.join(actor, "dcp_checkpoint"), exist_ok=True)
         with open(os.path.join(actor, "dcp_checkpoint", "__0_0.distcp"), "w", encoding="utf-8") as f:
             f.write(str(value))
-        with open(os.path.join(actor, "dcp_checkpoint", ".metadata"), "w", encoding="utf-8") as f:
-            json.dump({"value": value}, f)
+        with open(os.path.join(actor, "dcp_checkpoint", ".metadata"), "wb") as f:
+            pickle.dump({"value": value}, f)
         if step == hang:
             print(f"hanging in the save of step {step}", flush=True)
             while True:
                 time.sleep(1)
         os.makedirs(os.path.join(actor, "model_state_dict"), exist_ok=True)
-        with open(os.path.join(actor, "model_state_dict", "full_weights.pt"), "w", encoding="utf-8") as f:
-            f.write(str(value))
+        with zipfile.ZipFile(os.path.join(actor, "model_state_dict", "full_weights.pt"), "w") as z:
+            z.writestr("full_weights/data.pkl", pickle.dumps({"value": value}))
     print(f"finished at step {step} value={value}", flush=True)
     return 0
 

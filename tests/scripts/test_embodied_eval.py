@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from checkpoint_files import tear, write_step
+
 from components.scripts import embodied_eval, eval_metrics
 from components.stack import trainers
 
@@ -45,10 +47,7 @@ def rlinf(tmp: Path) -> Path:
 def make_step(root: Path, n: int, complete: bool = True) -> Path:
     d = root / f"global_step_{n}"
     (d / "actor").mkdir(parents=True)
-    for mark in MARKS if complete else MARKS[:1]:
-        (d / mark).parent.mkdir(parents=True, exist_ok=True)
-        (d / mark).write_bytes(b"m")
-    return d
+    return write_step(d, MARKS if complete else MARKS[:1], n)
 
 
 def run(tmp: Path, *extra: str, mode: str = "ok", line: str = LOGGED) -> subprocess.CompletedProcess:
@@ -113,6 +112,15 @@ def test_the_configured_step_must_be_complete(tmp_path):
     assert r.returncode == embodied_eval.EXIT_NO_STEP
     assert "step 80 is not complete" in r.stdout and "full_weights.pt" in r.stdout
     assert run(tmp_path, "--step", "40").returncode == 0 and results(tmp_path)[0]["step"] == 40
+
+
+def test_a_torn_newest_step_is_skipped_and_the_previous_one_evaluated(tmp_path):
+    make_step(tmp_path / "ckpt", 40)
+    tear(make_step(tmp_path / "ckpt", 80) / "actor/model_state_dict/full_weights.pt")
+    r = run(tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "EVAL DONE: step 40" in r.stdout
+    assert "global_step_80: incomplete, actor/model_state_dict/full_weights.pt: not a complete zip archive" in r.stdout
 
 
 def test_no_complete_step_is_refused(tmp_path):

@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from checkpoint_files import tear, write_step
 
 from components.stack import trainers
 
@@ -36,12 +37,12 @@ def run(tmp: Path, *extra: str, python: str = sys.executable, timeout: int = 60)
                           capture_output=True, text=True, timeout=timeout)
 
 
-def fake_step(tmp: Path, n: int, weights: bytes) -> Path:
-    d = tmp / "ckpt" / f"global_step_{n}"
-    for mark in MARKS:
-        (d / mark).parent.mkdir(parents=True, exist_ok=True)
-        (d / mark).write_bytes(b"m")
-    (d / FULL).write_bytes(weights)
+def fake_step(tmp: Path, n: int, weights: bytes | None = None) -> Path:
+    """A step with every mark as RLinf writes it (checkpoint_files), full_weights.pt replaced by
+    `weights` when given."""
+    d = write_step(tmp / "ckpt" / f"global_step_{n}", MARKS, n)
+    if weights is not None:
+        (d / FULL).write_bytes(weights)
     return d
 
 
@@ -66,23 +67,37 @@ def test_half_written_full_weights_refused_and_previous_export_kept(tmp_path):
     (prev / ".rltrain-export.json").write_text(json.dumps({"step": 50}))
     r = run(tmp_path, "--step", "100")
     assert r.returncode == 3, r.stdout + r.stderr
-    assert "not a complete torch.save archive" in r.stdout and "full_weights.pt" in r.stdout
+    assert "is not a complete checkpoint (actor/model_state_dict/full_weights.pt: not a complete zip archive" in r.stdout
     assert "previous export there is kept" in r.stdout
     assert (prev / "model.safetensors").read_bytes() == b"previous"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
 
 
 def test_an_incomplete_newest_step_is_not_exported(tmp_path):
-    fake_step(tmp_path, 100, truncated_zip(tmp_path))
+    fake_step(tmp_path, 100)
     newer = tmp_path / "ckpt" / "global_step_150" / "actor" / "model_state_dict"
     newer.mkdir(parents=True)
     (newer / "full_weights.pt").write_bytes(b"half")
     r = run(tmp_path)  # newest complete: 100 (150 has no DCP metadata nor data.pt)
-    assert r.returncode == 3 and "global_step_100" in r.stdout and "global_step_150" not in r.stdout
+    # 100 is chosen; without torch here the load itself stops (exit 5), after the choice.
+    assert f"exporting {tmp_path / 'ckpt' / 'global_step_100'}" in r.stdout, r.stdout
+    assert "skipping" in r.stdout and "global_step_150: incomplete, actor/dcp_checkpoint/.metadata: missing" in r.stdout
+
+
+def test_a_torn_newest_step_is_skipped_naming_it_and_the_previous_one_exported(tmp_path):
+    """Every mark of 150 exists, but its full_weights.pt was cut mid-write (torch.save writes it in
+    place): export takes 100, and says why not 150."""
+    fake_step(tmp_path, 100)
+    torn = tear(fake_step(tmp_path, 150) / FULL)
+    r = run(tmp_path)
+    assert f"exporting {tmp_path / 'ckpt' / 'global_step_100'}" in r.stdout, r.stdout
+    assert (f"skipping {tmp_path / 'ckpt' / 'global_step_150'}: incomplete, {FULL}: not a complete zip archive"
+            in r.stdout)
+    assert torn.stat().st_size > 0 and r.returncode != 4
 
 
 def test_current_export_is_left_alone(tmp_path):
-    step = fake_step(tmp_path, 100, truncated_zip(tmp_path))
+    step = fake_step(tmp_path, 100)
     st = os.stat(step / FULL)
     out = tmp_path / "export"
     out.mkdir()
@@ -112,7 +127,7 @@ def torch_python() -> str:
 # word-level tokenizer, then checkpoint steps in RLinf's layout (reasoning_runner._save_checkpoint,
 # fsdp strategy save_checkpoint): DCP metadata, the full state dict with torch.save, data/data.pt.
 STANDIN = textwrap.dedent('''
-    import os, sys, torch
+    import os, pickle, sys, torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
     root, steps, incomplete = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], sys.argv[3] == "1"
@@ -130,7 +145,8 @@ STANDIN = textwrap.dedent('''
     for n in steps:
         d = os.path.join(root, "ckpt", f"global_step_{n}")
         os.makedirs(os.path.join(d, "actor", "dcp_checkpoint"), exist_ok=True)
-        open(os.path.join(d, "actor", "dcp_checkpoint", ".metadata"), "wb").write(b"dcp")
+        with open(os.path.join(d, "actor", "dcp_checkpoint", ".metadata"), "wb") as f:
+            pickle.dump({"step": n}, f)  # DCP pickles its Metadata there
         with torch.no_grad():
             for p in base.parameters():
                 p.add_(0.01 * n)

@@ -51,7 +51,9 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from support import rendered
@@ -402,7 +404,7 @@ case "$FAKE_RAY_MODE" in
   join|join-gcs-lost)
     echo "2026-01-01 00:00:00,000 SUCC scripts.py:1251 -- Ray runtime started."
     # Like Ray's own handler: SIGTERM ends `ray start --block` with exit 1.
-    trap 'echo "fake ray: SIGTERM"; exit 1' TERM
+    trap 'echo "fake ray: SIGTERM"; exit ${FAKE_RAY_TERM_CODE:-1}' TERM
     while [ ! -e "$FAKE_RAY_RELEASE" ]; do sleep 0.05; done
     if [ "$FAKE_RAY_MODE" = join-gcs-lost ]; then
       echo "(raylet) rpc_client.h:204: Failed to connect to GCS within 60 seconds. GCS may have been killed." >&2
@@ -943,7 +945,8 @@ def test_worker_exit_code_tells_a_lost_head_from_a_failure(
     assert ("Ray runtime started." in worker.stdout) == mode.startswith("join")
 
 
-def test_sigterm_stops_a_joined_worker_with_143(launchers, fake_ray, silent_head):
+@pytest.mark.parametrize("ray_code", [1, 0])
+def test_sigterm_stops_a_joined_worker_with_143(launchers, fake_ray, silent_head, ray_code):
     worker = launchers.start(
         fake_ray.env(
             launchers,
@@ -952,6 +955,7 @@ def test_sigterm_stops_a_joined_worker_with_143(launchers, fake_ray, silent_head
             JOB_COMPLETION_INDEX="1",
             RAY_HEAD_HOST=silent_head.host,
             RAY_PORT=str(silent_head.port),
+            FAKE_RAY_TERM_CODE=str(ray_code),
         ),
         ["true"],
         container=True,
@@ -960,11 +964,12 @@ def test_sigterm_stops_a_joined_worker_with_143(launchers, fake_ray, silent_head
 
     os.kill(worker.launcher_pid(), signal.SIGTERM)
 
-    # Forwarded to `ray start --block`, which exits 1 (as Ray does); the pod
-    # reports the signal, and no head loss.
+    # Forwarded to `ray start --block`, which exits 1 (as Ray does) or 0; the pod reports the
+    # signal, never a success (a succeeded index of the Indexed Job is not recreated), and no
+    # head loss.
     assert worker.wait(timeout=10) == 128 + signal.SIGTERM, worker.describe()
     assert "fake ray: SIGTERM" in worker.stdout
-    assert "`ray start --block` exited with code 1 after SIGTERM" in worker.stdout
+    assert f"`ray start --block` exited with code {ray_code} after SIGTERM" in worker.stdout
     assert "lost the Ray head" not in worker.stderr
 
 
@@ -1140,11 +1145,8 @@ def peer_env(launchers: Launchers, fake_ray: FakeRay, **values: str) -> dict:
         launchers,
         "succeed",
         nodes=2,
-        NUM_NODES="2",
-        JOB_COMPLETION_INDEX="0",
-        RAY_HEAD_HOST="127.0.0.1",
-        RAY_NODE_WAIT_SECONDS="10",
-        **values,
+        **{"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "0", "RAY_HEAD_HOST": "127.0.0.1", "RAY_NODE_WAIT_SECONDS": "10",
+           **values},
     )
 
 
@@ -1208,8 +1210,8 @@ def test_head_exits_9_when_its_trainer_fails_after_a_peer_was_lost(launchers, fa
         # 9, which the pod failure policy ignores, never passes for a lost peer (other reserved
         # codes stay the trainer's: test_a_failed_trainer_exits_9_only_when_a_peer_is_lost).
         # A watch of 0 s counts once.
-        (9, 0, 1, "the training command exited with code 9, which the launcher keeps for a lost peer or head, and "
-                  "2 of 2 Ray nodes are alive; exiting 1"),
+        (9, 0, 1, "the training command exited with code 9, which the launcher keeps for a lost peer or head or a "
+                  "wait that ran out, and 2 of 2 Ray nodes are alive; exiting 1"),
     ],
 )
 def test_head_keeps_the_trainers_code_when_every_node_is_alive(launchers, fake_ray, code, watch, expected, message):
@@ -1258,12 +1260,16 @@ def test_head_keeps_the_trainers_code_when_ray_cannot_tell(launchers, fake_ray, 
     assert elapsed < 10 + waits["PEER_REPLY_SECONDS"], f"a bounded check took {elapsed:.1f} s"
 
 
-@pytest.mark.parametrize(("handler", "expected"), [(True, 42), (False, 128 + signal.SIGTERM)])
+@pytest.mark.parametrize(("handler", "expected"), [(42, 42), (None, 128 + signal.SIGTERM), (0, 128 + signal.SIGTERM)],
+                         ids=["exits-42", "no-handler", "exits-0"])
 def test_sigterm_reaches_the_trainer_and_its_code_is_the_pods(launchers, fake_ray, tmp_path, handler, expected):
+    """The trainer's code on a stop is the pod's, except a 0: a trainer that checkpoints and exits 0
+    on SIGTERM has been stopped, not finished, and the Job's success policy (index 0) would complete
+    the run; the head exits 143 instead."""
     ready = tmp_path / "ready"
     trainer = python_command(
         "import os, signal, sys, time\n"
-        + ("signal.signal(signal.SIGTERM, lambda *_: sys.exit(42))\n" if handler else "")
+        + (f"signal.signal(signal.SIGTERM, lambda *_: sys.exit({handler}))\n" if handler is not None else "")
         + "print(f'trainer pid={os.getpid()}', flush=True)\n"
         # Had the head asked Ray after this stop, it would have seen a lost peer.
         + f"open({str(fake_ray.nodes)!r}, 'w').write('1')\n"
@@ -1280,7 +1286,10 @@ def test_sigterm_reaches_the_trainer_and_its_code_is_the_pods(launchers, fake_ra
 
     assert head.wait(timeout=10) == expected, head.describe()
     assert trainer_is_a_child(head)
-    assert f"[ray-launcher rank=0] training command exited with code {expected} after SIGTERM" in head.stdout
+    code = expected if handler is None else handler
+    assert f"[ray-launcher rank=0] training command exited with code {code} after SIGTERM" in head.stdout
+    assert ("the training command exited 0 after SIGTERM: the run was stopped, not finished; exiting 143"
+            in head.stdout) == (handler == 0)
     assert "asking Ray" not in head.stdout
     assert "peer was lost" not in head.stderr
 
@@ -1433,7 +1442,7 @@ def test_the_launcher_runs_from_exactly_the_files_its_configmap_mounts(tmp_path)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(data[source["configMap"]["name"]][item["key"]])
     assert sorted(p.relative_to(scripts).as_posix() for p in scripts.rglob("*.py")) == sorted(
-        ["ray_launcher.py", "resume_wrapper.py", "_ray_launcher/__init__.py",
+        ["ray_launcher.py", "resume_wrapper.py", "checkpoint_complete.py", "_ray_launcher/__init__.py",
          *(f"_ray_launcher/{p.name}" for p in (LAUNCHER_PATH.parent / "_ray_launcher").glob("*.py")
            if p.name != "__init__.py")])
     [trainer] = [c for c in pod["containers"] if c["name"] == "trainer"]
@@ -1552,10 +1561,14 @@ def test_exit_codes_are_distinct_module_constants():
         "EXIT_RAY_START_TIMEOUT": 7,
         "EXIT_RAY_CONNECT_FAILED": 8,
         "EXIT_PEER_LOST": 9,
+        "EXIT_NO_PROGRESS": 10,
         "EXIT_NOT_FOUND": 127,
     }
     # None of them can be mistaken for a signal's 128+N.
     assert all(code < 128 for code in codes.values())
+    # 10 is the resume wrapper's, passed on by the head.
+    from components.scripts import resume_wrapper
+    assert launcher.EXIT_NO_PROGRESS == resume_wrapper.EXIT_NO_PROGRESS
 
 
 def test_pulumi_program_imports_the_exit_codes_without_ray():
@@ -1710,7 +1723,8 @@ def test_trainer_stopped_by_sigterm_is_not_marked_done_even_if_it_exits_0(tmp_pa
     ("code", "alive", "expected"),
     [
         (1, 1, 9), (128 + 9, 1, 9), (9, 1, 9), (1, 0, 9),  # a peer is gone: whatever the trainer said
-        (1, 2, 1), (3, 2, 3), (6, 2, 1), (9, 2, 1),  # all alive: the trainer's code, but never 6 or 9
+        # all alive: the trainer's code, but never one a pod failure policy may ignore (3, 4, 6, 9)
+        (1, 2, 1), (3, 2, 1), (4, 2, 1), (5, 2, 5), (6, 2, 1), (9, 2, 1),
         (1, None, 1), (9, None, 1), (6, None, 1),  # Ray could not tell: the trainer's code, never 6 or 9
     ],
 )
@@ -1720,4 +1734,236 @@ def test_a_failed_trainer_exits_9_only_when_a_peer_is_lost(code, alive, expected
     assert launcher.head.failed_training_code(launcher.common.Launcher("0"), cfg, code, alive) == expected
     out, err = capsys.readouterr()
     assert ("a peer was lost; exiting 9 (peer lost, a disruption)" in err) == (expected == 9)
-    assert ("which the launcher keeps for a lost peer or head" in out) == (code in (6, 9) and expected == 1)
+    assert ("which the launcher keeps for a lost peer or head" in out) == (code in (3, 4, 6, 9) and expected == 1)
+
+
+# --------------------------------------------------------------------------
+# The head and the Kubernetes API: a node of the run unhealthy (node_health.py)
+# (the fake `ray` of the previous section, and a fake API server serving the two reads the head
+# makes: the run's pods, and their nodes, from a JSON file a test or its trainer rewrites)
+# --------------------------------------------------------------------------
+
+NS, SELECTOR = "rltrain", "rltrain/run=rltrain-multinode"
+
+
+def kube_node(name: str, *, ready: str = "True", agent: Optional[tuple] = None, taint: Optional[str] = None,
+              cordoned: bool = False) -> dict:
+    """A Node as the API serves it; `agent`: (condition, status, reason) the node monitoring agent set."""
+    conditions = [{"type": "Ready", "status": ready, "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown"}]
+    conditions += [{"type": t, "status": "True", "reason": f"{t}IsReady"} for t in launcher.node_health.AGENT_CONDITIONS]
+    if agent:
+        kind, status, reason = agent
+        conditions = [c for c in conditions if c["type"] != kind] + [
+            {"type": kind, "status": status, "reason": reason, "message": f"simulated {reason}"}]
+    spec = {"unschedulable": True} if cordoned else {}
+    if taint:
+        spec["taints"] = [{"key": taint, "effect": "NoExecute"}]
+    return {"metadata": {"name": name}, "spec": spec, "status": {"conditions": conditions}}
+
+
+def kube_pod(name: str, node: str, phase: str = "Running") -> dict:
+    return {"metadata": {"name": name}, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+
+def run_state(**nodes: dict) -> dict:
+    """The run's two pods (head on node-a, worker on node-b), an old Failed pod on a deleted node,
+    and the nodes given (by name; a node not given does not exist)."""
+    return {"pods": [kube_pod("run-0-abc", "node-a"), kube_pod("run-1-def", "node-b"),
+                     kube_pod("run-1-old", "node-gone", phase="Failed")],
+            "nodes": nodes}
+
+
+HEALTHY = run_state(**{"node-a": kube_node("node-a"), "node-b": kube_node("node-b")})
+XID = run_state(**{"node-a": kube_node("node-a"),
+                   "node-b": kube_node("node-b", agent=("AcceleratedHardwareReady", "False", "NvidiaXID31Error"))})
+
+
+class FakeKubeApi:
+    def __init__(self, tmp_path: Path) -> None:
+        import http.server
+
+        self.state = tmp_path / "kube-state.json"
+        self.requests: list = []
+        self.state.write_text(json.dumps(HEALTHY))
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                api.requests.append(self.path)
+                state = json.loads(api.state.read_text())
+                path, _, query = self.path.partition("?")
+                body = None
+                if path == f"/api/v1/namespaces/{NS}/pods" and query == urllib.parse.urlencode(
+                        {"labelSelector": SELECTOR}):
+                    body = {"items": state["pods"]}
+                elif path.startswith("/api/v1/nodes/"):
+                    body = state["nodes"].get(path.rsplit("/", 1)[1])
+                self.send_response(200 if body is not None else 404)
+                self.end_headers()
+                self.wfile.write(json.dumps(body or {"kind": "Status", "code": 404}).encode())
+
+            def log_message(self, *_):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def set(self, state: dict) -> None:
+        tmp = self.state.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.state)
+
+    def env(self) -> dict:
+        return {"NODE_HEALTH_API_URL": self.url, "POD_NAMESPACE": NS, "RUN_POD_SELECTOR": SELECTOR}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def kube_api(tmp_path):
+    api = FakeKubeApi(tmp_path)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def trainer_setting_state(api: FakeKubeApi, state: dict, code: int) -> list:
+    """A trainer that crashes as a GPU fault makes it crash: the agent's condition appears on the
+    API (written here at once, as its 15 s report would) while every Ray node stays alive."""
+    return python_command(
+        "import os, sys\n"
+        "print(f'trainer pid={os.getpid()}', flush=True)\n"
+        f"open({str(api.state)!r} + '.new', 'w').write({json.dumps(state)!r})\n"
+        f"os.replace({str(api.state)!r} + '.new', {str(api.state)!r})\n"
+        f"sys.exit({code})\n"
+    )
+
+
+def test_head_exits_9_when_its_trainer_fails_while_the_agent_marks_a_node_of_the_run(launchers, fake_ray, kube_api):
+    """An XID on the worker's GPU: the trainer fails while both Ray nodes stay alive. Ray alone would
+    call it the trainer's failure (counted in workloads.retries); the node's condition says it is the
+    node's (repaired by a reboot after 10 minutes), so the head exits 9, which the policy ignores."""
+    started = time.monotonic()
+    head = launchers.run(peer_env(launchers, fake_ray, **kube_api.env()),
+                         trainer_setting_state(kube_api, XID, 1), container=True)
+    elapsed = time.monotonic() - started
+
+    assert head.proc.returncode == launcher.EXIT_PEER_LOST, head.describe()
+    assert "2 of 2 Ray nodes alive; starting training" in head.stdout
+    assert f"and the Kubernetes API about the nodes of the pods {SELECTOR} in {NS}" in head.stdout
+    assert ("the training command exited with code 1 while a node of the run is unhealthy (node-b: "
+            "AcceleratedHardwareReady=False (NvidiaXID31Error: simulated NvidiaXID31Error); pods run-1-def): "
+            "the node failed, not the trainer; exiting 9 (a disruption)") in head.stderr
+    # The old Failed pod's node (deleted long ago) is not asked about.
+    assert not [r for r in kube_api.requests if r.endswith("/node-gone")]
+    assert elapsed < 15, f"an unhealthy node seen at once took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize(("state", "why"), [
+    (HEALTHY, "every node healthy"),
+    # DCGMError: no repair follows (node-health-nma: repair action None): the failure is the trainer's.
+    (run_state(**{"node-a": kube_node("node-a"),
+                  "node-b": kube_node("node-b", agent=("AcceleratedHardwareReady", "False", "DCGMError"))}),
+     "a DCGM condition EKS does not repair"),
+])
+def test_a_genuine_crash_keeps_its_code_and_counts(launchers, fake_ray, kube_api, state, why):
+    head = launchers.run(peer_env(launchers, fake_ray, RAY_PEER_CHECK_SECONDS="1", **kube_api.env()),
+                         trainer_setting_state(kube_api, state, 1), container=True)
+    assert head.proc.returncode == 1, (why, head.describe())
+    assert "2 of 2 Ray nodes are alive: the training command failed on its own" in head.stdout
+    assert "unhealthy" not in head.stderr
+
+
+def test_an_api_that_cannot_be_read_leaves_the_decision_to_ray(launchers, fake_ray, kube_api, closed_port):
+    env = peer_env(launchers, fake_ray, RAY_PEER_CHECK_SECONDS="1", **kube_api.env())
+    env["NODE_HEALTH_API_URL"] = f"http://127.0.0.1:{closed_port}"
+    head = launchers.run(env, failing_trainer(fake_ray, 1, "2"), container=True)
+    assert head.proc.returncode == 1, head.describe()
+    assert "cannot read the run's nodes from the Kubernetes API" in head.stdout
+    assert "deciding on Ray's count alone" in head.stdout
+
+
+def test_the_head_waits_for_an_unhealthy_node_before_training(launchers, fake_ray, kube_api, tmp_path):
+    """The new head of a run whose worker's node has the agent's condition (its repair pending):
+    a trainer started now would fail on it and count in the start ledger, so the head waits until
+    the node is healthy again (the reboot done), then trains."""
+    kube_api.set(XID)
+    healed = threading.Timer(2.0, kube_api.set, args=(HEALTHY,))
+    healed.start()
+    try:
+        head = launchers.run(peer_env(launchers, fake_ray, RAY_NODE_WAIT_SECONDS="60", **kube_api.env()),
+                             python_command("print('trained-ok', flush=True)"), container=True, timeout=60)
+    finally:
+        healed.cancel()
+    assert head.proc.returncode == 0, head.describe()
+    out = head.stdout
+    assert ("2 of 2 Ray nodes alive, but a node of the run is unhealthy (node-b: AcceleratedHardwareReady=False "
+            "(NvidiaXID31Error") in out
+    assert "waiting up to" in out and "for its repair before training" in out
+    assert "the run's nodes are healthy again; waiting for 2 Ray nodes" in out
+    assert out.index("healthy again") < out.index("starting training") < out.index("trained-ok")
+
+
+def test_a_node_that_stays_unhealthy_ends_the_wait_with_3_recorded_in_the_ledger(launchers, fake_ray, kube_api,
+                                                                                   tmp_path):
+    """The wait for a repair that never comes ends (exit 3, ignored by the policy), and is counted
+    in the start ledger like a start without progress: the attempt over the bound exits 10."""
+    kube_api.set(run_state(**{"node-a": kube_node("node-a"),
+                              "node-b": kube_node("node-b", taint="node.kubernetes.io/unreachable")}))
+    ledger = tmp_path / "ckpt" / ".rltrain" / "starts.jsonl"
+    resume = {"RESUME_STEPS_DIR": str(tmp_path / "ckpt" / "steps"), "RESUME_STEP_PREFIX": "global_step_",
+              "RESUME_COMPLETE_MARKS": "x.pt", "RESUME_ENV": "OVR", "RESUME_FORMAT": "r={step_dir}",
+              "RESUME_LEDGER": str(ledger), "RESUME_MAX_STALLED_RESTARTS": "1", "RESUME_LEDGER_SCOPE": "uid-1"}
+    codes = []
+    for _ in range(3):
+        head = launchers.run(peer_env(launchers, fake_ray, RAY_NODE_WAIT_SECONDS="1", **kube_api.env(), **resume),
+                             python_command("print('trained-ok', flush=True)"), container=True, timeout=60)
+        codes.append(head.proc.returncode)
+        assert "trained-ok" not in head.stdout, head.describe()
+    assert codes == [launcher.EXIT_NODES_TIMEOUT, launcher.EXIT_NODES_TIMEOUT, launcher.EXIT_NO_PROGRESS], head.describe()
+    assert ("a node of the run stayed unhealthy: node-b: taint node.kubernetes.io/unreachable:NoExecute"
+            in head.stderr)
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [(e["kind"], e["job"], e["step"]) for e in entries] == [
+        ("nodes: 2 of 2 alive within 1 s, a node unhealthy", "uid-1", None)] * 2
+    assert "refusing to start" in head.stderr and "the start ledger refuses another attempt; exiting 10" in head.stderr
+
+
+@pytest.mark.parametrize(("node", "problem"), [
+    (kube_node("n"), None),
+    (kube_node("n", ready="Unknown"), "Ready=Unknown (NodeStatusUnknown)"),
+    (kube_node("n", taint="node.kubernetes.io/out-of-service"), "taint node.kubernetes.io/out-of-service:NoExecute"),
+    (kube_node("n", cordoned=True), "cordoned (spec.unschedulable)"),
+    (kube_node("n", agent=("AcceleratedHardwareReady", "False", "NvidiaXID79Error")),
+     "AcceleratedHardwareReady=False (NvidiaXID79Error: simulated NvidiaXID79Error)"),
+    (kube_node("n", agent=("NetworkingReady", "False", "InterfaceNotUp")),
+     "NetworkingReady=False (InterfaceNotUp: simulated InterfaceNotUp)"),
+    # Repair action None (EKS user guide, node-health-nma): not a node going away.
+    (kube_node("n", agent=("AcceleratedHardwareReady", "False", "DCGMError")), None),
+    (kube_node("n", agent=("AcceleratedHardwareReady", "False", "DCGMHealthCode101")), None),
+    (kube_node("n", agent=("AcceleratedHardwareReady", "False", "DCGMDiagnosticFailure")), None),
+])
+def test_node_problem(node, problem):
+    assert launcher.node_health.node_problem(node) == problem
+
+
+def test_without_the_selector_or_a_token_the_check_is_off(tmp_path):
+    log = launcher.common.Launcher("0")
+    assert not launcher.node_health.NodeHealth(log, {"POD_NAMESPACE": NS}).enabled
+    off = launcher.node_health.NodeHealth(log, {"POD_NAMESPACE": NS, "RUN_POD_SELECTOR": SELECTOR,
+                                                "KUBERNETES_SERVICE_HOST": "10.100.0.1"})
+    assert off.check() is None and "no service-account token mounted" in off.describe()
+
+
+def test_a_failed_trainer_on_an_unhealthy_node_exits_9_whatever_its_code(capsys):
+    cfg = launcher.config.load_config({"NUM_NODES": "2", "JOB_COMPLETION_INDEX": "0", "RAY_HEAD_HOST": "h"})
+    log = launcher.common.Launcher("0")
+    assert launcher.head.failed_training_code(log, cfg, 1, 2, {"node-b": "Ready=Unknown"}) == 9
+    assert launcher.head.failed_training_code(log, cfg, 1, 2, {}) == 1
+    assert launcher.head.failed_training_code(log, cfg, 1, None, None) == 1
+    assert "while a node of the run is unhealthy (node-b: Ready=Unknown)" in capsys.readouterr().err

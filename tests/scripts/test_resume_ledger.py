@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkpoint_files import tear, write_step
 
 from components.scripts import resume_wrapper
 
@@ -40,13 +41,15 @@ class Run:
 
     def step(self, n: int, *, complete: bool = True) -> str:
         d = self.steps / f"global_step_{n}"
-        for mark in MARKS if complete else MARKS[:1]:
-            (d / mark).parent.mkdir(parents=True, exist_ok=True)
-            (d / mark).write_text("x")
+        write_step(d, MARKS if complete else MARKS[:1])
         return str(d)
 
     def start(self, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, str(WRAPPER), "--", sys.executable, "-c", TRAINER, str(self.ran)],
+                              env={**self.env, **env}, text=True, capture_output=True, timeout=60)
+
+    def record_stall(self, why: str = "nodes did not come", **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(WRAPPER), "--record-stall", why],
                               env={**self.env, **env}, text=True, capture_output=True, timeout=60)
 
     def runs(self) -> list[str]:
@@ -190,3 +193,70 @@ def test_the_ledger_stays_bounded(tmp_path):
     assert entries[0]["step"] == "/old/global_step_1" and entries[-1]["step"] is None
     assert os.listdir(run.ledger.parent) == ["starts.jsonl"]  # no temporary file left
     assert run.start().returncode == 0 and len(run.entries()) == resume_wrapper.LEDGER_KEEP
+
+
+def test_a_torn_newest_step_is_skipped_naming_it_and_the_previous_complete_one_is_used(tmp_path):
+    """A node lost while torch.save wrote full_weights.pt in place: every mark exists, one is torn."""
+    run = Run(tmp_path)
+    five = run.step(5)
+    six = run.step(6)
+    tear(Path(six) / "actor/full_weights.pt")
+    p = run.start()
+    assert p.returncode == 0, p.stderr
+    assert run.runs() == [f"runner.resume_dir={five}"]
+    assert (f"skipping {six}: incomplete, actor/full_weights.pt: not a complete zip archive" in p.stderr
+            and "the write was cut short" in p.stderr), p.stderr
+    assert f"resuming from {five}" in p.stderr
+    # A torn DCP metadata file is skipped the same way.
+    seven = run.step(7)
+    tear(Path(seven) / "actor/.metadata")
+    q = run.start()
+    assert f"skipping {seven}: incomplete, actor/.metadata: not a complete pickle" in q.stderr
+    assert run.runs()[-1] == f"runner.resume_dir={five}"
+
+
+def test_another_jobs_starts_do_not_refuse_the_first_start_of_a_new_job(tmp_path):
+    """A run that ended (BackoffLimitExceeded, a refused start) leaves its trailing starts from the
+    same step; the next Job on the same checkpoint directory counts only its own."""
+    run = Run(tmp_path, limit="2")
+    step = run.step(5)
+    for _ in range(3):
+        assert run.start(RESUME_LEDGER_SCOPE="uid-old").returncode == 0
+    assert run.start(RESUME_LEDGER_SCOPE="uid-old").returncode == 10  # the old Job's bound held
+    p = run.start(RESUME_LEDGER_SCOPE="uid-new")
+    assert p.returncode == 0, p.stderr
+    assert f"start 1 in a row of Job uid-new from {step}" in p.stderr
+    assert [e["job"] for e in run.entries()] == ["uid-old"] * 3 + ["uid-new"]
+    # The new Job's own bound still holds: two more starts, then refused, naming only its starts.
+    assert [run.start(RESUME_LEDGER_SCOPE="uid-new").returncode for _ in range(3)] == [0, 0, 10]
+    # Without a scope (a StatefulSet's pod, an older pod spec) every entry counts, as before.
+    assert run.start().returncode == 10
+
+
+def test_record_stall_counts_an_attempt_that_never_trained_against_the_same_bound(tmp_path):
+    """The Ray launcher's head, when its nodes did not come within RAY_NODE_WAIT_SECONDS (exit 3):
+    waiting for nodes that never come is bounded like restarting without progress."""
+    run = Run(tmp_path, limit="2")
+    step = run.step(5)
+    assert run.start(RESUME_LEDGER_SCOPE="uid-1").returncode == 0
+    first = run.record_stall("nodes: 1 of 2 within 2400 s", RESUME_LEDGER_SCOPE="uid-1")
+    assert first.returncode == 0, first.stderr
+    assert "attempt (nodes: 1 of 2 within 2400 s) 2 in a row of Job uid-1" in first.stderr
+    assert run.record_stall(RESUME_LEDGER_SCOPE="uid-1").returncode == 0
+    refused = run.record_stall(RESUME_LEDGER_SCOPE="uid-1")
+    assert refused.returncode == resume_wrapper.EXIT_NO_PROGRESS, refused.stderr
+    assert f"already started 3 times in a row from step {step}" in refused.stderr
+    assert "(nodes: 1 of 2 within 2400 s)" in refused.stderr and "(nodes did not come)" in refused.stderr
+    assert [e.get("kind") for e in run.entries()] == [None, "nodes: 1 of 2 within 2400 s", "nodes did not come"]
+    assert len(run.runs()) == 1  # a recorded stall trains nothing
+    # The next start of that Job is refused as well: the stalls counted.
+    assert run.start(RESUME_LEDGER_SCOPE="uid-1").returncode == 10
+
+
+def test_record_stall_without_a_ledger_does_nothing_and_bad_usage_is_2(tmp_path):
+    plain = Run(tmp_path, ledger=False)
+    assert plain.record_stall().returncode == 0
+    assert not (tmp_path / "ckpt" / ".rltrain").exists()
+    p = subprocess.run([sys.executable, str(WRAPPER), "--record-stall"], env=plain.env, text=True,
+                       capture_output=True, timeout=60)
+    assert p.returncode == resume_wrapper.EXIT_USAGE and "--record-stall <why>" in p.stderr

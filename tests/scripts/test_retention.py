@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from checkpoint_files import tear, write_mark
+
 from components.stack import trainers
 
 SCRIPT = Path(__file__).resolve().parents[2] / "components" / "scripts" / "retention.py"
@@ -15,14 +17,16 @@ MARKS = trainers.RLINF.resume.complete_marks
 OLD = time.time() - 7200  # older than the default --min-age-seconds
 
 
-def make_step(root: Path, n: int, complete: bool = True, old: bool = True) -> Path:
+def make_step(root: Path, n: int, complete: bool = True, old: bool = True, torn: bool = False) -> Path:
+    """A step as RLinf writes it; `torn`: every mark there, full_weights.pt cut mid-write."""
     d = root / f"global_step_{n}"
     (d / "actor" / "dcp_checkpoint").mkdir(parents=True)
     (d / "actor" / "dcp_checkpoint" / "__0_0.distcp").write_bytes(b"x" * 1000)
-    if complete:
+    if complete or torn:
         for mark in MARKS:
-            (d / mark).parent.mkdir(parents=True, exist_ok=True)
-            (d / mark).write_bytes(b"m")
+            write_mark(d / mark, n)
+    if torn:
+        tear(d / "actor" / "model_state_dict" / "full_weights.pt")
     if old:
         for p in [d, *d.rglob("*")]:
             os.utime(p, (OLD, OLD))
@@ -113,3 +117,29 @@ def test_dry_run_deletes_nothing_and_bad_usage_exits_2(tmp_path):
     bad = run("--steps-dir", str(tmp_path), "--keep", "0")
     assert bad.returncode == 2 and "--keep 0" in bad.stdout
     assert run("--steps-dir", str(tmp_path), "--protect", "nostep").returncode == 2
+
+
+def test_a_torn_step_is_never_counted_as_complete(tmp_path):
+    """Every mark of 250 and of 200 exists, but their full_weights.pt was cut mid-write (torch.save
+    writes it in place): they are not complete. Keeping the newest 2 complete keeps 100 and 150,
+    and the torn ones are never what lets an older complete step go."""
+    for n in (50, 100, 150):
+        make_step(tmp_path, n)
+    make_step(tmp_path, 200, torn=True)  # older than nothing complete: incomplete, abandoned
+    make_step(tmp_path, 250, torn=True)
+    r = run("--steps-dir", str(tmp_path), "--keep", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert names(tmp_path) == ["global_step_100", "global_step_150", "global_step_200", "global_step_250"]
+    assert "complete [150, 100, 50]" in r.stdout
+    assert (f"{tmp_path}/global_step_250: incomplete, actor/model_state_dict/full_weights.pt: not a complete zip "
+            "archive") in r.stdout
+    assert "deleted" in r.stdout and "global_step_50" in r.stdout
+
+
+def test_a_torn_step_older_than_the_newest_complete_one_is_deleted_as_incomplete(tmp_path):
+    make_step(tmp_path, 100, torn=True)
+    make_step(tmp_path, 150)
+    r = run("--steps-dir", str(tmp_path), "--keep", "3")
+    assert r.returncode == 0
+    assert names(tmp_path) == ["global_step_150"]
+    assert "incomplete (actor/model_state_dict/full_weights.pt: not a complete zip archive" in r.stdout

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from checkpoint_files import write_step
 from support import rendered
 from test_workloads_components import _render, container, find
 
@@ -232,9 +233,7 @@ def test_newest_complete_orders_steps_numerically(tmp_path, marks, expected):
     finally:
         sys.path.remove(str(SCRIPTS))
     for n, files in ((2, marks), (10, ("actor/dcp_checkpoint/.metadata",)), (9, ())):
-        for f in files:
-            (tmp_path / f"global_step_{n}" / f).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / f"global_step_{n}" / f).write_text("x")
+        write_step(tmp_path / f"global_step_{n}", files)
         (tmp_path / f"global_step_{n}").mkdir(exist_ok=True)
     found, _ = resume_wrapper.newest_complete(str(tmp_path), "global_step_", list(marks))
     assert found == str(tmp_path / expected)

@@ -93,9 +93,9 @@ def node(tmp_path):
     return {"root": root, "tmp": tmp_path, "env": env, "shm_gib": shm_gib}
 
 
-def run(env):
+def run(env, *args):
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT)],
+        [sys.executable, str(SCRIPT), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -387,3 +387,101 @@ def test_bad_env_exits_2(node, var, value):
     line = summary(proc)
     assert line.startswith(f"VALIDATION node={NODE} RESULT=ERROR")
     assert var in line
+
+
+# -- the image's EFA provider (--efa-provider IMAGE: a multi-node stack with EFA) ------------------
+
+IMAGE = "rltrain-p5/training:embodied-maniskill_libero-050543189957-3a8d6a4b31f4"
+# What `fi_info -p efa -t FI_EP_RDM` prints on a node with EFA (libfabric's fi_info(1) output, one
+# block per fabric interface; the EC2 user guide's efa-start shows the same `provider: efa`).
+FI_INFO_EFA = """provider: efa
+    fabric: efa
+    domain: rdmap79s0-rdm
+    version: 122.0
+    type: FI_EP_RDM
+    protocol: FI_PROTO_EFA
+"""
+FI_INFO_TCP = """provider: tcp;ofi_rxm
+    fabric: 10.0.0.0/16
+    domain: eth0
+    version: 122.0
+    type: FI_EP_RDM
+    protocol: FI_PROTO_RXM
+"""
+
+
+def write_fake_fi_info(path, stdout="", stderr="", exit_code=0):
+    """A stand-in fi_info that records its arguments and prints what a real one would."""
+    path.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" > "{path}.args"\n'
+        f"cat <<'EOF'\n{stdout}EOF\n"
+        f"cat >&2 <<'EOF'\n{stderr}EOF\n"
+        f"exit {exit_code}\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+def run_provider(node, fi_info):
+    return run(dict(node["env"], FI_INFO=str(fi_info)), "--efa-provider", IMAGE)
+
+
+def provider_line(proc):
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("CHECK provider ")]
+    assert len(lines) == 1, proc.stdout
+    return lines[0]
+
+
+def test_provider_present_passes(node):
+    fi = write_fake_fi_info(node["tmp"] / "fi_info", stdout=FI_INFO_EFA)
+    proc = run_provider(node, fi)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert provider_line(proc).startswith("CHECK provider PASS:")
+    assert summary(proc).endswith(" provider=efa RESULT=PASS")
+    # The provider and the endpoint type NCCL's plugin opens (aws-ofi-nccl: FI_EP_RDM).
+    assert Path(f"{fi}.args").read_text().split() == ["-p", "efa", "-t", "FI_EP_RDM"]
+
+
+def test_provider_absent_fails_naming_the_image_and_the_fix(node):
+    # libfabric without the EFA provider: fi_getinfo finds nothing (-61, No data available).
+    fi = write_fake_fi_info(node["tmp"] / "fi_info", stderr="fi_getinfo: -61 (No data available)\n",
+                            exit_code=1)
+    proc = run_provider(node, fi)
+    assert proc.returncode == 1
+    line = provider_line(proc)
+    assert line.startswith("CHECK provider FAIL:") and "exited 1: fi_getinfo: -61 (No data available)" in line
+    assert f"{IMAGE} has no working EFA provider" in line and "TCP sockets" in line
+    assert "workloads.image: {build: {target: ...}}" in line and "docs/running-for-real.md" in line
+    assert summary(proc).endswith(" provider=noefa RESULT=FAIL failed=provider")
+
+
+def test_provider_wrong_provider_fails(node):
+    # A fi_info that answers with another provider only (tcp over rxm, what libfabric falls back to).
+    fi = write_fake_fi_info(node["tmp"] / "fi_info", stdout=FI_INFO_TCP)
+    proc = run_provider(node, fi)
+    assert proc.returncode == 1
+    line = provider_line(proc)
+    assert "lists only tcp;ofi_rxm" in line and f"{IMAGE} has no working EFA provider" in line
+    assert summary(proc).endswith(" provider=noefa RESULT=FAIL failed=provider")
+
+
+def test_provider_fi_info_missing_fails(node):
+    proc = run_provider(node, node["tmp"] / "no-such-fi_info")
+    assert proc.returncode == 1
+    line = provider_line(proc)
+    assert "not found" in line and f"{IMAGE} has no libfabric" in line and "EFA installer" in line
+    assert summary(proc).endswith(" provider=nofabric RESULT=FAIL failed=provider")
+
+
+def test_provider_not_checked_by_default(node):
+    fi = write_fake_fi_info(node["tmp"] / "fi_info", exit_code=1)
+    proc = run(dict(node["env"], FI_INFO=str(fi)))
+    assert proc.returncode == 0 and "CHECK provider" not in proc.stdout and "provider=" not in summary(proc)
+    assert not Path(f"{fi}.args").exists()
+
+
+@pytest.mark.parametrize("args", [("--efa-provider",), ("--efa-provider", ""), ("--efa", IMAGE)])
+def test_provider_arguments_are_checked(node, args):
+    proc = run(node["env"], *args)
+    assert proc.returncode == 2 and "arguments: --efa-provider IMAGE or none" in proc.stdout

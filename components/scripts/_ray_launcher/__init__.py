@@ -9,15 +9,18 @@ head's node-wait child (node_wait.py).
     config.py     the environment contract, read and checked before anything starts
     auth.py       which Ray this pod talks to (an explicit address) and how (token authentication)
     start.py      the `ray start` command lines and the ray CLI around them
-    head.py       rank 0: start the head, wait for the nodes, train, tell a lost peer from a failure
+    head.py       rank 0: start the head, wait for the nodes (alive and healthy), train, tell a lost
+                  peer or an unhealthy node from a failure, never turn a stop into a success
     node_wait.py  the head's questions to Ray (NUM_NODES alive? a peer lost?), in a child process
                   it can abandon
+    node_health.py  the head's questions to the Kubernetes API: is a node of the run unhealthy
+                  (the node monitoring agent's condition, NotReady, cordoned, tainted, gone)?
     training.py   the training command as the head's child: signals passed on, the marker written
     worker.py     every other rank: wait for the head, join it, tell a lost head from a failure
     marker.py     the run-done marker: idle when the run already finished, write it on success
     processes.py  PID-1 duties: signals, passing them on, stopping and reaping children
 
 Imports run one way, without a circle: common and processes import nothing of the package; auth
-reads common; config reads auth; start, marker and node_wait read those; training reads marker;
-head and worker read them all; nothing here imports the entry script.
+reads common; config reads auth; node_health reads common; start, marker and node_wait read those;
+training reads marker; head and worker read them all; nothing here imports the entry script.
 """

@@ -29,12 +29,9 @@ without RAY_AUTH_MODE=token sends nothing, hence the launcher sets the mode.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from .common import ConfigError, Launcher
-
-if TYPE_CHECKING:
-    from .config import Config
 
 # The Ray variables the launcher manages.
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
@@ -77,24 +74,25 @@ def auth_mode(env: Mapping[str, str]) -> str:
     return mode or AUTH_DISABLED
 
 
-def prepare_ray_environment(log: Launcher, cfg: Config) -> None:
-    """Set the variables every Ray process this pod starts inherits."""
+def prepare_ray_environment(log: Launcher, *, is_head: bool, ray_address: str, mode: str) -> None:
+    """Set the variables every Ray process this pod starts inherits: the head's
+    `ray_address` (on the head), and RAY_AUTH_MODE `mode` (auth_mode's answer)."""
     inherited = os.environ.get(RAY_ADDRESS_ENV)
-    if cfg.is_head:
-        if inherited and inherited != cfg.ray_address:
+    if is_head:
+        if inherited and inherited != ray_address:
             log.say(
                 f"ignoring the inherited {RAY_ADDRESS_ENV}={inherited}; this "
-                f"run's Ray is at {cfg.ray_address}"
+                f"run's Ray is at {ray_address}"
             )
         # For the training command: ray.init() and ray.init("auto") take
         # RAY_ADDRESS before any discovery.
-        os.environ[RAY_ADDRESS_ENV] = cfg.ray_address
+        os.environ[RAY_ADDRESS_ENV] = ray_address
     elif inherited is not None:
         # `ray start --address` does not read it, but the worker's Ray
         # processes should not see another cluster's address either.
         del os.environ[RAY_ADDRESS_ENV]
-    os.environ[RAY_AUTH_MODE_ENV] = cfg.auth_mode
-    if cfg.auth_mode == AUTH_TOKEN:
+    os.environ[RAY_AUTH_MODE_ENV] = mode
+    if mode == AUTH_TOKEN:
         source = (
             RAY_AUTH_TOKEN_ENV if RAY_AUTH_TOKEN_ENV in os.environ
             else "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token"

@@ -15,6 +15,9 @@ EXIT_HEAD_LOST = 6
 EXIT_RAY_START_TIMEOUT = 7
 EXIT_RAY_CONNECT_FAILED = 8
 EXIT_PEER_LOST = 9
+# The resume wrapper's (components/scripts/resume_wrapper.py EXIT_NO_PROGRESS): the head passes it on
+# when the start ledger refuses another attempt after a wait for nodes ran out.
+EXIT_NO_PROGRESS = 10
 EXIT_NOT_FOUND = 127
 
 USAGE = "usage: ray_launcher.py -- <training command> [args...]"

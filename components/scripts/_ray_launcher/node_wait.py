@@ -1,6 +1,7 @@
 """The head's questions to its Ray, in a child process it can abandon: the wait for NUM_NODES
 alive nodes before training (wait_for_nodes), and after a failed trainer whether a peer is gone
-(check_peers).
+(check_peers), which also asks the Kubernetes API whether a node of the run went unhealthy
+(node_health.py: a GPU fault leaves every Ray node alive).
 
 The child is the entry script again (`python ray_launcher.py NODE_WAIT_FLAG <address> <num_nodes>
 [<watch seconds>]`): it connects to the head's Ray, the only place `ray` is imported, and reports
@@ -21,6 +22,7 @@ from typing import Optional
 
 from .common import EXIT_NODES_TIMEOUT, EXIT_RAY_CONNECT_FAILED, PROGRESS_EVERY_SECONDS, Launcher, tuned
 from .config import Config
+from .node_health import NodeHealth
 from .processes import CHILD_STOP_GRACE_SECONDS
 
 # The child's command line and its protocol lines on stdout.
@@ -35,6 +37,9 @@ NODE_POLL_SECONDS = tuned("NODE_POLL_SECONDS", 2.0)
 # After the head's trainer failed, how long past RAY_PEER_CHECK_SECONDS the head waits for the
 # counting child's last report: one ray.nodes() call, a single GCS request.
 PEER_REPLY_SECONDS = tuned("PEER_REPLY_SECONDS", 5.0)
+# How often the head asks the Kubernetes API about its nodes while it watches: the agent writes its
+# conditions every 15 s (node_health.py), so a shorter interval would only read the same state.
+HEALTH_POLL_SECONDS = tuned("HEALTH_POLL_SECONDS", 10.0)
 
 
 def report_nodes(address: str, num_nodes: int, watch_seconds: Optional[float] = None) -> int:
@@ -164,13 +169,14 @@ class Probe:
         self.child.stdout.close()
 
 
-def wait_for_nodes(log: Launcher, cfg: Config) -> tuple:
+def wait_for_nodes(log: Launcher, cfg: Config, until: Optional[float] = None) -> tuple:
     """Connect to the head's Ray and wait for NUM_NODES alive nodes.
 
-    Returns (exit code, alive nodes, problem): 0 once all nodes are alive,
+    Returns (exit code, alive nodes, problem, deadline): 0 once all nodes are alive,
     EXIT_RAY_CONNECT_FAILED when the connection fails or does not succeed
     within RAY_CONNECT_TIMEOUT_SECONDS, EXIT_NODES_TIMEOUT when too few nodes
-    are alive after RAY_NODE_WAIT_SECONDS more.
+    are alive after RAY_NODE_WAIT_SECONDS more (or at `until`, a time.monotonic()
+    deadline of an earlier wait); `deadline` is the one this wait kept to.
     """
     try:
         probe = Probe(cfg)
@@ -191,8 +197,9 @@ def wait_for_nodes(log: Launcher, cfg: Config) -> tuple:
                         0,
                         f"no connection within {cfg.connect_timeout_seconds} s "
                         "(RAY_CONNECT_TIMEOUT_SECONDS)",
+                        deadline,
                     )
-                return EXIT_NODES_TIMEOUT, alive, None
+                return EXIT_NODES_TIMEOUT, alive, None, deadline
             kind, detail = message
             if kind == "exited":
                 return (
@@ -200,20 +207,21 @@ def wait_for_nodes(log: Launcher, cfg: Config) -> tuple:
                     alive,
                     f"the connection process exited with code {detail} "
                     "without a result",
+                    deadline,
                 )
             if kind == "error":
-                return EXIT_RAY_CONNECT_FAILED, alive, detail
+                return EXIT_RAY_CONNECT_FAILED, alive, detail, deadline
             if kind == "connected":
                 connected = True
+                deadline = time.monotonic() + cfg.node_wait_seconds if until is None else until
                 log.say(
                     f"connected to Ray at {cfg.ray_address}; waiting up to "
-                    f"{cfg.node_wait_seconds} s for {cfg.num_nodes} nodes"
+                    f"{math.ceil(max(0.0, deadline - time.monotonic()))} s for {cfg.num_nodes} nodes"
                 )
-                deadline = time.monotonic() + cfg.node_wait_seconds
             elif kind == "alive":
                 alive = int(detail)
                 if alive >= cfg.num_nodes:
-                    return 0, alive, None
+                    return 0, alive, None, deadline
                 now = time.monotonic()
                 if (
                     alive != last_alive
@@ -229,27 +237,47 @@ def wait_for_nodes(log: Launcher, cfg: Config) -> tuple:
         probe.close(CHILD_STOP_GRACE_SECONDS if alive >= cfg.num_nodes else 0.1)
 
 
-def check_peers(log: Launcher, cfg: Config) -> Optional[int]:
-    """After the trainer failed: how many Ray nodes are alive, or None when Ray cannot tell.
+def check_peers(log: Launcher, cfg: Config, health: Optional[NodeHealth] = None) -> tuple:
+    """After the trainer failed: (how many Ray nodes are alive or None when Ray cannot tell,
+    {node: why} of the run's unhealthy nodes or None when the API cannot tell).
 
     Watches for RAY_PEER_CHECK_SECONDS after connecting and returns at the
-    first count below NUM_NODES: the trainer may fail on a lost peer (an NCCL
+    first count below NUM_NODES, or the first unhealthy node of the run (asked
+    every HEALTH_POLL_SECONDS: the agent's condition follows an XID within its
+    15 s report interval): the trainer may fail on a lost peer (an NCCL
     error on a reset connection) before the GCS has declared that node dead,
     which can take up to DEFAULT_PEER_CHECK_SECONDS (config.py says why).
     Bounded whole: RAY_CONNECT_TIMEOUT_SECONDS to connect, then
     RAY_PEER_CHECK_SECONDS plus PEER_REPLY_SECONDS for the counts, plus 1 s for
     the child to exit; a Ray that hangs in ray.init() or ray.nodes() is
-    abandoned at either deadline and the answer is None.
+    abandoned at either deadline and the count is None.
     """
+    nodes = f" and the Kubernetes API about {health.describe()}" if health is not None and health.enabled else ""
     log.say(
         f"asking Ray at {cfg.ray_address} how many of the {cfg.num_nodes} nodes "
-        f"are alive (for up to {cfg.peer_check_seconds} s)"
+        f"are alive{nodes} (for up to {cfg.peer_check_seconds} s)"
     )
+    unhealthy: Optional[dict] = None
+    next_health = time.monotonic()
+
+    def ask_health() -> bool:
+        """True once a node of the run is unhealthy."""
+        nonlocal unhealthy, next_health
+        if health is None or not health.enabled or time.monotonic() < next_health:
+            return False
+        next_health = time.monotonic() + HEALTH_POLL_SECONDS
+        found = health.check()
+        if found is not None:
+            unhealthy = found
+        return bool(found)
+
+    if ask_health():
+        return None, unhealthy
     try:
         probe = Probe(cfg, watch_seconds=cfg.peer_check_seconds)
     except OSError as exc:
         log.error(f"cannot count the Ray nodes: cannot run {sys.executable}: {exc}")
-        return None
+        return None, unhealthy
     deadline = time.monotonic() + cfg.connect_timeout_seconds
     alive = None
     problem = f"no connection within {cfg.connect_timeout_seconds} s (RAY_CONNECT_TIMEOUT_SECONDS)"
@@ -273,11 +301,14 @@ def check_peers(log: Launcher, cfg: Config) -> Optional[int]:
                 )
             elif kind == "alive":
                 alive = int(detail)
-                if alive < cfg.num_nodes:
+                if alive < cfg.num_nodes or ask_health():
                     break
     finally:
         # No trainer follows this driver: a polite ray.shutdown() gets a second, not the grace.
         probe.close(1.0 if alive is not None else 0.1)
     if alive is None:
         log.error(f"cannot count the Ray nodes at {cfg.ray_address}: {problem}")
-    return alive
+        # Ray could not tell: the API still can (its own bound).
+        next_health = 0.0
+        ask_health()
+    return alive, unhealthy

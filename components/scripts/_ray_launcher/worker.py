@@ -140,7 +140,9 @@ def run_worker(log: Launcher, cfg: Config) -> int:
     if not joined.is_set():
         code = child.returncode
         if signals.received:
-            return 0 if code == 0 else 128 + signals.received[0]
+            # A stop is never a success (head.py says why; here: a succeeded index of the Indexed
+            # Job is never recreated, and the next Ray cluster would lack this worker).
+            return 128 + signals.received[0]
         log.error(
             f"`ray start` exited with code {code} before joining the Ray "
             f"cluster at {cfg.ray_address}; see its output above (a token "
@@ -154,8 +156,8 @@ def run_worker(log: Launcher, cfg: Config) -> int:
     if signals.received:
         name = signal.Signals(signals.received[0]).name
         log.say(f"`ray start --block` exited with code {code} after {name}")
-        # Ray exits 1 after a SIGTERM it handled; report the signal instead.
-        return 0 if code == 0 else 128 + signals.received[0]
+        # Ray exits 1 after a SIGTERM it handled; report the signal instead, and never a success.
+        return 128 + signals.received[0]
     if code == 0:
         return 0
     if gcs_lost.is_set():

@@ -1,4 +1,4 @@
-"""Clean refusals and secrets by value (components/stack/refusals.py, components/stack/secrets_scan.py).
+"""Clean refusals and secrets by value (components/stack/validate.py, components/stack/secrets_scan.py).
 
 Every refusal is pinned to its message; a table of bad configs goes through the render CLI and each
 must end in exit 2 with its key path, no traceback and nothing written; token-shaped values are
@@ -23,11 +23,12 @@ from typing import Any, Callable
 
 import pytest
 import yaml
+from pydantic import BaseModel
 from support import STACKS, rendered
 
-from components.offline import render
+from components.offline import render, unset_secrets
 from components.offline.mock_engine import ROOT
-from components.stack import catalog, config, refusals, secrets_scan, stackfile
+from components.stack import catalog, config, labels, secrets_scan, stackfile, validate
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -38,16 +39,16 @@ def stack_doc(stack: str) -> dict[str, Any]:
 
 
 def load_doc(doc: dict[str, Any], tmp_path: Path) -> config.StackConfig:
-    """Validated as the render validates a stack file (render.load_stack)."""
+    """Validated as the render validates a stack file (unset_secrets.load_stack)."""
     (tmp_path / "Pulumi.x.yaml").write_text(yaml.safe_dump(doc))
-    return render.load_stack("x", tmp_path)[-1]
+    return unset_secrets.load_stack("x", tmp_path)[-1]
 
 
 def problems(mutate: Callable[[dict[str, Any]], Any], tmp_path: Path, stack: str = "p5") -> tuple[dict[str, str], str]:
     """(key path -> message, the whole error text) for the stack file changed by `mutate`."""
     doc = stack_doc(stack)
     mutate(doc["config"])
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(validate.ConfigError) as e:
         load_doc(doc, tmp_path)
     return dict(e.value.problems), e.value.render()
 
@@ -175,8 +176,8 @@ def test_admin_role_arns_pass(tmp_path):
 @pytest.mark.parametrize("stack", stackfile.stack_names())
 def test_committed_stack_files_pass_the_scanner(stack):
     values, _ = stackfile.read(ROOT / f"Pulumi.{stack}.yaml")
-    data = {k[len("rltrain:"):]: config.parse_value(v) for k, v in values.items() if k.startswith("rltrain:")}
-    assert refusals.secret_values({k: v for k, v in data.items() if k in config.SECTIONS}) == []
+    data = {k[len("rltrain:"):]: validate.parse_value(v) for k, v in values.items() if k.startswith("rltrain:")}
+    assert validate.secret_values({k: v for k, v in data.items() if k in config.SECTIONS}) == []
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -376,7 +377,7 @@ def test_render_cli_refuses_without_traceback(label, stack, mutate, where, tmp_p
 def _patterns() -> set[str]:
     found = set()
     for obj in vars(config).values():
-        if isinstance(obj, type) and issubclass(obj, config.BaseModel) and obj.__module__ == config.__name__:
+        if isinstance(obj, type) and issubclass(obj, BaseModel) and obj.__module__ == config.__name__:
             for field in obj.model_fields.values():
                 for meta in field.metadata:
                     pattern = getattr(meta, "pattern", None)
@@ -388,7 +389,7 @@ def _patterns() -> set[str]:
 def test_every_pattern_of_the_config_has_words():
     patterns = _patterns()
     assert patterns, "the walk found no pattern at all"
-    assert patterns <= set(refusals.PATTERN_WORDS), patterns - set(refusals.PATTERN_WORDS)
+    assert patterns <= set(validate.PATTERN_WORDS), patterns - set(validate.PATTERN_WORDS)
 
 
 def test_no_pydantic_wording_reaches_the_user(tmp_path):
@@ -403,11 +404,6 @@ def test_no_pydantic_wording_reaches_the_user(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # the checks agree with the program
-
-
-def test_protected_env_agrees_with_the_pod_builder():
-    from components.workloads import env
-    assert refusals.PROTECTED_ENV == env.PROTECTED_ENV
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -427,7 +423,7 @@ def test_every_plain_env_name_of_the_pods_is_known_to_validation(stack):
         for _, container in secrets_scan._containers(doc, ""):
             names |= {v["name"] for v in container.get("env") or [] if "value" in v}
     cfg = r.cfg
-    known = (refusals.PROTECTED_ENV | refusals.PROGRAM_ENV | set(cfg.workloads.env) | {"MLFLOW_TRACKING_URI"}
+    known = (labels.PROTECTED_ENV | validate.PROGRAM_ENV | set(cfg.workloads.env) | {"MLFLOW_TRACKING_URI"}
              | set(catalog.nccl_env(cfg.gpu_nodes.instance, cfg.gpu_nodes.efa_devices_per_node)))
     assert names - known == set()
 
@@ -436,7 +432,7 @@ def test_shm_limit_agrees_with_pod_sizing():
     from components.workloads import sizing
     for it in catalog.CATALOG.values():
         for efa in {0, it.efa_devices}:
-            most = refusals.max_shm_gib(it, efa)
+            most = catalog.max_shm_gib(it, efa)
             assert sizing.fits(sizing.sizing_for(it, efa=efa, shm=most), it) or most < 1, (it.name, efa)
             assert not sizing.fits(sizing.sizing_for(it, efa=efa, shm=most + 1), it), (it.name, efa)
 
@@ -480,7 +476,7 @@ def test_restricted_refusal_names_exactly_the_workloads_whose_pods_fail_it():
     """The refusal is true: every workload it names renders pods that `restricted` refuses (p5 enables
     all four). When a workload is made to pass, this fails until it is taken off the list."""
     component = {"singleNode": "training", "multiNode": "multinode", "ncclTest": "nccl-test", "validation": "validation"}
-    assert set(component) == set(refusals.WORKLOAD_POD_SECURITY)
+    assert set(component) == set(validate.WORKLOAD_POD_SECURITY)
     r = rendered("p5")
     for key, comp in component.items():
         docs = [d for d in r.manifests if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == comp
@@ -504,7 +500,7 @@ def test_restricted_refusal_names_exactly_the_workloads_whose_pods_fail_it():
     (("203.0.113.0/24", "198.51.100.0/24"), False),
 ])
 def test_cidrs_that_cover_the_internet(cidrs, covers):
-    assert refusals.covers_internet(cidrs) is covers
+    assert validate.covers_internet(cidrs) is covers
 
 
 @pytest.mark.parametrize("name,ok", [
@@ -518,7 +514,7 @@ def test_system_node_types(name, ok, tmp_path):
     if ok:
         assert load_doc(doc, tmp_path).cluster.system_nodes.instance_type == name
     else:
-        with pytest.raises(config.ConfigError) as e:
+        with pytest.raises(validate.ConfigError) as e:
             load_doc(doc, tmp_path)
         assert "rltrain:cluster.systemNodes.instanceType" in dict(e.value.problems)
 
@@ -536,8 +532,8 @@ def test_ray_token_secret_is_validated_before_the_program_runs(tmp_path):
     path = tmp_path / "Pulumi.x.yaml"
     path.write_text(yaml.safe_dump(doc))
     values, secret = stackfile.read(path)
-    with pytest.raises(config.ConfigError) as e:
-        config.load({k[len("rltrain:"):]: v for k, v in values.items() if k.startswith("rltrain:")},
+    with pytest.raises(validate.ConfigError) as e:
+        validate.load({k[len("rltrain:"):]: v for k, v in values.items() if k.startswith("rltrain:")},
                     secret_keys={k[len("rltrain:"):] for k in secret}, region="us-east-1")
     assert dict(e.value.problems)["rltrain:rayToken"] == (
         "is missing (named by workloads.multiNode.rayAuthTokenSecret): pulumi config set --secret rltrain:rayToken VALUE")

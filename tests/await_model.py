@@ -12,6 +12,9 @@ the whole timeout. An offline model, from the sources:
   failure runs into `pulumi.com/timeoutSeconds`. `pulumi.com/waitFor` replaces that logic with
   conditions that are only ever satisfied or timed out (condition/custom.go); `pulumi.com/skipAwait`
   does not wait.
+
+Test code (tests/test_gate.py), not the product's: the simulated cluster (tests/sim) runs the Job
+controller and the provider's await for real.
 """
 
 from __future__ import annotations

@@ -1,0 +1,304 @@
+"""Named runs (workloads.runs, issue 43): refusals before anything exists, a run's identity (its
+checkpoint directory), its overrides and warm start in the pod, and one change touching one run."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from support import rendered
+from test_workloads_components import _render, container, env, find
+
+from components.offline import impact, runs_summary
+from components.stack import runs as runs_mod
+from components.stack import validate
+from components.workloads import env as env_mod
+from components.workloads import trainer
+
+BASE = {"gpuNodes": {"instanceType": "g6.12xlarge", "count": 2},
+        "cluster": {"publicAccessCidrs": ["203.0.113.0/24"]},
+        "workloads": {"image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/r:1", "trainer": "rlinf-reasoning",
+                      "validation": {"enabled": False}}}
+
+
+def load(*runs, **workloads):
+    data = copy.deepcopy(BASE)
+    data["workloads"].update(workloads, runs=list(runs))
+    return validate.load(data)
+
+
+def problems(*runs, **workloads) -> dict[str, str]:
+    with pytest.raises(validate.ConfigError) as e:
+        load(*runs, **workloads)
+    return dict(e.value.problems)
+
+
+# --- refusals: each names the key --------------------------------------------------------------------
+
+
+def test_a_duplicate_name_is_refused():
+    p = problems({"name": "a"}, {"name": "a"})
+    assert "is already the name of rltrain:workloads.runs[0]" in p["rltrain:workloads.runs[1].name"]
+
+
+def test_a_name_of_an_implicit_run_is_a_duplicate():
+    p = problems({"name": "single-node"})
+    assert "already the name of rltrain:workloads.singleNode" in p["rltrain:workloads.runs[0].name"]
+
+
+def test_an_override_of_a_key_the_program_sets_is_refused_with_the_list():
+    p = problems({"name": "a", "overrides": {"runner.output_dir": "/x", "++cluster.num_nodes": 2,
+                                             "cluster.component_placement.actor": "0-1",
+                                             "runner.resume_dir": "/y", "actor.optim.lr": 1e-6}})
+    for key in ("runner.output_dir", "++cluster.num_nodes", "cluster.component_placement.actor", "runner.resume_dir"):
+        assert p[f"rltrain:workloads.runs[0].overrides.{key}"].startswith("set by the program"), key
+    assert "rltrain:workloads.runs[0].overrides.actor.optim.lr" not in p
+    assert "runner.experiment_name" in p["rltrain:workloads.runs[0].overrides.runner.output_dir"]
+
+
+def test_the_embodied_profile_lists_its_own_directories_and_placement():
+    data = copy.deepcopy(BASE)
+    data["gpuNodes"] = {"instanceType": "p5.48xlarge", "count": 2}
+    data["workloads"] = {"image": "x.dkr.ecr.us-east-1.amazonaws.com/r:1", "validation": {"enabled": False},
+                         "runs": [{"name": "a", "nodes": 2, "overrides": {
+                             "runner.logger.log_path": "/x", "actor.global_batch_size": 99, "algorithm.gamma": 0.9}}]}
+    with pytest.raises(validate.ConfigError) as e:
+        validate.load(data)
+    p = dict(e.value.problems)
+    assert "run_training_eks.sh" in p["rltrain:workloads.runs[0].overrides.runner.logger.log_path"]
+    assert "placement" in p["rltrain:workloads.runs[0].overrides.actor.global_batch_size"]
+    assert not any("algorithm.gamma" in k for k in p)
+
+
+@pytest.mark.parametrize("value,what", [([1, 2], "a list"), ({"a": 1}, "a mapping"), (None, "empty"),
+                                        ("a b", "whitespace"), ("it's", "a quote"), ("${x}", "$")])
+def test_a_value_that_is_not_one_scalar_word_is_refused(value, what):
+    p = problems({"name": "a", "overrides": {"actor.optim.lr": value}})
+    assert what in p["rltrain:workloads.runs[0].overrides"] and "actor.optim.lr" in p["rltrain:workloads.runs[0].overrides"]
+
+
+def test_a_key_that_is_not_a_hydra_key_is_refused():
+    p = problems({"name": "a", "overrides": {"actor optim": 1}})
+    assert "is not a Hydra key" in p["rltrain:workloads.runs[0].overrides"]
+
+
+def test_more_nodes_than_the_stack_ever_has_is_refused():
+    p = problems({"name": "a", "nodes": 3})
+    assert "never has more than 2 (gpuNodes.count)" in p["rltrain:workloads.runs[0].nodes"]
+
+
+def test_an_unknown_config_and_a_bad_name_are_refused():
+    p = problems({"name": "a", "configName": "nope"})
+    assert "is not a config of trainer rlinf-reasoning" in p["rltrain:workloads.runs[0].configName"]
+    assert "a run name" in problems({"name": "Bad_Name"})["rltrain:workloads.runs[0].name"]
+
+
+def test_a_warm_start_from_another_shape_an_unknown_run_or_an_unsaved_step_is_refused():
+    p = problems({"name": "two", "nodes": 2}, {"name": "one"},
+                 {"name": "w1", "resumeFrom": {"run": "two", "step": 50}},
+                 {"name": "w2", "resumeFrom": {"run": "gone", "step": 50}},
+                 {"name": "w3", "resumeFrom": {"run": "one", "step": 30}},
+                 {"name": "w4", "resumeFrom": {"run": "w4", "step": 50}})
+    assert "another shape (nodes 2 vs 1)" in p["rltrain:workloads.runs[2].resumeFrom.run"]
+    assert "'gone' is not a run of this stack" in p["rltrain:workloads.runs[3].resumeFrom.run"]
+    assert "30 is not a step one (qwen2.5-1.5b-grpo-fsdp) saves" in p["rltrain:workloads.runs[4].resumeFrom.step"]
+    assert "is this run itself" in p["rltrain:workloads.runs[5].resumeFrom.run"]
+
+
+def test_a_warm_start_follows_the_source_runs_own_save_interval():
+    load({"name": "one", "overrides": {"runner.save_interval": 10}}, {"name": "w", "resumeFrom": {"run": "one", "step": 30}})
+
+
+def test_serving_a_run_that_is_not_in_the_stack_is_refused():
+    p = problems({"name": "a"}, serving={"enabled": True, "gpusPerReplica": 2, "model": {"run": "b", "step": 50}})
+    assert "'b' is not a run of this stack" in p["rltrain:workloads.serving.model.run"]
+
+
+# --- identity ----------------------------------------------------------------------------------------
+
+
+def test_different_overrides_get_different_directories_the_same_ones_the_same():
+    cfg = load({"name": "a", "overrides": {"actor.optim.lr": 1e-6, "algorithm.group_size": 8}},
+               {"name": "b", "overrides": {"actor.optim.lr": 2e-6, "algorithm.group_size": 8}})
+    a, b = cfg.run("a"), cfg.run("b")
+    again = load({"name": "a", "overrides": {"algorithm.group_size": 8, "actor.optim.lr": 1e-6}}).run("a")
+    changed = load({"name": "a", "overrides": {"actor.optim.lr": 3e-6, "algorithm.group_size": 8}}).run("a")
+    assert env_mod.run_dir(cfg, a) != env_mod.run_dir(cfg, b)
+    assert env_mod.run_dir(cfg, a) == env_mod.run_dir(load(*[{"name": "a", "overrides": {
+        "algorithm.group_size": 8, "actor.optim.lr": 1e-6}}]), again)  # order in the file does not matter
+    assert env_mod.run_dir(cfg, a) != env_mod.run_dir(load({"name": "a", "overrides": {
+        "actor.optim.lr": 3e-6, "algorithm.group_size": 8}}), changed)
+    assert env_mod.run_dir(cfg, a).startswith("/fsx/runs/math-grpo/a-")
+
+
+def test_priority_and_deadline_are_not_part_of_the_identity():
+    one = load({"name": "a", "overrides": {"actor.optim.lr": 1e-6}})
+    two = load({"name": "a", "overrides": {"actor.optim.lr": 1e-6}, "priority": 5, "maxRunMinutes": 60})
+    assert env_mod.run_dir(one, one.run("a")) == env_mod.run_dir(two, two.run("a"))
+
+
+def test_the_implicit_runs_keep_their_directories():
+    cfg = rendered("p5").cfg
+    assert env_mod.run_dir(cfg, cfg.run("single-node")) == env_mod.checkpoint_dir(cfg, 1)
+    assert env_mod.run_dir(cfg, cfg.run("multi-node")) == env_mod.checkpoint_dir(cfg, 2)
+
+
+def test_hydra_values():
+    assert runs_mod.hydra_overrides({"b": True, "a": 1e-6, "c": "x/y-1", "d": "a,b", "e": 3}) == [
+        "a=1e-06", "b=true", "c=x/y-1", "d='a,b'", "e=3"]
+
+
+# --- the pods ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_runs():
+    def mutate(w):
+        w["runs"] = [{"name": "lr-high", "overrides": {"actor.optim.lr": 2e-6}, "priority": 1000050},
+                     {"name": "lr-low", "overrides": {"actor.optim.lr": 5e-7}},
+                     {"name": "warm", "overrides": {"actor.optim.lr": 1e-6},
+                      "resumeFrom": {"run": "lr-high", "step": 100}}]
+    return _render("dev-reasoning", mutate)
+
+
+def test_each_run_gets_its_job_directory_and_overrides(two_runs):
+    cfg, _, docs = two_runs
+    high = env(container(find(docs, "Job", "rltrain-run-lr-high")))
+    low = env(container(find(docs, "Job", "rltrain-run-lr-low")))
+    assert high["CKPT_PATH"] == high["CKPT_DIR"] == env_mod.run_dir(cfg, cfg.run("lr-high"))
+    assert low["CKPT_DIR"] == env_mod.run_dir(cfg, cfg.run("lr-low")) != high["CKPT_DIR"]
+    assert high["HYDRA_OVERRIDES"].endswith(" actor.optim.lr=2e-06")
+    assert low["HYDRA_OVERRIDES"].endswith(" actor.optim.lr=5e-07")
+    # The program's overrides come first (the run's never repeat them: refused above).
+    assert high["HYDRA_OVERRIDES"].startswith("rollout.model.model_path=")
+    job = find(docs, "Job", "rltrain-run-lr-high")
+    assert job["spec"]["template"]["spec"]["priorityClassName"] == "rltrain-training-1000050"
+    assert find(docs, "PriorityClass", "rltrain-training-1000050")["value"] == 1000050
+    assert find(docs, "Job", "rltrain-training")  # the implicit run is still there, unchanged
+
+
+def test_resume_from_renders_the_trainers_own_resume_setting(two_runs):
+    cfg, _, docs = two_runs
+    warm = container(find(docs, "Job", "rltrain-run-warm"))
+    e = env(warm)
+    source = env_mod.run_dir(cfg, cfg.run("lr-high"))
+    # RLinf's reasoning runner resumes from runner.resume_dir=<...>/checkpoints/global_step_N
+    # (RLinf/RLinf@0505431 rlinf/runners/reasoning_runner.py), the profile's resume_format.
+    assert e["RESUME_FROM"] == f"{source}/grpo-1.5b/checkpoints/global_step_100"
+    assert e["RESUME_FORMAT"] == "runner.resume_dir={step_dir}" and e["RESUME_ENV"] == "HYDRA_OVERRIDES"
+    assert warm["command"][:4] == ["python3", trainer.WARM_PATH, "--", "python3"]
+    assert warm["command"][4] == trainer.WRAPPER_PATH
+    # Only the warm run mounts the warm start; the others' pod templates are as before.
+    assert trainer.WARM_PATH not in container(find(docs, "Job", "rltrain-run-lr-low"))["command"]
+
+
+def test_the_summary_prints_directory_start_queue_cost_and_curves(two_runs):
+    cfg, result, _ = two_runs
+    resources = [r.as_json() for r in result.records]
+    text = "\n".join(runs_summary.lines(cfg, resources))
+    high = env_mod.run_dir(cfg, cfg.run("lr-high"))
+    assert f"CKPT_PATH={high}" in text
+    assert "start: resumes step 100 of run lr-high" in text
+    # The queue place needs the node group the training Namespace records: the whole stack's render.
+    r = rendered("dev-reasoning")
+    queue = "\n".join(runs_summary.lines(r.cfg, r.resources))
+    assert "queue: place 1 of 3 (priority 1000050, Job/rltrain-run-lr-2e-6): runs now" in queue
+    assert "queue: place 2 of 3 (priority 1000000, Job/rltrain-run-lr-5e-7): queued behind Job/rltrain-run-lr-2e-6" in queue
+    # 4 attempts x 24 h x 1 node x $4.60/h (the catalog's g6.12xlarge price).
+    assert "= 96 node-hours x $4.60/h = $441.60" in text
+    assert f"TensorBoard run lr-low ({env_mod.run_dir(cfg, cfg.run('lr-low'))}/grpo-1.5b/tensorboard)" in text
+
+
+# --- one change, one run -----------------------------------------------------------------------------
+
+
+def _as_rows(result):
+    return [r.as_json() for r in result.records]
+
+
+def test_changing_one_runs_overrides_restarts_only_that_run_in_a_fresh_directory(two_runs):
+    cfg, before, _ = two_runs
+
+    def mutate(w):
+        w["runs"] = [{"name": "lr-high", "overrides": {"actor.optim.lr": 3e-6}, "priority": 1000050},
+                     {"name": "lr-low", "overrides": {"actor.optim.lr": 5e-7}},
+                     {"name": "warm", "overrides": {"actor.optim.lr": 1e-6},
+                      "resumeFrom": {"run": "lr-high", "step": 100}}]
+    cfg2, after, _ = _render("dev-reasoning", mutate)
+    impacts = impact.classify(_as_rows(before), _as_rows(after), cfg2)
+    restarts = {i.name for i in impacts if i.kind == impact.RUN_RESTART}
+    # lr-high's identity changed; warm starts from lr-high's step, whose directory moved with it.
+    assert restarts == {"workloads-run-lr-high-job", "workloads-run-warm-job"}
+    [i] = [i for i in impacts if i.name == "workloads-run-lr-high-job"]
+    assert "a fresh checkpoint directory, nothing resumed" in i.why and not i.allowed
+    assert not any(i.name.startswith(("workloads-run-lr-low", "workloads-single-node")) and i.kind != impact.IN_PLACE
+                   for i in impacts)
+
+
+def test_adding_a_run_creates_only_it_and_removing_one_keeps_its_checkpoints(two_runs):
+    cfg, with_three, _ = two_runs
+    rows = _as_rows(with_three)
+    base = [r for r in rows if "lr-low" not in r["name"]]
+    added = impact.classify(base, rows, cfg)
+    assert {i.kind for i in added} == {impact.CREATE}
+    [job] = [i for i in added if i.name == "workloads-run-lr-low-job"]
+    assert job.why == f"new run: CKPT_DIR {env_mod.run_dir(cfg, cfg.run('lr-low'))}, nothing resumed (a fresh start)"
+    removed = impact.classify(rows, base, cfg)
+    assert {i.kind for i in removed} == {impact.DELETE}
+    [job] = [i for i in removed if i.name == "workloads-run-lr-low-job"]
+    assert f"its checkpoints stay in {env_mod.run_dir(cfg, cfg.run('lr-low'))}" in job.why
+
+
+def test_a_disabled_run_has_no_job_and_its_checkpoints_stay_counted():
+    cfg = load({"name": "a"}, {"name": "b", "enabled": False})
+    assert [r.name for r in cfg.enabled_runs] == ["single-node", "a"]
+    from components.stack import volume_budget
+    assert [name for name, _ in volume_budget.budget(cfg).runs] == ["single-node", "a", "b"]
+    text = "\n".join(runs_summary.lines(cfg))
+    assert f"run b: disabled (enabled: false): no Job; its checkpoints stay in {env_mod.run_dir(cfg, cfg.run('b'))}" in text
+
+
+def test_the_committed_stack_has_two_runs_at_different_learning_rates():
+    cfg = rendered("dev-reasoning").cfg
+    named = [r for r in cfg.enabled_runs if not r.implicit]
+    assert [r.override_map for r in named] == [{"actor.optim.lr": 2e-6}, {"actor.optim.lr": 5e-7}]
+    docs = rendered("dev-reasoning").manifests
+    assert json.dumps(docs).count('"rltrain-run-lr-') >= 2
+
+
+# --- what a run produced reaches S3 ------------------------------------------------------------------
+
+
+def test_the_render_says_what_the_association_exports_and_warns_when_it_covers_no_run():
+    storage = {"fsx": {"s3": {"bucket": "my-models"}}}
+    data = copy.deepcopy(BASE)
+    data["workloads"]["runs"] = [{"name": "a"}]
+    data["storage"] = storage
+    cfg = validate.load(data)
+    lines, warnings = runs_summary.s3_export(cfg)
+    d = env_mod.run_dir(cfg, cfg.run("a"))
+    assert warnings == []
+    assert f"  run a: {d} -> s3://my-models/checkpoints/{d[len('/fsx/runs/'):]}/ (its checkpoints and exports)" in lines
+    data["storage"] = {"fsx": {"s3": {"bucket": "my-models", "fileSystemPath": "/checkpoints"}}}
+    lines, warnings = runs_summary.s3_export(validate.load(data))
+    assert warnings and "covers none of the files of run(s) single-node, a" in warnings[0]
+    assert "set it to /runs" in warnings[0]
+
+
+def test_wandb_through_rlinfs_logger_setting_keeps_tensorboard():
+    data = copy.deepcopy(BASE)
+    data["workloads"]["curves"] = {"loggerBackends": ["wandb"]}
+    with pytest.raises(validate.ConfigError) as e:
+        validate.load(data)
+    assert "keep tensorboard in the list" in dict(e.value.problems)["rltrain:workloads.curves.loggerBackends"]
+    data["workloads"]["curves"] = {"loggerBackends": ["tensorboard", "wandb"]}
+    data["workloads"]["runs"] = [{"name": "a", "overrides": {"runner.logger.logger_backends": "wandb"}}]
+    with pytest.raises(validate.ConfigError) as e:
+        validate.load(data)
+    assert "workloads.curves.loggerBackends" in dict(e.value.problems)[
+        "rltrain:workloads.runs[0].overrides.runner.logger.logger_backends"]
+    data["workloads"]["runs"] = [{"name": "a"}]
+    cfg = validate.load(data)
+    extra = trainer.trainer_env(cfg, 1, env_mod.run_dir(cfg, cfg.run("a")), run=cfg.run("a"))["HYDRA_OVERRIDES"]
+    assert "runner.logger.logger_backends=[tensorboard,wandb]" in extra.split()
