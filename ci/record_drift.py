@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from components.offline import impact, render  # noqa: E402
+from components.offline import impact, unset_secrets  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     if committed == fresh:
         return 0
     try:
-        _, _, cfg = render.load_stack(stack)
+        _, _, cfg = unset_secrets.load_stack(stack)
     except Exception as e:  # noqa: BLE001 - this change broke or removed the stack file: still list the drift
         before = {(r["type"], r["name"]): r for r in committed}
         after = {(r["type"], r["name"]): r for r in fresh}

@@ -27,7 +27,7 @@ from typing import Any, Optional
 from cluster.binaries import versions_env
 from components.k8s import karpenter_nodes
 from components.stack.config import StackConfig
-from components.workloads.sizing import EFA, GPU
+from components.stack.labels import EFA, GPU
 
 NODE_CLASS = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "rltrain-gpu"}
 # kwok/cloudprovider/helpers.go newInstanceType: every kwok instance type's KubeReserved.

@@ -33,8 +33,7 @@ from components.k8s.kueue import (HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, NETWORK_L
                                   has_network_topology)
 from components.stack import catalog, node_efa
 from components.stack.config import StackConfig
-from components.stack.labels import GPU_TAINT_KEY, ROLE_LABEL
-from components.workloads.sizing import EFA, GPU, HUGEPAGES
+from components.stack.labels import EFA, GPU, GPU_TAINT_KEY, HUGEPAGES, ROLE_LABEL
 
 # kwok manages the nodes carrying this annotation (kwok --manage-nodes-with-annotation-selector).
 KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.offline.render import ROOT, load_stack
+from components.offline.unset_secrets import load_stack
 from components.stack.config import StackConfig
+from components.stack.stackfile import ROOT
 
 
 def stack_config(stack: str, root: Path = ROOT) -> tuple[StackConfig, dict[str, str]]:

@@ -20,7 +20,7 @@ def _keys(model: type[BaseModel], prefix: str = "") -> set[str]:
     for name, field in model.model_fields.items():
         key = prefix + (field.alias or name)
         out.add(key)
-        for sub in ref._models_in(field.annotation):
+        for sub in ref.models_in(field.annotation):
             out |= _keys(sub, key + ".")
     return out
 
@@ -29,7 +29,7 @@ def test_every_key_of_every_section_is_documented_with_type_default_and_descript
     text = ref.OUT.read_text()
     for section in config.SECTIONS:
         field = next(f for n, f in config.StackConfig.model_fields.items() if (f.alias or n) == section)
-        model = ref._models_in(field.annotation)[0]
+        model = ref.models_in(field.annotation)[0]
         documented = {key for key, *_ in ref.rows(model)}
         assert documented == _keys(model), section
         assert f"## `rltrain:{section}`" in text

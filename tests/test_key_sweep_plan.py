@@ -1,4 +1,4 @@
-"""The key sweep's plan (components/offline/key_sweep.py): every key of the models, a valid new value
+"""The key sweep's plan (cluster/key_sweep.py): every key of the models, a valid new value
 each, its offline impact or why it is skipped; the groups the simulated cluster applies together."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from components.offline import config_reference, impact, key_sweep
+from cluster import key_sweep
+from components.offline import config_reference, impact
 from components.offline.mock_engine import ROOT
 from components.stack import config
 
@@ -16,7 +17,7 @@ BY_PATH = {k.path: k for k in key_sweep.keys()}
 def test_the_keys_are_the_configuration_reference_s():
     """Generated from the models: every documented key that is not a section, in the page's order."""
     documented = [f"{section}.{key}" for section in config.SECTIONS
-                  for key, typ, _, _ in config_reference.rows(config_reference._models_in(
+                  for key, typ, _, _ in config_reference.rows(config_reference.models_in(
                       next(f for n, f in config.StackConfig.model_fields.items()
                            if (f.alias or n) == section).annotation)[0]) if typ != "section"]
     assert [k.path for k in key_sweep.keys()] == documented

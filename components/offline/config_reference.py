@@ -58,7 +58,7 @@ def _key(name: str, field: Any) -> str:
     return field.alias or name
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def models_in(annotation: Any) -> list[type[BaseModel]]:
     args = typing.get_args(annotation)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
@@ -113,7 +113,7 @@ def rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, 
     out: list[tuple[str, str, str, str]] = []
     for name, field in model.model_fields.items():
         key = prefix + _key(name, field)
-        nested = _models_in(field.annotation)
+        nested = models_in(field.annotation)
         if nested:
             sub = nested[0]
             doc = field.description or (sub.__doc__ or "")
@@ -135,7 +135,7 @@ def markdown() -> str:
     parts = [_INTRO.format(command=COMMAND, grafana=config.GRAFANA_PASSWORD_KEY)]
     for section in config.SECTIONS:
         name, field = next((n, f) for n, f in config.StackConfig.model_fields.items() if _key(n, f) == section)
-        model = _models_in(field.annotation)[0]
+        model = models_in(field.annotation)[0]
         parts.append(f"\n## `rltrain:{section}`\n")
         doc = " ".join((field.description or model.__doc__ or "").split())
         if doc:

@@ -32,9 +32,6 @@ import yaml
 from components.stack import config as config_mod
 from components.offline import deploy_model, policy, runs_summary
 from components.offline import checkpoints, image_summary, impact, unset_secrets
-# load_stack's home is unset_secrets.py; cluster/stacks.py, ci/record_drift.py and tests/sim still read it
-# from here (render.load_stack), until their owners import it from there.
-from components.offline.unset_secrets import load_stack
 from components.workloads import embodied_eval, export, serving
 from components.stack import secrets_scan, stackfile, validate
 from components.stack.outputs import usd_text
@@ -124,7 +121,7 @@ def accepted_line(accepted: list[impact.Impact]) -> str:
 
 
 def render_stack(stack: str, root: Path = ROOT) -> Rendered:
-    cfg_values, secret, cfg = load_stack(stack, root)
+    cfg_values, secret, cfg = unset_secrets.load_stack(stack, root)
     result = run_program(stack=stack, config=cfg_values, secret_keys=secret, project_dir=root)
     return Rendered(stack=stack, cfg=cfg, result=result, manifests=manifests(result),
                     not_set=unset_secrets.of(cfg_values))
@@ -265,7 +262,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     failed = False
     for stack in stacks:
         try:
-            load_stack(stack, root)
+            unset_secrets.load_stack(stack, root)
         except validate.ConfigError as e:
             print(f"Pulumi.{stack}.yaml: {e.render()}", file=sys.stderr)
             failed = True

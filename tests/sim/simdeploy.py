@@ -20,7 +20,8 @@ from conftest import POLL_SECONDS, log as _log
 
 from cluster import deploy, sim
 from cluster.binaries import toolset
-from components.offline import impact, key_sweep, render
+from cluster import key_sweep
+from components.offline import impact, render, unset_secrets
 
 ROOT = render.ROOT
 NAMESPACE = "rltrain"
@@ -184,7 +185,7 @@ class Live:
         Returns the agreed operation per resource name ("refused" where the impact guard refuses
         what the engine would try); fails on any disagreement."""
         after = self.offline()
-        cfg = render.load_stack(STACK, self.project)[2]
+        cfg = unset_secrets.load_stack(STACK, self.project)[2]
         compared = ("kubernetes:", "pulumi:providers:")  # not the components, not the stack
         impacts = [i for i in impact.classify(self.rows, after, cfg) if i.type.startswith(compared)]
         self.kinds = {i.name: i.kind for i in reversed(impacts)}  # the worst kind per name (worst first)

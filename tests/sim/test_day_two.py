@@ -24,7 +24,7 @@ from simdeploy import (NAMESPACE, ROOT, RUNS, RUNS_TIMEOUT, STACK, Live, Pulumi,
 
 from cluster import nodes as nodes_mod  # noqa: E402
 from components.k8s import kueue  # noqa: E402
-from components.offline import impact, render  # noqa: E402
+from components.offline import impact, unset_secrets  # noqa: E402
 from components.stack.labels import GPU_NODES_ANNOTATION  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.sim]
@@ -150,7 +150,7 @@ def _refused_by_the_api_server(lv: Live, what: str, words: str) -> str:
         assert {n: op for n, op in ops.items() if op != "same"} == {"storage-claim": "refused"}, ops
         failed, where = lv.pulumi("up", check=False), "up"
     else:
-        offline = {i.name: i.kind for i in impact.classify(base, lv.offline(), render.load_stack(STACK, lv.project)[2])
+        offline = {i.name: i.kind for i in impact.classify(base, lv.offline(), unset_secrets.load_stack(STACK, lv.project)[2])
                    if i.kind != impact.IN_PLACE or i.name == "storage-claim"}
         log(lv.request, f"{what}: offline {offline}; real preview: failed")
         assert offline == {"storage-claim": impact.REFUSED}, offline
@@ -302,7 +302,7 @@ def test_8_two_stacks_in_two_namespaces_leave_each_other_alone(live, tmp_path):
                       "other")
     theirs = rendered_objects(workdir / "project")
     assert not {(k, n) for _, k, ns, n in theirs if ns is None} & {(k, n) for _, k, ns, n in mine if ns is None}
-    live.cluster.apply(nodes_mod.storage(render.load_stack(STACK, workdir / "project")[2]))
+    live.cluster.apply(nodes_mod.storage(unset_secrets.load_stack(STACK, workdir / "project")[2]))
     b = Pulumi(workdir, live.cluster.kubeconfig, live.request)
     first = b("preview")
     created = {urn.split("::")[-1]: real_op(e["ops"]) for urn, e in first["ops"].items()
@@ -335,7 +335,7 @@ def test_9_scaling_the_gpu_nodes_2_to_4_reruns_the_checks_and_restarts_only_trai
     (no opt-in: nothing to lose), the training runs restart (the stack opted in), the quota follows,
     and every run is admitted on the current flavor."""
     existing = live.cluster.get("v1", "Node", "gpu-p5-48xlarge-0")
-    hw = render.load_stack(live.cluster.info["stack"])[2]
+    hw = unset_secrets.load_stack(live.cluster.info["stack"])[2]
     for i in (2, 3):
         live.cluster.api("/api/v1/nodes", "POST", nodes_mod.gpu_node(
             hw, i, stack=live.cluster.info["stack"], region=existing["metadata"]["labels"]["topology.kubernetes.io/region"]))

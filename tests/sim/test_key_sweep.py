@@ -1,7 +1,7 @@
 """Every configuration key, changed on the simulated cluster (issue 34): the impact table's "in place"
 must mean `pulumi up` applies it.
 
-The keys and their values come from the config models (components/offline/key_sweep.py plans them
+The keys and their values come from the config models (cluster/key_sweep.py plans them
 against the deployed copy of the `sim` stack); a key whose change alters no Kubernetes object of
 the stack, or that the simulated cluster cannot exercise, is printed with why. The swept keys are
 applied in groups (key_sweep.groups: in a group an object is either patched by every key touching
@@ -26,7 +26,8 @@ from simdeploy import (NAMESPACE, RUNS_TIMEOUT, Live, engine_warnings, job_compl
                        project, wait)
 
 from cluster import nodes as nodes_mod  # noqa: E402
-from components.offline import key_sweep, render  # noqa: E402
+from cluster import key_sweep  # noqa: E402
+from components.offline import unset_secrets  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.sim]
 
@@ -49,7 +50,7 @@ def live(cluster, tmp_path_factory, request):
 def _gpu_nodes(lv: Live, count: int) -> None:
     """The GPU nodes a new gpuNodes.count asks for, made first (as the node group would)."""
     existing = lv.cluster.get("v1", "Node", "gpu-p5-48xlarge-0")
-    hw = render.load_stack(lv.cluster.info["stack"])[2]
+    hw = unset_secrets.load_stack(lv.cluster.info["stack"])[2]
     region = existing["metadata"]["labels"]["topology.kubernetes.io/region"]
     for i in range(count):
         node = nodes_mod.gpu_node(hw, i, stack=lv.cluster.info["stack"], region=region)
