@@ -45,23 +45,22 @@ EXAMPLES: dict[str, list[Any]] = {
 
 # Keys the simulated cluster cannot exercise however they change, with why (the rest are swept).
 NOT_ON_THE_SIM: dict[str, str] = {
-    # A data-losing change on the sim stack (its claim is dynamically provisioned, impact.py
-    # claim_owns_its_volume): it needs storage.allowReplacement, which the config still refuses on a
-    # bring-your-own cluster, and a volume for the new claim, which the harness makes once cluster/sim.py
-    # runs cluster/nodes.py `provision` in a loop (issue 44 item 10). Then the sweep takes them alone.
-    "training.namespace": "moves every object to a new namespace: replacing the dynamically provisioned claim "
-                          "deletes its volume (data loss: storage.allowReplacement, refused on a bring-your-own "
-                          "cluster for now), and the new claim needs the harness's provisioner (cluster/nodes.py "
-                          "provision, not yet run by cluster/sim.py); tests/sim/test_day_two.py scenario 8 deploys "
-                          "a second namespace",
     "cluster.existing.kubeconfigSecret": "points the stack at another cluster (a second cluster)",
     "cluster.existing.context": "points the stack at another cluster (a second cluster)",
     "storage.storageClass": "a claim of another class needs a volume of that class, which only a real CSI "
                             "driver provisions",
     "kueue.install": "the simulated cluster runs Kueue itself (cluster/sim.py); a second install would fight it",
-    "storage.claimName": "a claim of a new name: replacing the dynamically provisioned claim deletes its volume "
-                         "(data loss, as training.namespace), and the new one needs the harness's provisioner "
-                         "(cluster/nodes.py provision, not yet run by cluster/sim.py)",
+}
+
+# Keys whose change the impact guard refuses without an opt-in, swept with it set, as a user who
+# means the change would: a claim of the sim stack is provisioned from its storage class
+# (impact.claim_owns_its_volume), so moving it (a new namespace, a new name) deletes the old claim
+# and, with the class's reclaim policy Delete, its volume: data loss, storage.allowReplacement. The
+# new claim binds a volume the simulated cluster's provisioner makes (cluster/nodes.py provision,
+# run by cluster/sim.py), and the sweep sees the old claim's volume deleted or, Retain, kept.
+OPT_IN: dict[str, dict[str, Any]] = {
+    "training.namespace": {"storage.allowReplacement": True},
+    "storage.claimName": {"storage.allowReplacement": True},
 }
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -200,10 +199,16 @@ class Planned:
     value: Any = None
     changes: dict[str, str] = field(default_factory=dict)  # Kubernetes resource name -> offline impact kind
     skipped: str = ""                                       # why the sweep does not change it on the cluster
+    opt_in: dict[str, Any] = field(default_factory=dict)    # OPT_IN: keys set with it (their new values)
 
     @property
     def refused(self) -> bool:
-        return any(k in REFUSED_KINDS for k in self.changes.values())
+        """`up` must fail: a kind the guard refuses, but data loss where the change carries its opt-in."""
+        return any(k in REFUSED_KINDS and not (k == impact.DATA_LOSS and self.opt_in) for k in self.changes.values())
+
+    def edits(self) -> dict[str, Any]:
+        """Every key this change sets (path -> value): the key, then its opt-in."""
+        return {self.key: self.value, **self.opt_in}
 
     def kinds(self) -> str:
         return ",".join(sorted(set(self.changes.values()))) or "-"
@@ -281,9 +286,11 @@ def _plan_key(proj: Project, key: Key, base, cfg) -> Planned:
         return Planned(key.path, skipped=f"no representative value: a free-form {_kind_of(key)}, "
                        f"{'unset here' if now in (None, '', (), {}) else 'with no generic neighbour'}")
     refusals, quiet = [], []
+    by_path = {k.path: k for k in keys()} if key.path in OPT_IN else {}
+    opt_in = OPT_IN.get(key.path, {})
     for value in values:
         try:
-            after, after_cfg = proj.render({key: value})
+            after, after_cfg = proj.render({key: value, **{by_path[p]: v for p, v in opt_in.items()}})
         except (validate.ConfigError, stackfile.StackFileError) as e:
             refusals.append(str(e).splitlines()[-1].strip())
             continue
@@ -297,7 +304,7 @@ def _plan_key(proj: Project, key: Key, base, cfg) -> Planned:
             return Planned(key.path, value, skipped=f"installs Helm charts ({', '.join(helm)}) fetched from their "
                            "chart repositories, which this machine cannot reach (package registries only)")
         if k8s:
-            return Planned(key.path, value, k8s)
+            return Planned(key.path, value, k8s, opt_in=dict(opt_in))
         quiet.append((value, sorted({i.type for i in impacts})))
     if quiet:
         value, types_ = quiet[0]
@@ -325,19 +332,21 @@ def _compatible(p: Planned, q: Planned) -> bool:
 def groups(planned: list[Planned], size: int = 12) -> list[list[Planned]]:
     """The swept keys packed into changes: in one group an object is either patched by every key
     that touches it or replaced by every key that touches it (_compatible), so each object's real
-    operation is what each of those keys predicts; a key `up` must refuse goes alone. Deleting keys come last (what they remove, later keys could not change),
-    Kueue switched off last of all (every earlier change then meets Kueue's admission writes)."""
+    operation is what each of those keys predicts; a key `up` must refuse goes alone, and so does a
+    key with its opt-in (OPT_IN). Deleting keys come last (what they remove, later keys could not
+    change), then the opted-in moves (a new namespace or claim: what follows runs there), Kueue
+    switched off last of all (every earlier change then meets Kueue's admission writes)."""
     out: list[list[Planned]] = []
 
-    def order(p: Planned) -> tuple[int, int]:
-        return int(p.key == "kueue.enabled"), int(impact.DELETE in p.changes.values())
+    def order(p: Planned) -> tuple[int, int, int]:
+        return int(p.key == "kueue.enabled"), int(bool(p.opt_in)), int(impact.DELETE in p.changes.values())
 
     for p in sorted((p for p in planned if p.changes), key=order):
-        if p.refused:
+        if p.refused or p.opt_in:
             out.append([p])
             continue
         for g in out:
-            if (len(g) < size and not g[0].refused and order(g[0]) == order(p)
+            if (len(g) < size and not g[0].refused and not g[0].opt_in and order(g[0]) == order(p)
                     and all(_compatible(p, q) for q in g)):
                 g.append(p)
                 break

@@ -11,7 +11,9 @@ the release - PodSecurity, ResourceQuota, Priority, webhooks... - plus NodeRestr
 kube-controller-manager, kube-scheduler, kwok (fake nodes and pod lifecycle: its own stages read
 from its module tree, Job pods completing after `--complete-after` seconds), Kueue (its webhooks on
 127.0.0.1 with the local CA, configured with the program's own Configuration), the KubeRay operator
-and the MPI operator. Then the nodes and the storage of cluster/nodes.py.
+and the MPI operator. Then the nodes and the storage of cluster/nodes.py, and, for as long as the
+cluster runs, its storage class's provisioner (a thread of the process that started it: a volume
+for every new claim of the class, a Released volume it made deleted when the class says Delete).
 
 Every wait is bounded and, when it times out, names what did not come up with the tail of its log.
 `stop` ends every process the state directory records; `start` stops a previous run first.
@@ -30,6 +32,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -66,6 +69,10 @@ KWOK_NODE_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure"
 # kube-apiserver's default admission plugins (the release's defaults stay on) plus NodeRestriction,
 # which EKS enables too (EKS user guide, "Cluster platform versions": enabled admission controllers).
 EXTRA_ADMISSION = "NodeRestriction"
+# How often the simulated storage class's provisioner reconciles (cluster/nodes.py provision). The
+# real external-provisioner reacts to watch events; a second here is far below anything a test
+# waits for, at three list calls a second.
+PROVISION_SECONDS = 1.0
 
 
 def load_yaml(text: str) -> Any:
@@ -129,6 +136,8 @@ class Cluster:
         self.info: dict[str, Any] = json.loads(self.info_file.read_text()) if self.info_file.exists() else {}
         self._spawned: dict[str, float] = {}
         self._discovery: dict[str, dict[str, dict]] = {}
+        self._provisioner: Optional[threading.Thread] = None
+        self._provisioner_stop = threading.Event()
 
     # --- processes -------------------------------------------------------------------------------
 
@@ -177,6 +186,7 @@ class Cluster:
         raise SimError(f"{what}: not within {timeout:.0f}s ({last_error or 'not ready'}){tail}")
 
     def stop(self, grace: float = 10.0) -> list[str]:
+        self.stop_provisioner()
         stopped = []
         for p in reversed(self.processes()):
             if not self.alive(p.pid):
@@ -306,6 +316,7 @@ class Cluster:
                 + self._kueue_crds())
         node_names = self._nodes(hw, hw_values, hw_stack, gpu=elastic is None)
         self.apply(nodes_mod.storage(deploy))
+        self.start_provisioner()
         self.wait_for("the operators' and Kueue's CRDs established", None,
                       lambda: all(self.established(n) for n in crds), timeout)
         up("crds")
@@ -470,6 +481,49 @@ class Cluster:
                 self.wait_for(f"PersistentVolume {d['metadata']['name']} deleted", None,
                               lambda: self.get("v1", "PersistentVolume", d["metadata"]["name"]) is None, timeout)
         self.apply(docs)
+
+    # --- the storage class's provisioner --------------------------------------------------------
+
+    def provision_once(self) -> tuple[list[str], list[str]]:
+        """One pass of cluster/nodes.py provision over the cluster's claims, volumes and classes:
+        the volumes it creates and deletes (their names)."""
+        claims = self.api("/api/v1/persistentvolumeclaims")["items"]
+        volumes = self.api("/api/v1/persistentvolumes")["items"]
+        classes = self.api("/apis/storage.k8s.io/v1/storageclasses")["items"]
+        create, delete = nodes_mod.provision(claims, volumes, classes)
+        for v in create:
+            self.api("/api/v1/persistentvolumes", "POST", v)
+        for name in delete:
+            self.api(f"/api/v1/persistentvolumes/{name}", "DELETE")
+        return [v["metadata"]["name"] for v in create], delete
+
+    def start_provisioner(self) -> None:
+        """provision_once every PROVISION_SECONDS in a thread until stop_provisioner (or stop).
+        Only the process that started the cluster runs it (`python -m cluster.sim start` keeps none
+        running: a volume for a claim there is the static one of nodes.storage)."""
+        if self._provisioner is not None:
+            return
+        self._provisioner_stop.clear()
+        log = self.logs / "provisioner.log"
+
+        def loop() -> None:
+            while not self._provisioner_stop.wait(PROVISION_SECONDS):
+                try:
+                    made, deleted = self.provision_once()
+                except Exception as e:  # noqa: BLE001 - the API server restarting or stopping: next pass
+                    made, deleted = [], [f"(pass failed: {type(e).__name__}: {e})"]
+                if made or deleted:
+                    with open(log, "a") as f:
+                        f.write(f"{time.strftime('%H:%M:%S')} created {made} deleted {deleted}\n")
+
+        self._provisioner = threading.Thread(target=loop, name="sim-provisioner", daemon=True)
+        self._provisioner.start()
+
+    def stop_provisioner(self) -> None:
+        if self._provisioner is not None:
+            self._provisioner_stop.set()
+            self._provisioner.join(timeout=30)
+            self._provisioner = None
 
     # Namespaces a fresh cluster has (the API server's own, the operators').
     BASELINE_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", KUEUE_NAMESPACE,

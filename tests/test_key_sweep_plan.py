@@ -67,11 +67,24 @@ def test_a_refused_change_is_planned_alone(sim):
     ("cluster.systemNodes.count", "has no effect on a bring-your-own cluster"),   # the config refuses it
     ("monitoring.enabled", "installs Helm charts"),                               # no chart repository here
     ("workloads.serving.replicas", "workloads.serving.enabled is false"),         # under a section that is off
-    ("training.namespace", "a second namespace"),                                 # NOT_ON_THE_SIM
+    ("kueue.install", "a second install would fight it"),                         # NOT_ON_THE_SIM
 ])
 def test_a_key_the_simulated_cluster_cannot_change_says_why(sim, path, reason):
     p = sim(path)
     assert not p.changes and reason in p.skipped, p
+
+
+@pytest.mark.parametrize("path", ["training.namespace", "storage.claimName"])
+def test_a_claim_move_is_swept_with_its_data_loss_opt_in_alone_after_the_rest(sim, path):
+    """Before the simulated cluster ran a provisioner these were skipped; now the sweep sets the
+    opt-in a user would (storage.allowReplacement), so `up` must apply it, not refuse it."""
+    p = sim(path)
+    assert p.changes["storage-claim"] == impact.DATA_LOSS and p.opt_in == {"storage.allowReplacement": True}
+    assert not p.refused and p.edits() == {path: p.value, "storage.allowReplacement": True}
+    other = sim("workloads.retries")
+    assert key_sweep.groups([p, other]) == [[other], [p]]
+    # Without the opt-in the same change is one `up` must refuse.
+    assert key_sweep.Planned(path, p.value, dict(p.changes)).refused
 
 
 def _planned(key: str, **changes: str) -> key_sweep.Planned:

@@ -8,7 +8,11 @@ applied in groups (key_sweep.groups: in a group an object is either patched by e
 it or replaced by every key touching it, so no key's update hides under another's replacement).
 For each group: the offline impact beside the real preview (Live.compare: a disagreement fails),
 then `up` (a failure where the impact said it applies fails), then every run finished again. A key
-the impact guard refuses goes alone, and its `up` must fail; its edit is then undone.
+the impact guard refuses goes alone, and its `up` must fail; its edit is then undone. A key that
+loses data unless opted in (key_sweep.OPT_IN: the claim moved to a new namespace or name) goes
+alone with its opt-in, near the end: the new claim binds a volume of the class's provisioner
+(cluster/sim.py runs it), and the old claim's volume is deleted when its reclaim policy is Delete
+(the provisioner's own) or kept Released when Retain (the harness's static one).
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def _gpu_nodes(lv: Live, count: int) -> None:
 
 def _edit(lv: Live, group: list[key_sweep.Planned]) -> None:
     by_path = {k.path: k for k in key_sweep.keys()}
-    lv.edit_stack(lambda c: [key_sweep.set_key(c, by_path[p.key], p.value) for p in group])
+    lv.edit_stack(lambda c: [key_sweep.set_key(c, by_path[k], v) for p in group for k, v in p.edits().items()])
     for p in group:
         if p.key == "gpuNodes.count":
             _gpu_nodes(lv, p.value)
@@ -84,14 +88,50 @@ def _warnings(lv: Live, res: dict) -> list[str]:
 
 def _runs_done(lv: Live) -> None:
     """Every run the stack has now finished (a key that turns a run off leaves it out)."""
-    runs = [(r["inputs"]["kind"], r["inputs"]["metadata"]["name"]) for r in lv.rows
-            if r["type"] in ("kubernetes:batch/v1:Job", "kubernetes:kubeflow.org/v2beta1:MPIJob")]
+    runs = [(r["inputs"]["kind"], r["inputs"]["metadata"]["name"], r["inputs"]["metadata"].get("namespace", NAMESPACE))
+            for r in lv.rows if r["type"] in ("kubernetes:batch/v1:Job", "kubernetes:kubeflow.org/v2beta1:MPIJob")]
 
     def done() -> bool:
-        return all(job_complete(lv.cluster, n) if k == "Job" else mpijob_succeeded(lv.cluster, n) for k, n in runs)
-    wait(f"every run finished ({', '.join(n for _, n in runs)})", done, RUNS_TIMEOUT,
-         lambda: str({n: (lv.cluster.get("batch/v1", "Job", n, NAMESPACE) or {}).get("status") for k, n in runs
+        return all(job_complete(lv.cluster, n, ns) if k == "Job" else mpijob_succeeded(lv.cluster, n, ns)
+                   for k, n, ns in runs)
+    wait(f"every run finished ({', '.join(n for _, n, _ in runs)})", done, RUNS_TIMEOUT,
+         lambda: str({n: (lv.cluster.get("batch/v1", "Job", n, ns) or {}).get("status") for k, n, ns in runs
                       if k == "Job"}))
+
+
+def _claim(lv: Live) -> tuple[str, str]:
+    """(namespace, name) of the stack's claim in the last offline record."""
+    [(ns, name)] = [(r["inputs"]["metadata"]["namespace"], r["inputs"]["metadata"]["name"]) for r in lv.rows
+                    if r["type"] == "kubernetes:core/v1:PersistentVolumeClaim"]
+    return ns, name
+
+
+def _volume_of(lv: Live, ns: str, claim: str) -> dict:
+    c = lv.cluster.get("v1", "PersistentVolumeClaim", claim, ns)
+    assert c and c["status"].get("phase") == "Bound", (ns, claim, c and c.get("status"))
+    return lv.cluster.get("v1", "PersistentVolume", c["spec"]["volumeName"])
+
+
+def _moved_claim(lv: Live, before: tuple[str, str], volume: dict) -> str:
+    """After an opted-in move of the claim: the new claim Bound to a volume of the class, the old
+    volume deleted (reclaim Delete: its data went with the claim, what the opt-in accepted) or
+    kept Released (Retain). Returns what happened to it."""
+    new = _claim(lv)
+    assert new != before, (new, before)
+    wait(f"claim {new[0]}/{new[1]} Bound", lambda: ((lv.cluster.get("v1", "PersistentVolumeClaim", new[1], new[0])
+                                                     or {}).get("status") or {}).get("phase") == "Bound", 60)
+    fresh = _volume_of(lv, *new)
+    assert fresh["metadata"]["name"] != volume["metadata"]["name"]
+    assert fresh["spec"]["storageClassName"] == volume["spec"]["storageClassName"]
+    name, policy = volume["metadata"]["name"], volume["spec"]["persistentVolumeReclaimPolicy"]
+    if policy == "Delete":
+        wait(f"the old claim's volume {name} deleted (reclaim Delete)",
+             lambda: lv.cluster.get("v1", "PersistentVolume", name) is None, 60)
+        return f"old volume {name} deleted (reclaim Delete); new claim bound to {fresh['metadata']['name']}"
+    wait(f"the old claim's volume {name} Released (reclaim {policy})",
+         lambda: ((lv.cluster.get("v1", "PersistentVolume", name) or {}).get("status") or {}).get("phase")
+         == "Released", 60)
+    return f"old volume {name} kept Released (reclaim {policy}); new claim bound to {fresh['metadata']['name']}"
 
 
 def _line(p: key_sweep.Planned, offline: dict[str, str], real: dict[str, str], up: str) -> str:
@@ -109,13 +149,14 @@ def _refused_now(lv: Live, p: key_sweep.Planned, with_: tuple[key_sweep.Planned,
     doc = yaml.safe_load((lv.project / "Pulumi.sim.yaml").read_text())
     by_path = {k.path: k for k in key_sweep.keys()}
     for q in (*with_, p):
-        key_sweep.set_key(doc["config"], by_path[q.key], q.value)
+        for k, v in q.edits().items():
+            key_sweep.set_key(doc["config"], by_path[k], v)
     return key_sweep.refusal(doc, lv.project)
 
 
 class Sweep:
     def __init__(self, lv: Live):
-        self.lv, self.failures, self.outcomes = lv, [], {}
+        self.lv, self.failures, self.outcomes, self.volumes = lv, [], {}, {}
 
     def apply(self, n: str, group: list[key_sweep.Planned]) -> bool:
         """One change: preview (compared), up, runs finished; False when `up` failed."""
@@ -123,6 +164,9 @@ class Sweep:
         what = f"sweep change {n} ({', '.join(p.key for p in group)})"
         before_doc = (lv.project / "Pulumi.sim.yaml").read_text()
         base = lv.rows
+        moves = group[0].opt_in and "storage-claim" in group[0].changes
+        claim = _claim(lv)
+        volume = _volume_of(lv, *claim) if moves else None
         _edit(lv, group)
         refused = group[0].refused
         preview = lv.pulumi("preview", check=not refused)
@@ -147,6 +191,9 @@ class Sweep:
             outcome = "ok" if up["ok"] else "failed"
             if up["ok"]:
                 assert not _warnings(lv, up), _warnings(lv, up)
+                if moves:
+                    self.volumes[group[0].key] = fate = _moved_claim(lv, claim, volume)
+                    log(lv.request, f"sweep: {group[0].key} (with {group[0].opt_in}): {fate}")
                 _runs_done(lv)
             else:
                 self.failures.append(f"{what}: `up` failed where the impact said it applies: "
@@ -197,4 +244,10 @@ def test_every_key_changed_applies_as_its_impact_says(live):
                 "workloads.maxRunMinutes", "workloads.retries", "workloads.failFastExitCodes"):
         assert outcomes.get(key) == "ok", (key, outcomes.get(key))
     assert outcomes.get("storage.claimSizeGiB") == "refused", outcomes.get("storage.claimSizeGiB")
+    # The claim moved twice with its opt-in (key_sweep.OPT_IN, in the models' order: its name, then
+    # its namespace): first off the harness's static volume (Retain: kept), then off the volume the
+    # provisioner made for the renamed claim (Delete: the data-loss the opt-in accepted, seen).
+    assert [outcomes.get(k) for k in key_sweep.OPT_IN] == ["ok", "ok"], outcomes
+    assert "kept Released (reclaim Retain)" in sweep.volumes["storage.claimName"], sweep.volumes
+    assert "deleted (reclaim Delete)" in sweep.volumes["training.namespace"], sweep.volumes
     assert sum(o == "ok" for o in outcomes.values()) >= len(swept) - 3, outcomes
