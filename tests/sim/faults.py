@@ -5,6 +5,16 @@ The agent sets the condition on the node's status (`AcceleratedHardwareReady=Fal
 its reason); repair taints the node NoExecute (the runs tolerate only the GPU taint, so the taint
 manager evicts their pods with `DisruptionTarget`), deletes it, and a new instance of the group
 joins under another name with the same shape and labels.
+
+Repair acts some 10 minutes after the condition (EKS user guide, node-repair: "waits 10 minutes"
+before it replaces or reboots), long after the evicted pods are gone. The harness deletes the node
+as soon as they are (kwok finishes a deleted pod within a second) instead of waiting that long; it
+never deletes the node under a pod still terminating there. That order matters here: a pod left on a
+deleted node is one kwok no longer manages, finished only by the pod garbage collector's orphan
+sweep (kube-controller-manager podgc: every 20 s, after a 40 s quarantine), and a Job with a pod
+failure policy creates no replacement until the old pod is terminal (podReplacementPolicy Failed,
+its default then: kubernetes pkg/controller/job). Measured before this order: "whole again after
+58 s" for a loss that takes seconds once the pod is gone.
 """
 
 from __future__ import annotations
@@ -112,15 +122,24 @@ class GangTimer:
             self.since = None
 
 
+def pods_on(cluster, node: str) -> list[str]:
+    """The namespace's pods bound to `node`, terminating ones included."""
+    return [p["metadata"]["name"] for p in cluster.api(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            if p["spec"].get("nodeName") == node]
+
+
 def fail_and_replace(cluster, pods_now: Callable[[], list[dict]], failed: str, describe) -> dict:
-    """Fail `failed`, wait until no pod of the run runs there, replace it; returns what happened:
-    the replacement's name, the old node, seconds to the eviction, the DisruptionTarget reasons."""
+    """Fail `failed`, wait until no pod of the run runs there and every evicted pod is gone, replace
+    it; returns what happened: the replacement's name, the old node, seconds to the eviction, the
+    DisruptionTarget reasons."""
     t0 = time.monotonic()
     rv = resource_version(cluster)
     node = fail_node(cluster, failed)
     wait(f"the run's pod evicted from {failed}", lambda: failed not in running_on(pods_now()).values(), 120,
          describe)
     evicted_after = time.monotonic() - t0
+    wait(f"the evicted pods gone from {failed} (before repair deletes it)", lambda: not pods_on(cluster, failed), 120,
+         lambda: f"{pods_on(cluster, failed)}; {describe()}")
     disrupted = disruption_targets(pod_states_since(cluster, rv), {})
     name = replacement_name(failed, (n["metadata"]["name"] for n in cluster.api("/api/v1/nodes")["items"]))
     replace_node(cluster, node, name)

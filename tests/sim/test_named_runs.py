@@ -4,9 +4,10 @@ impact: only that run is replaced); a run removed while the other keeps running.
 
 One cluster for the module (the `cluster` fixture), one deployment changed step by step (the order of
 the tests is the order of the changes). The implicit runs and the checks are off: only the named runs
-hold GPUs, so what Kueue does with them is all there is to see. Job pods succeed after the
-fixture's `complete_after` (10 s), so "the other run is left" is checked by its Job: neither deleted
-nor replaced (its uid unchanged), which is what keeps a running run running.
+hold GPUs, so what Kueue does with them is all there is to see. Job pods succeed after the shared
+cluster's RUN_SECONDS (tests/sim/conftest.py), so "the other run is left" is checked by its Job:
+neither deleted nor replaced (its uid unchanged), which is what keeps a running run running. The
+module runs on the shared cluster (its kind "shared"), reset to its baseline after the module before.
 """
 
 from __future__ import annotations
