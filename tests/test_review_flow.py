@@ -82,11 +82,12 @@ def render(repo: Path, *args: str) -> None:
 
 
 def set_image(repo: Path, tag: str) -> None:
-    """A new training image for p5, its run restart accepted by the stack."""
+    """A new training image for p5 (one the team brings, instead of the one the stack builds), its
+    run restart accepted by the stack."""
     path = repo / "Pulumi.p5.yaml"
     doc = yaml.safe_load(path.read_text())
     workloads = doc["config"]["rltrain:workloads"]
-    workloads["image"] = workloads["image"].rsplit(":", 1)[0] + ":" + tag
+    workloads["image"] = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rlinf-on-eks/rlinf:" + tag
     workloads["allowRunRestart"] = True
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
