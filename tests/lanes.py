@@ -26,14 +26,14 @@ LANES_ENV = "RLTRAIN_SIM_LANES"
 # cluster kind (tests/sim/conftest.py KINDS, a module's CLUSTER_KIND), or need none: a module that
 # leaves its deployment on the cluster (test_deploy_script: a stack in a state of its own) goes last.
 SIM_GROUPS: dict[str, tuple[tuple[str, ...], float]] = {
-    "shared-a": (("tests/sim/test_day_two.py", "tests/sim/test_deploy_plan.py", "tests/sim/test_named_runs.py"), 420),
+    "shared-a": (("tests/sim/test_day_two.py", "tests/sim/test_deploy_plan.py", "tests/sim/test_sim_named_runs.py"), 420),
     "shared-b": (("tests/sim/test_key_sweep.py", "tests/sim/test_deploy.py", "tests/sim/test_deploy_script.py"), 420),
     "held": (("tests/sim/test_node_repair.py",), 250),
     "serving": (("tests/sim/test_serve_export.py",), 200),
     "elastic": (("tests/sim/test_elastic.py",), 400),
     # No cluster of their own in a lane but the script's: the preview script starts one (in a lane it
     # takes itself); the CLI-only modules after it.
-    "preview": (("tests/sim/test_sim_preview.py", "tests/sim/test_update_plans.py", "tests/sim/test_langhost.py"),
+    "preview": (("tests/sim/test_sim_preview.py", "tests/sim/test_update_plans.py", "tests/sim/test_sim_langhost.py"),
                 300),
 }
 GROUP_OF = {module: group for group, (modules, _) in SIM_GROUPS.items() for module in modules}

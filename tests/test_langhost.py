@@ -5,7 +5,7 @@ passes (pkg/resource/plugin/plugin.go `buildPluginArguments`, langruntime_plugin
 calls the CLI makes before and around `Run`: plugin info, required packages (none: the CLI resolves each
 provider when it is used), About, `pulumi install` refused with a reason, and a plugin run through
 `RunPlugin` with its output streamed and its exit code last. `Run` itself, with the real CLI and engine:
-tests/sim/test_langhost.py."""
+tests/sim/test_sim_langhost.py."""
 
 from __future__ import annotations
 

@@ -12,6 +12,8 @@ module runs on the shared cluster (its kind "shared"), reset to its baseline aft
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 from conftest import ENABLE, log, sim_requested
 
@@ -53,12 +55,33 @@ def live(cluster, tmp_path_factory, request):
     lv.pulumi("destroy", check=False)
 
 
+def _hold_queues(lv: Live, policy: Optional[str]) -> None:
+    """Set (or, with None, remove) Kueue's stopPolicy on every ClusterQueue: `Hold` admits nothing new
+    and keeps what is pending queued (Kueue API, ClusterQueueSpec.stopPolicy)."""
+    for cq in lv.cluster.api("/apis/kueue.x-k8s.io/v1beta2/clusterqueues")["items"]:
+        lv.cluster.api(f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{cq['metadata']['name']}", "PATCH",
+                       {"spec": {"stopPolicy": policy}}, content_type="application/merge-patch+json")
+
+
 def test_1_two_named_runs_are_queued_whole_in_priority_order(live, request):
+    # Priority orders what is pending: two runs created by one `up` reach Kueue a few milliseconds
+    # apart, and the first one seen is admitted at once if it fits (StrictFIFO, no preemption: the
+    # order is then creation's, on a real cluster as here; seen in CI 2026-12-04). So the queues are
+    # created first and held, the runs are created into them, and the hold lifted: from there Kueue
+    # alone decides, in priority order.
+    runs = _set_runs(live, [])
+    up = live.pulumi("up")
+    assert not engine_warnings(up), engine_warnings(up)
+    _hold_queues(live, "Hold")
+    _set_runs(live, runs)
     watcher = Watcher(live.cluster)
     watcher.start()
     try:
         up = live.pulumi("up")
         assert not engine_warnings(up), engine_warnings(up)
+        wait("both runs' workloads queued", lambda: len(_workloads(live)) == len(JOBS), 60, watcher.describe)
+        assert not watcher.admitted_at, watcher.admitted_at  # held: nothing admitted yet
+        _hold_queues(live, None)
         wait("both named runs finished", lambda: all(job_complete(live.cluster, j) for j in JOBS), 300,
              watcher.describe)
     finally:
@@ -69,6 +92,18 @@ def test_1_two_named_runs_are_queued_whole_in_priority_order(live, request):
     assert "rltrain-run-first" in watcher.waited.get("rltrain-run-wide", set())
     assert len(watcher.pods_of["rltrain-run-wide"]) == 2
     live.rows = live.offline()
+
+
+def _set_runs(lv: Live, runs: list) -> list:
+    """Set the stack's runs; returns the ones it had."""
+    before: list = []
+    lv.edit_stack(lambda c: (before.extend(c["rltrain:workloads"]["runs"]), c["rltrain:workloads"].update(runs=runs)))
+    return before
+
+
+def _workloads(lv: Live) -> list[str]:
+    return [w["metadata"]["name"] for w in
+            lv.cluster.api(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/workloads")["items"]]
 
 
 def test_2_changing_one_runs_overrides_replaces_only_that_run(live):
