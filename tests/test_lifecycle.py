@@ -179,7 +179,7 @@ def test_dev_reasoning_serving_exports_then_serves_the_export():
     [c] = spec["containers"]
     assert "nvidia.com/gpu" not in c["resources"]["limits"]
     out = f"{cfg.workloads.serving and export.out_dir(cfg)}"
-    assert out.endswith("/exports/global_step_200")
+    assert out.startswith("/fsx/exports/") and out.endswith("/global_step_200")
     assert f"--out={out}" in c["args"] and "--step=200" in c["args"] and "--family=reasoning" in c["args"]
     assert "--base-model=/fsx/models/DeepSeek-R1-Distill-Qwen-1.5B" in c["args"]
     assert env(c)["PATH"].startswith("/opt/venv/reason/bin:")

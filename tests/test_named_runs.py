@@ -267,23 +267,7 @@ def test_the_committed_stack_has_two_runs_at_different_learning_rates():
     assert json.dumps(docs).count('"rltrain-run-lr-') >= 2
 
 
-# --- what a run produced reaches S3 ------------------------------------------------------------------
-
-
-def test_the_render_says_what_the_association_exports_and_warns_when_it_covers_no_run():
-    storage = {"fsx": {"s3": {"bucket": "my-models"}}}
-    data = copy.deepcopy(BASE)
-    data["workloads"]["runs"] = [{"name": "a"}]
-    data["storage"] = storage
-    cfg = validate.load(data)
-    lines, warnings = runs_summary.s3_export(cfg)
-    d = env_mod.run_dir(cfg, cfg.run("a"))
-    assert warnings == []
-    assert f"  run a: {d} -> s3://my-models/checkpoints/{d[len('/fsx/runs/'):]}/ (its checkpoints and exports)" in lines
-    data["storage"] = {"fsx": {"s3": {"bucket": "my-models", "fileSystemPath": "/checkpoints"}}}
-    lines, warnings = runs_summary.s3_export(validate.load(data))
-    assert warnings and "covers none of the files of run(s) single-node, a" in warnings[0]
-    assert "set it to /runs" in warnings[0]
+# What a run produced reaches S3: tests/test_data_repository.py.
 
 
 def test_wandb_through_rlinfs_logger_setting_keeps_tensorboard():
@@ -302,3 +286,80 @@ def test_wandb_through_rlinfs_logger_setting_keeps_tensorboard():
     cfg = validate.load(data)
     extra = trainer.trainer_env(cfg, 1, env_mod.run_dir(cfg, cfg.run("a")), run=cfg.run("a"))["HYDRA_OVERRIDES"]
     assert "runner.logger.logger_backends=[tensorboard,wandb]" in extra.split()
+
+
+# --- a removed run's checkpoints are accounted (through the render, against the base record) --------
+
+
+def _render_cli(tmp_path, edit, base, capsys):
+    """`python -m components.offline.render --stack dev-reasoning` on an edited copy of the stack, judged
+    against `base` (a directory of base records): (exit code, stdout, stderr)."""
+    from support import stack_copy
+    from components.offline import render
+
+    proj = stack_copy(tmp_path, "dev-reasoning", edit)
+    code = render.main(["--stack", "dev-reasoning", "--project-dir", str(proj), "--base", str(base),
+                        "--out", str(tmp_path / "out")])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _drop_lr_5e_7(doc):
+    w = doc["config"]["rltrain:workloads"]
+    w["runs"] = [r for r in w["runs"] if r["name"] != "lr-5e-7"]
+
+
+def test_a_removed_run_says_where_its_checkpoints_stay_and_the_budget_counts_them(tmp_path, capsys):
+    from components.offline.mock_engine import ROOT
+    base = rendered("dev-reasoning")
+    gone = env_mod.run_dir(base.cfg, base.cfg.run("lr-5e-7"))
+    code, out, _ = _render_cli(tmp_path, _drop_lr_5e_7, ROOT / "rendered", capsys)
+    assert code == 0
+    assert (f"  run lr-5e-7: removed since the base record (its Job is deleted); its checkpoints stay in {gone}, "
+            "pruned by nothing now and counted in the volume budget below") in out
+    assert (f"  checkpoint budget left in {gone}: (at most 3 kept + 1 being written) x 26.5 GiB = 105.9 GiB") in out
+    # 352.9 GiB with the run (the committed render), the same with its entry gone: it is still on the volume.
+    assert ("  volume budget: models+assets 5.3 + export 3.3 + checkpoints 238.3 + left behind 105.9 = 352.9 GiB "
+            "of 1,080 GiB usable") in out
+    assert f"its checkpoints stay in {gone}, pruned by nothing now (the summary counts them" in out
+    # Without a base record there is nothing to compare with: nothing is counted twice.
+    assert "left behind" not in "\n".join(runs_summary.lines(base.cfg, base.resources))
+
+
+def test_a_changed_identity_leaves_its_old_directory_counted(tmp_path, capsys):
+    from components.offline.mock_engine import ROOT
+    old = env_mod.run_dir(rendered("dev-reasoning").cfg, rendered("dev-reasoning").cfg.run("lr-2e-6"))
+
+    def edit(doc):
+        w = doc["config"]["rltrain:workloads"]
+        w["runs"][0]["overrides"] = {"actor.optim.lr": 3.0e-6}
+        w["allowRunRestart"] = True
+    code, out, _ = _render_cli(tmp_path, edit, ROOT / "rendered", capsys)
+    assert code == 0
+    assert f"  run lr-2e-6: its previous directory {old} stays (its identity changed: a new directory starts)" in out
+    assert f"  checkpoint budget left in {old}:" in out
+
+
+def test_what_removed_runs_left_can_overfill_the_volume_and_the_render_says_so(tmp_path, capsys):
+    from components.offline.mock_engine import ROOT
+    # A base record in which 10 more runs once wrote their checkpoints (each 105.9 GiB at most).
+    rows = json.loads((ROOT / "rendered" / "dev-reasoning" / "resources.json").read_text())
+    job = next(r for r in rows if r["name"] == "workloads-run-lr-5e-7-job")
+    dirs = []
+    for i in range(10):
+        extra = copy.deepcopy(job)
+        extra["name"] = f"workloads-run-old-{i}-job"
+        extra["inputs"]["metadata"]["labels"]["rltrain/run"] = f"rltrain-run-old-{i}"
+        text = json.dumps(extra).replace(env_mod.run_dir(rendered("dev-reasoning").cfg,
+                                                         rendered("dev-reasoning").cfg.run("lr-5e-7")),
+                                         f"/fsx/runs/math-grpo/old-{i}-0123456789ab")
+        rows.append(json.loads(text))
+        dirs.append(f"/fsx/runs/math-grpo/old-{i}-0123456789ab")
+    (tmp_path / "base" / "dev-reasoning").mkdir(parents=True)
+    (tmp_path / "base" / "dev-reasoning" / "resources.json").write_text(json.dumps(rows))
+    code, out, err = _render_cli(tmp_path, None, tmp_path / "base", capsys)
+    assert code == 0  # the config's own runs fit: the stack is not refused, the review is told
+    budget = next(line for line in out.splitlines() if line.startswith("  volume budget:"))
+    assert "+ left behind 1,059.2 = 1,412.1 GiB of 1,080 GiB usable" in budget and "DOES NOT FIT; delete what" in budget, budget
+    assert "warning: the volume does not hold what the runs keep and what 10 run(s) gone since the base record left" in err
+    assert all(d in err for d in dirs)

@@ -112,13 +112,14 @@ def test_evaluation_needs_serving():
 # --- the model follows training -------------------------------------------------------------------
 
 def test_model_path_is_the_runs_checkpoint_directory_at_the_step():
-    # A profiled trainer's step is served from what its export writes, beside the steps directory.
+    # A profiled trainer's step is served from what its export writes: the run's directory's twin under
+    # /fsx/exports (exported to S3 whenever a bucket is set), outside the steps the retention prunes.
     single = load(serving_cfg(model={"run": "single-node", "step": 50}))
     multi = load({"workloads": {"image": "repo/rl:1.0", "trainer": "rlinf-reasoning", "multiNode": {"enabled": True},
                                 "validation": {"enabled": False},
                                 "serving": {"enabled": True, "model": {"run": "multi-node", "step": 50}}}})
-    assert serving.model_path(single) == f"{env.checkpoint_dir(single, 1)}/exports/global_step_50"
-    assert serving.model_path(multi) == f"{env.checkpoint_dir(multi, 2)}/exports/global_step_50"
+    assert serving.model_path(single) == f"/fsx/exports{env.checkpoint_dir(single, 1)[len('/fsx/runs'):]}/global_step_50"
+    assert serving.model_path(multi) == f"/fsx/exports{env.checkpoint_dir(multi, 2)[len('/fsx/runs'):]}/global_step_50"
     assert serving.model_path(single) != serving.model_path(multi)
     # Export off: the step's checkpointLayout as it is (an export made some other way).
     raw = load(serving_cfg(model={"run": "single-node", "step": 50}, export={"enabled": False}))
@@ -130,7 +131,7 @@ def test_model_path_is_the_runs_checkpoint_directory_at_the_step():
 def test_the_render_shows_the_served_path_and_step(served):
     d = obj(served, "Deployment", serving.NAME)
     path = serving.model_path(served.cfg)
-    assert path == f"{env.checkpoint_dir(served.cfg, 2)}/exports/global_step_200"
+    assert path == f"/fsx/exports{env.checkpoint_dir(served.cfg, 2)[len('/fsx/runs'):]}/global_step_200"
     assert d["metadata"]["annotations"][serving.MODEL_ANNOTATION] == path
     assert d["metadata"]["labels"][serving.STEP_LABEL] == "200"
     tmpl = d["spec"]["template"]

@@ -17,7 +17,7 @@ from components.aws.gpu_nodes import GpuNodeGroup, GpuNodeGroupArgs, user_data_m
 from components.aws.karpenter import Karpenter, KarpenterArgs
 from components.aws import karpenter_node_class
 from components.k8s import cpu_nodes, karpenter_nodes
-from components.stack import catalog, node_efa
+from components.stack import catalog, data_repository, node_efa
 from components.aws.identity import TrainingIdentity, TrainingIdentityArgs
 from components.aws.image import TrainingImage, training_image_args
 from components.aws.network import ExistingNetwork, Network, NetworkArgs
@@ -44,8 +44,7 @@ class AwsPlatform:
             name=self.cluster_name, storage_capacity_gib=fsx.storage_capacity_gib,
             per_unit_storage_throughput=fsx.per_unit_storage_throughput, metadata_iops=fsx.metadata_iops,
             backup_retention_days=fsx.backup_retention_days,
-            s3_bucket=fsx.s3.bucket if fsx.s3 else None, s3_prefix=fsx.s3.prefix if fsx.s3 else "",
-            s3_file_system_path=fsx.s3.file_system_path if fsx.s3 else "/checkpoints",
+            s3_associations=data_repository.associations(fsx.s3) if fsx.s3 else (),
         ), claim, vpc_id=self.network.vpc_id, subnet_id=self.network.gpu_subnet_id,
             client_security_group_ids=fsx_client_groups(self.gpu_nodes.security_group_id,
                                                         self.cluster.cluster_security_group_id),

@@ -16,6 +16,8 @@ import pulumi_kubernetes as k8s
 from pydantic import BaseModel, ConfigDict
 
 from components.k8s.volumes import ClaimArgs, claim_args, persistent_volume_args
+from components.stack import data_repository
+from components.stack.data_repository import Association
 
 # Lustre: TCP 988 for clients, 1018-1023 between clients and servers (FACTS.md; F9).
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
@@ -29,9 +31,8 @@ class FsxArgs(BaseModel):
     per_unit_storage_throughput: int
     metadata_iops: Optional[int] = None
     backup_retention_days: int
-    s3_bucket: Optional[str] = None
-    s3_prefix: str = ""
-    s3_file_system_path: str = "/checkpoints"
+    # The data repository associations (components/stack/data_repository.py): the exports' first.
+    s3_associations: tuple[Association, ...] = ()
 
 
 def metadata_configuration(a: FsxArgs) -> aws.fsx.LustreFileSystemMetadataConfigurationArgs:
@@ -120,21 +121,31 @@ class FsxLustreVolume(pulumi.ComponentResource):
             # #1198: the race was the rule "to allow access within the security group").
             opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=lustre_rules)),
         )
-        if fsx.s3_bucket:
-            events = ["NEW", "CHANGED", "DELETED"]
-            aws.fsx.DataRepositoryAssociation(
-                f"{name}-s3",
+        first: Optional[pulumi.Resource] = None
+        for assoc in fsx.s3_associations:
+            # The first keeps the name the stack's only association always had, so that a deployed one
+            # (before issue 43: `/checkpoints` or `/runs`) is replaced, not deleted at the end of the
+            # update: AWS refuses two associations with overlapping paths, so each is deleted before
+            # its replacement is created, and the others are created after the first (a deployed
+            # `/runs` is gone before the new `/runs` or `/exports` exists). Replacing or deleting an
+            # association keeps every file on the volume (delete_data_in_filesystem false) and every
+            # object in S3; it never touches the file system (components/stack/data_repository.py).
+            events = list(data_repository.EVENTS)
+            res = aws.fsx.DataRepositoryAssociation(
+                f"{name}-s3" if first is None else f"{name}-s3-{assoc.key}",
                 file_system_id=fs.id,
-                file_system_path=fsx.s3_file_system_path,
-                data_repository_path=f"s3://{fsx.s3_bucket}/{fsx.s3_prefix}",
+                file_system_path=assoc.file_system_path,
+                data_repository_path=assoc.data_repository_path,
                 batch_import_meta_data_on_create=True,
                 s3=aws.fsx.DataRepositoryAssociationS3Args(
                     auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(events=events),
                     auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=events)),
                 # Deleting the association must never delete checkpoints in the file system.
                 delete_data_in_filesystem=False,
-                opts=child,
+                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True,
+                                            depends_on=[first] if first is not None else None),
             )
+            first = first or res
         k8s_child = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(parent=self))
         pv = k8s.core.v1.PersistentVolume(f"{name}-pv", persistent_volume_args(claim, fs.id, fs.dns_name,
                                                                               fs.mount_name), k8s_child)

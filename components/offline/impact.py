@@ -191,6 +191,31 @@ def _fsx(before, after, changes, cfg):
     return IN_PLACE, _paths(changes), "", True
 
 
+# An FSx data repository association (components/aws/storage.py): its file system and both paths are
+# ForceNew (hashicorp/terraform-provider-aws internal/service/fsx/data_repository_association.go, which
+# pulumi-aws bridges); its export and import policies update in place. It is a resource of its own: a
+# change never reaches the file system. The program deletes an association before its replacement
+# exists (AWS refuses overlapping paths: FSx API reference, DataRepositoryAssociation FileSystemPath)
+# and never with the files (deleteDataInFilesystem false); automatic export sends files "as files are
+# created, modified, or deleted" (Lustre guide, export-changed-data-meta-dra): what is already on the
+# volume under a new path reaches S3 when it next changes, or with an export data repository task.
+DRA_REPLACE = ("fileSystemId", "fileSystemPath", "dataRepositoryPath")
+DRA_KEEPS = ("the file system is untouched; its files stay on the volume (deleteDataInFilesystem false) and what "
+             "was exported stays in S3")
+
+
+@classifies("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
+def _data_repository_association(before, after, changes, cfg):
+    forced = [p for p in changes if _under(p, DRA_REPLACE)]
+    if forced:
+        moved = "; ".join(f"{k} {before['inputs'].get(k)} -> {after['inputs'].get(k)}" for k in DRA_REPLACE[1:]
+                          if before["inputs"].get(k) != after["inputs"].get(k))
+        return (REPLACE, f"{moved or _paths(forced)}: a new association, the old one deleted first; {DRA_KEEPS}; "
+                "files already under the new path reach S3 when they next change (or with an export data "
+                "repository task: aws fsx create-data-repository-task --type EXPORT_TO_REPOSITORY)", "", True)
+    return IN_PLACE, _paths(changes), "", True
+
+
 # EKS managed node group: ForceNew in pulumi-aws (FACTS "EKS managed node group is replaced").
 NODE_GROUP_REPLACE = ("amiType", "capacityType", "diskSize", "instanceTypes", "launchTemplate.id",
                       "launchTemplate.name", "nodeGroupName", "nodeGroupNamePrefix", "nodeRoleArn",
@@ -649,7 +674,7 @@ def _claim_resize(before, after, changes, cfg):
             "rltrain:storage.allowClaimExpansion", cfg.storage.allow_claim_expansion)
 
 
-def _checkpoint_dirs(r: Resource, var: str = "CKPT_DIR") -> set[str]:
+def checkpoint_dirs(r: Resource, var: str = "CKPT_DIR") -> set[str]:
     found: set[str] = set()
 
     def walk(v: Any) -> None:
@@ -668,7 +693,7 @@ def _checkpoint_dirs(r: Resource, var: str = "CKPT_DIR") -> set[str]:
 def _fresh_dir(before: Resource, after: Resource) -> str:
     """The resume contract: a run whose identity changes starts from step 0 in a new directory (or
     from the step its resumeFrom names); one whose directory stays resumes its newest complete step."""
-    old, new = _checkpoint_dirs(before), _checkpoint_dirs(after)
+    old, new = checkpoint_dirs(before), checkpoint_dirs(after)
     if old and new and old != new:
         return f"; CKPT_DIR {sorted(old)[0]} -> {sorted(new)[0]}: a fresh checkpoint directory, {_start(after)}"
     if old and new:
@@ -678,7 +703,7 @@ def _fresh_dir(before: Resource, after: Resource) -> str:
 
 def _start(r: Resource) -> str:
     """How a new run starts: fresh, or from another run's step (RESUME_FROM, components/scripts/warm_start.py)."""
-    warm = _checkpoint_dirs(r, "RESUME_FROM")
+    warm = checkpoint_dirs(r, "RESUME_FROM")
     if warm:
         step = sorted(warm)[0]
         return f"resumes step {step.rsplit('_', 1)[-1]} of another run ({step}), then its own"
@@ -742,7 +767,7 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
     _new_cluster(old, new, verdict, cfg)
     for key in sorted(set(new) - set(old)):
         if new[key].get("custom", True) and not key[0].startswith("rltrain:"):
-            dirs = _checkpoint_dirs(new[key])
+            dirs = checkpoint_dirs(new[key])
             verdict[key] = Impact(key[0], key[1], CREATE, f"new run: CKPT_DIR {sorted(dirs)[0]}, {_start(new[key])}"
                                   if dirs else "new")
     for key in sorted(set(old) - set(new)):
@@ -760,13 +785,16 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
             verdict[key] = Impact(key[0], key[1], NODE_ROLL, f"removed from the stack: every GPU node launched "
                                   f"from the {r['inputs'].get('kind')} is deleted with the runs on it",
                                   "rltrain:gpuNodes.allowReplacement", cfg.gpu_nodes.allow_replacement)
+        elif key[0] == "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation":
+            verdict[key] = Impact(key[0], key[1], DELETE, f"removed from the stack: {r['inputs'].get('fileSystemPath')} "
+                                  f"is no longer exported to {r['inputs'].get('dataRepositoryPath')}; {DRA_KEEPS}")
         elif r["inputs"].get("kind") == "PersistentVolumeClaim" and claim_owns_its_volume(r):
             verdict[key] = Impact(key[0], key[1], DATA_LOSS, f"removed from the stack: {claim_volume_fate(r)}",
                                   "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
         elif r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob"):
-            dirs = _checkpoint_dirs(r)
-            kept = (f"; its checkpoints stay in {sorted(dirs)[0]} (no longer counted by the volume budget nor pruned: "
-                    "keep the run's entry with enabled: false to keep them counted, or delete them)") if dirs else ""
+            dirs = checkpoint_dirs(r)
+            kept = (f"; its checkpoints stay in {sorted(dirs)[0]}, pruned by nothing now (the summary counts them in "
+                    "the volume budget: delete them, or keep the run's entry with enabled: false)") if dirs else ""
             verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack: the run is stopped and deleted" + kept)
         else:
             verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack")

@@ -33,7 +33,7 @@ from components.stack import config as config_mod
 from components.offline import deploy_model, policy, runs_summary
 from components.offline import checkpoints, image_summary, impact, unset_secrets
 from components.workloads import embodied_eval, export, serving
-from components.stack import secrets_scan, stackfile, validate
+from components.stack import secrets_scan, stackfile, validate, volume_budget
 from components.stack.outputs import usd_text
 from components.offline.mock_engine import ROOT, Record, RunResult, run_program
 from components.offline.resources import Violation
@@ -214,7 +214,7 @@ def summary(rendered: Rendered) -> str:
     if rendered.accepted:
         lines.append("  " + accepted_line(rendered.accepted))
     lines += ["  " + line for line in image_summary.lines(cfg, rendered.resources, rendered.manifests)]
-    lines += ["  " + line for line in runs_summary.lines(cfg, rendered.resources)]
+    lines += ["  " + line for line in runs_summary.lines(cfg, rendered.resources, rendered.base)]
     ckpt = checkpoints.estimate(cfg)
     if ckpt:
         lines.append("  " + ckpt[2])
@@ -308,6 +308,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     for rendered in results:
         for w in runs_summary.s3_export(rendered.cfg)[1]:
             print(f"Pulumi.{rendered.stack}.yaml: warning: {w}", file=sys.stderr)
+        left = runs_summary.left_behind(rendered.cfg, rendered.base)
+        b = volume_budget.budget(rendered.cfg, [d for _, d in left])
+        if left and b is not None and not b.fits:
+            print(f"Pulumi.{rendered.stack}.yaml: warning: the volume does not hold what the runs keep and what "
+                  f"{len(left)} run(s) gone since the base record left ({b.total_gib:,.1f} GiB > "
+                  f"{b.usable_gib:,.0f} GiB usable): delete {', '.join(d for _, d in left)} (rm -r from a pod "
+                  "mounting /fsx) once nothing needs them", file=sys.stderr)
     for rendered in results:
         ckpt = checkpoints.estimate(rendered.cfg)
         if ckpt and ckpt[0] > ckpt[1]:

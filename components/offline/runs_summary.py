@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from components.offline import schedule
+from components.offline import impact, schedule
 from components.stack import runs as runs_mod
-from components.stack import trainers, volume_budget
+from components.stack import data_repository, trainers, volume_budget
 from components.stack.config import StackConfig
 from components.stack.runs import Run
-from components.workloads import curves, env, trainer
+from components.workloads import curves, env, export, job, multinode, trainer
+from components.workloads import runs as run_objects
 
 RESTARTS = "restarts from step 0 on every retry"
 
@@ -68,37 +69,96 @@ def start_line(cfg: StackConfig, run: Run, ckpt: str) -> str:
     return "start: fresh in its own directory (nothing of another run resumed); a retry resumes its newest complete step there"
 
 
-FSX_MOUNT = "/fsx"  # the pods' mount of the file system's root (components/workloads/volumes.py FSX_PATH)
-
-
 def s3_export(cfg: StackConfig) -> tuple[list[str], list[str]]:
-    """(lines, warnings) about what the FSx data repository association exports to S3: per run, its
-    checkpoints and exports under the association's path, or a warning naming what it misses."""
+    """(lines, warnings) about what reaches S3 through the FSx data repository associations
+    (components/stack/data_repository.py): each association, the served step's export and, with
+    checkpoints on, every run's directory, where it lands; a warning when nothing the runs write does."""
     fsx = cfg.storage.fsx
     if cfg.byo_cluster or fsx is None or fsx.s3 is None:
         return [], []
     s3 = fsx.s3
-    root = FSX_MOUNT + s3.file_system_path.rstrip("/")
-    url = f"s3://{s3.bucket}/{s3.prefix}"
-    out = [f"S3 export (data repository association, new and changed files): {url} <- {root} (file system "
-           f"{s3.file_system_path})"]
-    missed = []
-    for run in cfg.training_runs:
-        d = env.run_dir(cfg, run)
-        if d == root or d.startswith(root + "/"):
-            out.append(f"  run {run.name}: {d} -> {url.rstrip('/')}/{d[len(root):].lstrip('/')}/ "
-                       "(its checkpoints and exports)")
-        else:
-            missed.append(run.name)
+    found = data_repository.associations(s3)
+    out = [f"S3 (data repository associations of the FSx file system; new, changed and deleted files exported as "
+           f"they are written): {data_repository.base_url(s3)}"]
+    exports = next(a for a in found if a.key == "exports")
+    out.append(f"  exports: {exports.mount_path} -> {exports.data_repository_path}")
+    if export.enabled(cfg):
+        step = export.out_dir(cfg)
+        out.append(f"    run {cfg.workloads.serving.model.run} step {cfg.workloads.serving.model.step}: {step} -> "
+                   f"{data_repository.s3_path(exports, step)} (the export Job's Hugging Face directory)")
+    runs = next((a for a in found if a.key == "runs"), None)
+    if runs is None:
+        out.append(f"  checkpoints: on the volume only ({env.CHECKPOINT_ROOT}; rltrain:storage.fsx.s3.checkpoints: "
+                   "true exports every run's directory)")
+    else:
+        keep = cfg.workloads.checkpoints.keep
+        out.append(f"  checkpoints: {runs.mount_path} -> {runs.data_repository_path} (every run's directory: its "
+                   f"checkpoints as the retention pass keeps them, {keep} + 1 per run, deletions mirrored; its "
+                   "TensorBoard files)")
+        out += [f"    run {run.name}: {env.run_dir(cfg, run)} -> {data_repository.s3_path(runs, env.run_dir(cfg, run))}"
+                for run in cfg.training_runs]
     warnings = []
-    if missed:
-        warnings.append(f"rltrain:storage.fsx.s3.fileSystemPath {s3.file_system_path} covers none of the files of run(s) "
-                        f"{', '.join(missed)} (under {env.CHECKPOINT_ROOT}): nothing they write reaches {url}; set it "
-                        f"to {env.CHECKPOINT_ROOT[len(FSX_MOUNT):]} to export every run")
+    if not export.enabled(cfg) and runs is None:
+        warnings.append(f"rltrain:storage.fsx.s3: nothing the runs write reaches {data_repository.base_url(s3)}: no "
+                        "step is exported (workloads.serving with model.run and its export) and "
+                        "rltrain:storage.fsx.s3.checkpoints is false; set it to true to export the runs' checkpoints")
     return out + [f"  WARNING: {w}" for w in warnings], warnings
 
 
-def lines(cfg: StackConfig, resources: Optional[list[dict[str, Any]]] = None) -> list[str]:
+# The kinds a training run's object has (components/workloads/job.py, multinode.py, rayjob.py) and their
+# component labels: what a base record's runs are recognised by.
+RUN_KINDS = ("Job", "StatefulSet", "RayJob")
+RUN_COMPONENTS = (job.COMPONENT, multinode.COMPONENT)
+
+
+def left_behind(cfg: StackConfig, base: Optional[list[dict[str, Any]]]) -> list[tuple[str, str]]:
+    """(the run as the base record names it, its checkpoint directory) of every training run of the
+    base record (the record the change is judged against: rendered/<stack>/resources.json, or the
+    base branch's) whose directory no run of the stack writes any more: a run removed from the stack,
+    or one whose identity changed (a new override: a new directory). Its Job goes; its checkpoints stay
+    on the volume, pruned by nothing (the retention pass prunes the stack's runs only). Pure: read from
+    the record, each run object's `CKPT_DIR` (components/workloads/env.py) and `rltrain/run` label."""
+    if not base:
+        return []
+    now = {env.run_dir(cfg, r) for r in cfg.training_runs}
+    found: dict[str, str] = {}
+    for r in base:
+        inputs = r.get("inputs") or {}
+        meta = inputs.get("metadata") if isinstance(inputs.get("metadata"), dict) else {}
+        labels = meta.get("labels") or {}
+        if inputs.get("kind") not in RUN_KINDS or labels.get("app.kubernetes.io/component") not in RUN_COMPONENTS:
+            continue
+        for d in sorted(impact.checkpoint_dirs(r)):
+            if d not in now:
+                found.setdefault(d, labels.get(run_objects.RUN_LABEL) or meta.get("name") or r["name"])
+    return sorted(((name, d) for d, name in found.items()), key=lambda x: (x[0], x[1]))
+
+
+def _run_name(resource_name: str) -> str:
+    """The run a run object stands for: `rltrain-run-<name>`, or an implicit run's fixed name."""
+    implicit = {"rltrain-training": "single-node", "rltrain-multinode": "multi-node"}
+    return implicit.get(resource_name) or resource_name.removeprefix(runs_mod.RESOURCE_PREFIX)
+
+
+def left_lines(cfg: StackConfig, left: list[tuple[str, str]]) -> list[str]:
+    """Where the checkpoints of the runs gone since the base record stay, and what to do about them."""
+    names = {r.resource_name for r in cfg.training_runs}
+    out = []
+    for name, d in left:
+        if name in names:
+            out.append(f"run {_run_name(name)}: its previous directory {d} stays (its identity changed: a new directory "
+                       "starts), pruned by nothing now and counted in the volume budget below: delete it (rm -r from "
+                       "a pod mounting /fsx) once nothing needs it")
+        else:
+            out.append(f"run {_run_name(name)}: removed since the base record (its Job is deleted); its checkpoints stay "
+                       f"in {d}, pruned by nothing now and counted in the volume budget below: delete them (rm -r from "
+                       "a pod mounting /fsx) once nothing needs them, or keep its entry with enabled: false (its "
+                       "retention goes on)")
+    return out
+
+
+def lines(cfg: StackConfig, resources: Optional[list[dict[str, Any]]] = None,
+          base: Optional[list[dict[str, Any]]] = None) -> list[str]:
     gpus = cfg.gpu_nodes.instance.gpu_count
     out = []
     for run in cfg.training_runs:
@@ -133,4 +193,5 @@ def lines(cfg: StackConfig, resources: Optional[list[dict[str, Any]]] = None) ->
         where = curves.run_curves(cfg, run)
         if where:
             out.append(f"  curves: {where}")
-    return out + volume_budget.lines(cfg) + s3_export(cfg)[0]
+    left = left_behind(cfg, base)
+    return out + left_lines(cfg, left) + volume_budget.lines(cfg, [d for _, d in left]) + s3_export(cfg)[0]

@@ -18,6 +18,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from components.stack import catalog, trainers
 from components.stack.curves import CurvesConfig
+from components.stack.data_repository import FsxS3
 from components.stack.elastic import ElasticConfig
 from components.stack.image_build import BuiltImage, ImageSetting, validated as _built_image
 from components.stack.embodied_evaluation import EmbodiedEvaluation
@@ -250,21 +251,6 @@ class GpuNodesConfig(_Model):
 # storage
 
 
-class FsxS3(_Model):
-    """An S3 data repository association: new, changed and deleted files imported and exported."""
-
-    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-    """the S3 bucket"""
-    prefix: str = "checkpoints/"
-    """the prefix in the bucket"""
-    # Pods mount the file system's root at /fsx: the runs write under /fsx/runs (components/workloads/env.py
-    # CHECKPOINT_ROOT), the file system's /runs. With an auto-export policy only files under the
-    # association's path are exported (FACTS "FSx data repository association"); the render warns
-    # when it covers none of the runs (issue 43: /checkpoints, the old default, covered nothing).
-    file_system_path: str = Field("/runs", pattern=r"^/")
-    """where the bucket's prefix appears on the file system (the pods' `/fsx` is its root): `/runs` exports every run's checkpoints and exports as they are written; the render prints what is exported, and warns when it covers none of the runs"""
-
-
 class FsxConfig(_Model):
     """The FSx for Lustre file system (PERSISTENT_2), mounted by every workload at `/fsx`."""
 
@@ -277,7 +263,7 @@ class FsxConfig(_Model):
     backup_retention_days: int = Field(7, ge=0, le=90)
     """days of automatic daily backups, 0-90; a final backup is taken on delete"""
     s3: Optional[FsxS3] = None
-    """an S3 data repository association"""
+    """an S3 bucket the file system exports to: the served step's export, and on opt-in every run's checkpoints"""
 
     @field_validator("storage_capacity_gib")
     @classmethod

@@ -11,15 +11,23 @@ RLinf rlinf/hybrid_engines/fsdp/strategy/base.py save_checkpoint), or `workloads
 when set. The total must fit the FSx capacity less `checkpoints.volumeMarginPercent`; otherwise the
 stack is refused with the numbers and the fixes.
 
-Pure (no Pulumi). The refusal, with the numbers and the fixes, is components/stack/validate.py's;
-the summary's lines are `lines`.
+A run removed from the stack (or whose directory moved: a new override) leaves its directory behind:
+its Job is deleted, its checkpoints are not (nothing of the program deletes data), and no retention
+pass prunes them any more. The stack config alone cannot know them; the render can, from the base
+record its change is judged against (components/offline/runs_summary.py left_behind): `left` counts
+each such directory at what the budget counted for it, `keep + 1` checkpoints, so that removing runs
+never fills the volume unseen.
+
+Pure (no Pulumi). The refusal, with the numbers and the fixes, is components/stack/validate.py's (the
+config's runs only: what a base record left behind is the render's warning); the summary's lines are
+`lines`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 from components.stack.config import StackConfig
 
@@ -36,10 +44,16 @@ class Budget:
     export_gib: float
     capacity_gib: int
     usable_gib: float
+    # (directory, GiB) of the checkpoints runs removed since the base record left on the volume.
+    left: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def left_gib(self) -> float:
+        return sum(g for _, g in self.left)
 
     @property
     def total_gib(self) -> float:
-        return self.staged_gib + self.export_gib + sum(g for _, g in self.runs)
+        return self.staged_gib + self.export_gib + sum(g for _, g in self.runs) + self.left_gib
 
     @property
     def fits(self) -> bool:
@@ -101,9 +115,11 @@ def export_gib(cfg: StackConfig) -> float:
     return tc.model.weights_gib()
 
 
-def budget(cfg: StackConfig) -> Optional[Budget]:
+def budget(cfg: StackConfig, left_dirs: Sequence[str] = ()) -> Optional[Budget]:
     """The stack's budget, or None when there is nothing to budget (no FSx the stack creates, no
-    checkpoint size, or retention off: then nothing bounds the count)."""
+    checkpoint size, or retention off: then nothing bounds the count). `left_dirs`: directories of
+    runs gone since the base record, each counted at `keep + 1` checkpoints (what the retention pass
+    left there, at most)."""
     fsx = cfg.storage.fsx
     size = checkpoint_gib(cfg)
     if fsx is None or cfg.byo_cluster or size is None or not retention_on(cfg):
@@ -112,7 +128,8 @@ def budget(cfg: StackConfig) -> Optional[Budget]:
     runs = tuple((name, (keep + 1 + served_extra(cfg, name)) * size) for name in run_names(cfg))
     cap = fsx.storage_capacity_gib
     usable = cap * (100 - cfg.workloads.checkpoints.volume_margin_percent) / 100
-    return Budget(runs, size, keep, staged_gib(cfg), export_gib(cfg), cap, usable)
+    left = tuple((d, (keep + 1) * size) for d in left_dirs)
+    return Budget(runs, size, keep, staged_gib(cfg), export_gib(cfg), cap, usable, left)
 
 
 def served_extra(cfg: StackConfig, run: str) -> int:
@@ -137,15 +154,16 @@ def capacity_for(total_gib: float, margin_percent: int) -> int:
 
 def max_keep(b: Budget) -> int:
     """The largest keep that fits (0 = none does): each run holds keep + 1 (+ 1 served) checkpoints."""
-    room = b.usable_gib - b.staged_gib - b.export_gib
+    room = b.usable_gib - b.staged_gib - b.export_gib - b.left_gib
     n = len(b.runs) or 1
     extra = sum(round(g / b.checkpoint_gib) - (b.keep + 1) for _, g in b.runs)  # the served step(s)
     return max(0, math.floor((room / b.checkpoint_gib - extra) / n) - 1)
 
 
-def lines(cfg: StackConfig) -> list[str]:
-    """The summary's volume budget: one line per run, then the total against the capacity."""
-    b = budget(cfg)
+def lines(cfg: StackConfig, left_dirs: Sequence[str] = ()) -> list[str]:
+    """The summary's volume budget: one line per run, one per directory a removed run left behind,
+    then the total against the capacity."""
+    b = budget(cfg, left_dirs)
     if b is None:
         if retention_on(cfg) or cfg.workloads.resume_terms is None:
             return []
@@ -155,11 +173,17 @@ def lines(cfg: StackConfig) -> list[str]:
            + (" + 1 served" if served_extra(cfg, run) else "") + f") x {b.checkpoint_gib:,.1f} GiB = {g:,.1f} GiB"
            + (" (disabled: its Job is gone, its checkpoints stay)" if run in off else "")
            for run, g in b.runs]
+    out += [f"checkpoint budget left in {d}: (at most {b.keep} kept + 1 being written) x {b.checkpoint_gib:,.1f} GiB = "
+            f"{g:,.1f} GiB (no run of the stack writes there since the base record: nothing prunes them now)" for d, g in b.left]
     breakdown = save_breakdown(cfg)
     if breakdown:
         out.append(f"  one checkpoint: {breakdown}")
     out.append(f"volume budget: models+assets {b.staged_gib:,.1f} + export {b.export_gib:,.1f} + checkpoints "
-               f"{sum(g for _, g in b.runs):,.1f} = {b.total_gib:,.1f} GiB of {b.usable_gib:,.0f} GiB usable "
+               f"{sum(g for _, g in b.runs):,.1f}"
+               + (f" + left behind {b.left_gib:,.1f}" if b.left else "")
+               + f" = {b.total_gib:,.1f} GiB of {b.usable_gib:,.0f} GiB usable "
                f"(FSx {b.capacity_gib} GiB less {cfg.workloads.checkpoints.volume_margin_percent} % margin): "
-               + ("fits" if b.fits else "DOES NOT FIT"))
+               + ("fits" if b.fits else "DOES NOT FIT" + (
+                   "; delete what removed runs left (rm -r DIR from a pod mounting /fsx), or keep their entries "
+                   "with enabled: false and lower checkpoints.keep" if b.left else "")))
     return out

@@ -11,6 +11,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.stack import catalog
+from components.stack import data_repository
 from components.stack import runs as runs_mod
 from components.stack.config import StackConfig
 from components.stack.runs import Run
@@ -22,7 +23,11 @@ from components.workloads import trainer
 # makes old checkpoints unusable (model, trainer config, node count; for a named run also its name
 # and its overrides), and resumes from the newest complete one there. A change of any of these
 # starts a fresh directory (issue 43: a new learning rate never resumes the old run's weights).
-CHECKPOINT_ROOT = "/fsx/runs"
+CHECKPOINT_ROOT = data_repository.FSX_MOUNT + data_repository.RUNS_PATH  # /fsx/runs
+# What a run's checkpoints are exported to (the export Job, components/workloads/export.py), in a tree
+# of its own beside the runs' (the same relative path as the run's directory): the file system's
+# `/exports`, which reaches S3 whenever a bucket is set (components/stack/data_repository.py).
+EXPORTS_ROOT = data_repository.FSX_MOUNT + data_repository.EXPORTS_PATH  # /fsx/exports
 
 
 def run_identity(cfg: StackConfig, num_nodes: int) -> str:
@@ -60,6 +65,11 @@ def dir_of(cfg: StackConfig, name: str) -> str:
     stack = cfg.stack
     run = stack.run(name) or implicit_run(stack, 1 if name == "single-node" else stack.multi_node_count)
     return run_dir(stack, run)
+
+
+def export_dir(cfg: StackConfig, name: str) -> str:
+    """Where the exports of the run `name` go: `/fsx/exports/<its directory below /fsx/runs>`."""
+    return EXPORTS_ROOT + dir_of(cfg, name)[len(CHECKPOINT_ROOT):]
 
 
 def implicit_run(cfg: StackConfig, num_nodes: int) -> Run:

@@ -4,9 +4,10 @@
 profiled trainer). RLinf writes `actor/dcp_checkpoint/` and `actor/model_state_dict/full_weights.pt`
 (RLinf/RLinf v0.3 rlinf/hybrid_engines/fsdp/strategy/base.py), not a directory vLLM can load:
 a Job `rltrain-export-step-<N>` runs /scripts/export_hf.py on it (the trainer image's venv has
-torch and transformers) and writes `<run checkpoint dir>/exports/global_step_<N>`, beside the
-steps directory the retention pass prunes (never inside it), with the marker `.rltrain-export.json`
-last. The serving pods wait for that marker (serving.py, init container `wait-for-export`).
+torch and transformers) and writes `/fsx/exports/<the run's directory below /fsx/runs>/global_step_<N>`
+(components/workloads/env.py export_dir): outside the steps directory the retention pass prunes, and
+in the tree the FSx data repository association exports to S3 whenever a bucket is set
+(components/stack/data_repository.py), with the marker `.rltrain-export.json` last. The serving pods wait for that marker (serving.py, init container `wait-for-export`).
 
 The Job waits itself (bounded: `export.waitMinutes`, default the run's deadline) for the step to
 be complete: a first `up` creates training, export and serving together. So `pulumi up` does not
@@ -41,7 +42,7 @@ CONVERT_SECONDS = 3600
 TMP_SIZE = "2Gi"  # HOME and /tmp: transformers and torch caches
 EXPORT_DTYPE_BYTES = 2  # bf16, what the export writes (export_hf.py --dtype)
 SKIP_REASONS = security.Reasons(
-    root="the trainer image runs as root; the export writes beside the root-owned checkpoints",
+    root="the trainer image runs as root; the export reads the root-owned checkpoints and writes on the shared volume",
     writable_root="torch and transformers write caches under $HOME and /tmp",
     pull_policy="a large image under a pinned tag, pulled once per node",
     tag="config accepts a specific tag (latest and untagged are refused) or a digest",
@@ -69,7 +70,7 @@ def name(cfg: StackConfig) -> str:
 def out_dir(cfg: StackConfig) -> str:
     terms = cfg.workloads.resume_terms
     assert terms is not None
-    return f"{env.dir_of(cfg, cfg.workloads.serving.model.run or '')}/exports/{terms.step_prefix}{cfg.workloads.serving.model.step}"
+    return f"{env.export_dir(cfg, cfg.workloads.serving.model.run or '')}/{terms.step_prefix}{cfg.workloads.serving.model.step}"
 
 
 def marker(cfg: StackConfig) -> str:
