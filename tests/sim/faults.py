@@ -176,9 +176,24 @@ class GangTimer:
 
 
 def pods_on(cluster, node: str) -> list[str]:
-    """The namespace's pods bound to `node`, terminating ones included."""
+    """The namespace's pods bound to `node` and not finished, terminating ones included. A pod that
+    ended before (Failed or Succeeded, not being deleted: a trainer's exit the Job keeps) needs
+    nothing more from the node: repair may delete the node under it."""
     return [p["metadata"]["name"] for p in cluster.api(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
-            if p["spec"].get("nodeName") == node]
+            if p["spec"].get("nodeName") == node
+            and (p["metadata"].get("deletionTimestamp") or p["status"].get("phase") not in ("Failed", "Succeeded"))]
+
+
+def pod_states(cluster, names: Iterable[str]) -> list[str]:
+    """One line per named pod: phase, deletion, the trainer's state, conditions (for a wait's message)."""
+    out = []
+    for p in cluster.api(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]:
+        if p["metadata"]["name"] in names:
+            conds = [f"{c['type']}={c['status']}/{c.get('reason')}" for c in p["status"].get("conditions", [])]
+            states = [list((c.get("state") or {}).items()) for c in p["status"].get("containerStatuses", [])]
+            out.append(f"{p['metadata']['name']} {p['status'].get('phase')} deleting={p['metadata'].get('deletionTimestamp')} "
+                       f"finalizers={p['metadata'].get('finalizers')} {conds} {states}")
+    return out
 
 
 def fail_and_replace(cluster, pods_now: Callable[[], list[dict]], failed: str, describe) -> dict:
@@ -191,12 +206,68 @@ def fail_and_replace(cluster, pods_now: Callable[[], list[dict]], failed: str, d
     wait(f"the run's pod evicted from {failed}", lambda: failed not in running_on(pods_now()).values(), 120,
          describe)
     evicted_after = time.monotonic() - t0
-    wait(f"the evicted pods gone from {failed} (before repair deletes it)", lambda: not pods_on(cluster, failed), 120,
-         lambda: f"{pods_on(cluster, failed)}; {describe()}")
+    stand_in = KubeletStandIn(cluster, failed)
+    wait(f"the evicted pods gone from {failed} (before repair deletes it)", stand_in.gone, 120,
+         lambda: f"{pod_states(cluster, pods_on(cluster, failed))}; {describe()}")
     disrupted = disruption_targets(pod_states_since(cluster, rv), {})
     name = replacement_name(failed, (n["metadata"]["name"] for n in cluster.api("/api/v1/nodes")["items"]))
     replace_node(cluster, node, name)
-    return {"replacement": name, "node": node, "t0": t0, "evicted_after": evicted_after, "disrupted": disrupted}
+    return {"replacement": name, "node": node, "t0": t0, "evicted_after": evicted_after, "disrupted": disrupted,
+            "finished_by_harness": stand_in.finished}
+
+
+# How long a deleted pod may stay on its node, not terminal, before the harness ends it as its
+# kubelet would (KubeletStandIn).
+STUCK_SECONDS = 3.0
+
+
+class KubeletStandIn:
+    """The kubelet's last word on a pod deleted on its node: the container stopped (SIGTERM, exit
+    143) and the pod Failed, after which its controller's finalizer goes and the pod with it.
+
+    kwok's pod-delete stage only deletes: a pod holding the Job's `batch.kubernetes.io/job-tracking`
+    finalizer then stays Running and terminating for good, because a Job with a pod failure policy
+    counts (and releases) a deleted pod only once it is terminal (Kubernetes v1.35.4
+    pkg/controller/job/job_controller.go isPodFailed, onlyReplaceFailedPods). Seen on the held
+    cluster (2026-12-05): a worker pod scheduled and evicted by the taint in the same second, kwok's
+    "Delete pod" logged twice, the pod Running with its finalizer two minutes later. A pod left so
+    for STUCK_SECONDS is ended here; the names are reported."""
+
+    def __init__(self, cluster, node: str):
+        self.cluster, self.node = cluster, node
+        self.seen: dict[str, float] = {}
+        self.finished: list[str] = []
+
+    def gone(self) -> bool:
+        pods = [p for p in self.cluster.api(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+                if p["spec"].get("nodeName") == self.node]
+        left = [p for p in pods if p["metadata"].get("deletionTimestamp")
+                or p["status"].get("phase") not in ("Failed", "Succeeded")]
+        now = time.monotonic()
+        for p in left:
+            name = p["metadata"]["name"]
+            if not p["metadata"].get("deletionTimestamp") or p["status"].get("phase") in ("Failed", "Succeeded"):
+                continue
+            if now - self.seen.setdefault(name, now) >= STUCK_SECONDS and name not in self.finished:
+                kubelet_stopped(self.cluster, p)
+                self.finished.append(name)
+        return not left
+
+
+def kubelet_stopped(cluster, pod: dict, code: int = 143) -> None:
+    """The kubelet's status of a pod whose containers it stopped on deletion: Failed, each container
+    terminated (SIGTERM: 143), Ready False; the pod's other conditions (DisruptionTarget) kept."""
+    status, now = pod["status"], now_utc()
+    statuses = [{**c, "ready": False, "started": False,
+                 "state": {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": now,
+                                          "startedAt": (c.get("state", {}).get("running") or {}).get("startedAt")
+                                          or status.get("startTime")}}}
+                for c in status.get("containerStatuses", [])]
+    conditions = [{**c, "status": "False", "lastTransitionTime": now} if c["type"] in ("Ready", "ContainersReady")
+                  else c for c in status.get("conditions", [])]
+    cluster.api(f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}/status", "PATCH",
+                {"status": {"phase": "Failed", "containerStatuses": statuses, "conditions": conditions}},
+                content_type="application/merge-patch+json")
 
 
 def exit_container(cluster, pod: dict, code: int, container: str = "trainer") -> None:
