@@ -165,8 +165,30 @@ WAITING_STAGE = {
     },
 }
 
+# A node whose kubelet stopped answering (a reboot repair: tests/sim/faults.py reboot_node): while a
+# node carries this annotation (its value: when it went down), kwok reports it `Ready=Unknown` as node
+# lifecycle would once the kubelet's status went stale, and node lifecycle (kube-controller-manager)
+# taints it unreachable. kwok's node-initialize matches every node not Ready and would make it Ready
+# again at once: this Stage has a weight and wins (kwok v0.8.0 lifecycle.go Match). Deterministic:
+# applied again, it is no change. Once the annotation is gone, node-initialize makes the node Ready.
+NODE_DOWN = "rltrain.sim/node-down"
+NODE_DOWN_STAGE = {
+    "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage",
+    "metadata": {"name": "rltrain-sim-node-down"},
+    "spec": {
+        "resourceRef": {"apiGroup": "v1", "kind": "Node"},
+        "selector": {"matchExpressions": [{"key": f'.metadata.annotations["{NODE_DOWN}"]', "operator": "Exists"}]},
+        "weight": 100,
+        "next": {"statusTemplate": (
+            f'{{{{ $t := index .metadata.annotations "{NODE_DOWN}" }}}}\n'
+            "conditions:\n"
+            "- {type: Ready, status: Unknown, reason: NodeStatusUnknown, message: \"Kubelet stopped posting node status.\","
+            " lastHeartbeatTime: {{ $t | Quote }}, lastTransitionTime: {{ $t | Quote }}}\n")},
+    },
+}
+
 # shared: Job pods complete after RUN_SECONDS (deploy, day two, the key sweep, the deploy plan).
-# held: Job pods never complete on their own (node repair).
+# held: Job pods never complete on their own, and a node can go down and come back (node repair).
 # serving: held, and serving pods wait in WAITING_STAGE until released (train-export-serve). Not
 #   shared with node repair: on a cluster reused after it (Kueue warm) Kueue's topology-aware
 #   assignment of the training run and the scheduler's placement of the serving pod (not queued)
@@ -174,7 +196,7 @@ WAITING_STAGE = {
 #   on a fresh cluster the queue becomes active after the serving pod is placed.
 # The elastic cluster is its module's own CLUSTER_KIND.
 KINDS = {"shared": Kind("shared", RUN_SECONDS),
-         "held": Kind("held", HELD_RUN_SECONDS),
+         "held": Kind("held", HELD_RUN_SECONDS, {"extra_stages": [NODE_DOWN_STAGE]}),
          "serving": Kind("serving", HELD_RUN_SECONDS, {"extra_stages": [WAITING_STAGE]})}
 
 
