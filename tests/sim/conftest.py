@@ -187,17 +187,25 @@ NODE_DOWN_STAGE = {
     },
 }
 
+# The serving cluster's Kueue: PodsReady timeout and first requeue backoff, seconds (cluster/sim.py
+# kueue_timed), as the elastic scenarios use.
+SERVING_KUEUE_TIMING = (30, 5)
+
 # shared: Job pods complete after RUN_SECONDS (deploy, day two, the key sweep, the deploy plan).
 # held: Job pods never complete on their own, and a node can go down and come back (node repair).
-# serving: held, and serving pods wait in WAITING_STAGE until released (train-export-serve). Not
-#   shared with node repair: on a cluster reused after it (Kueue warm) Kueue's topology-aware
-#   assignment of the training run and the scheduler's placement of the serving pod (not queued)
-#   raced for the same node (seen 2026-12-04: the training pod Unschedulable on the node TAS named);
-#   on a fresh cluster the queue becomes active after the serving pod is placed.
+# serving: held, and serving pods wait in WAITING_STAGE until released (train-export-serve). Kueue's
+#   topology-aware assignment of the training run and the scheduler's placement of the serving pod
+#   (not queued) can race for the same node when one `up` creates both: the training pod is then
+#   Unschedulable on the node TAS named (seen on a warm cluster 2026-12-04 and on a fresh one in
+#   .ci/run 2026-12-05). What ends it is Kueue's PodsReady timeout: the run is evicted whole and
+#   admitted again beside the bound serving pod. On AWS that costs one timeout
+#   (kueue.podsReadyTimeoutMinutes, 10 minutes at least); here the serving cluster gets the
+#   sim-sized SERVING_KUEUE_TIMING so that recovery fits the test's wait.
 # The elastic cluster is its module's own CLUSTER_KIND.
 KINDS = {"shared": Kind("shared", RUN_SECONDS),
          "held": Kind("held", HELD_RUN_SECONDS, {"extra_stages": [NODE_DOWN_STAGE]}),
-         "serving": Kind("serving", HELD_RUN_SECONDS, {"extra_stages": [WAITING_STAGE]})}
+         "serving": Kind("serving", HELD_RUN_SECONDS, {"extra_stages": [WAITING_STAGE],
+                                                       "kueue_timing": SERVING_KUEUE_TIMING})}
 
 
 @dataclass

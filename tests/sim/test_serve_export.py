@@ -162,6 +162,12 @@ def test_serving_waits_for_the_export_then_becomes_ready(cluster, request, tmp_p
              f"{[(p['metadata']['name'], p['status'].get('phase'), p['spec'].get('nodeName')) for p in watcher.last_pods]}"
              f"; unscheduled: {[(p['metadata']['name'], p['spec'].get('nodeSelector')) for p in watcher.last_pods if not p['spec'].get('nodeName')]}"
              f"; {namespace_warnings(cluster)}")
+        # Whether the training run lost the race for its node to the serving pod (conftest.py KINDS
+        # "serving") and was evicted and admitted again.
+        wls = cluster.api(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/workloads")["items"]
+        evictions = {w["metadata"]["name"]: [f"{c.get('reason')}: {c.get('message')}" for c in w["status"].get("conditions", [])
+                                             if c["type"] == "Evicted"] for w in wls}
+        _log(request, f"serve: training and export Running; Kueue evictions on the way: {evictions}")
         wait("the serving pods scheduled and waiting in wait-for-export",
              lambda: (ps := serving_pods(cluster)) and all(waiting_in_init(p) for p in ps), 120,
              lambda: str([(p["metadata"]["name"], p.get("status")) for p in serving_pods(cluster)]))
