@@ -165,9 +165,15 @@ def test_serving_waits_for_the_export_then_becomes_ready(cluster, request, tmp_p
         # Whether the training run lost the race for its node to the serving pod (conftest.py KINDS
         # "serving") and was evicted and admitted again.
         wls = cluster.api(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NAMESPACE}/workloads")["items"]
-        evictions = {w["metadata"]["name"]: [f"{c.get('reason')}: {c.get('message')}" for c in w["status"].get("conditions", [])
-                                             if c["type"] == "Evicted"] for w in wls}
+        # The Evicted condition is reset (reason QuotaReserved) on re-admission; the eviction counts of
+        # status.schedulingStats stay (kueue v0.19.2 pkg/workload/evict/evict.go workloadEvictionStateInc).
+        evictions = {w["metadata"]["name"]: {e["reason"]: e["count"] for e in
+                                             ((w.get("status") or {}).get("schedulingStats") or {}).get("evictions", [])}
+                     for w in wls}
         _log(request, f"serve: training and export Running; Kueue evictions on the way: {evictions}")
+        # The race's trace: the training pod's FailedScheduling on the node TAS named, until the
+        # PodsReady timeout evicted the run. Tolerated only with that eviction on record.
+        lost_race = any(w.startswith(f"job-{TRAINING}-") and ev.get("PodsReadyTimeout") for w, ev in evictions.items())
         wait("the serving pods scheduled and waiting in wait-for-export",
              lambda: (ps := serving_pods(cluster)) and all(waiting_in_init(p) for p in ps), 120,
              lambda: str([(p["metadata"]["name"], p.get("status")) for p in serving_pods(cluster)]))
@@ -235,7 +241,9 @@ def test_serving_waits_for_the_export_then_becomes_ready(cluster, request, tmp_p
         _log(request, f"serve: {at()} wait-for-export exited 0 {t_exit:.0f}s after the marker "
                       f"({(tmp_path / (names[0] + '.wait.log')).read_text().strip().splitlines()[-1]}); "
                       f"Ready {t_ready:.0f}s after it (Ready, restarts): {ready}")
-        assert not namespace_warnings(cluster), namespace_warnings(cluster)
+        warnings = [w for w in namespace_warnings(cluster)
+                    if not (lost_race and w.startswith(f"Pod/{TRAINING}-") and ": FailedScheduling: " in w)]
+        assert not warnings, (warnings, evictions)
         assert not engine_warnings(r["up"])
     finally:
         for w in waiters:
