@@ -79,11 +79,12 @@ RESUME_TRAINER = Path(__file__).resolve().parent / "resume_trainer.py"
 # DEFAULT_WAITS; test_head_keeps_the_trainers_code_when_ray_cannot_tell[hang-at-the-defaults] runs at
 # them (slow tier).
 FAST_WAITS = {"PEER_REPLY_SECONDS": 1.0, "HEAD_PROBE_SECONDS": 0.5, "NODE_POLL_SECONDS": 0.2,
-              "JOIN_RETRY_SECONDS": 0.2}
+              "JOIN_RETRY_SECONDS": 0.2, "HEALTH_POLL_SECONDS": 0.2}
 DEFAULT_WAITS = {"PEER_REPLY_SECONDS": node_wait.PEER_REPLY_SECONDS,
                  "HEAD_PROBE_SECONDS": launcher_worker.HEAD_PROBE_SECONDS,
                  "NODE_POLL_SECONDS": node_wait.NODE_POLL_SECONDS,
-                 "JOIN_RETRY_SECONDS": launcher_worker.JOIN_RETRY_SECONDS}
+                 "JOIN_RETRY_SECONDS": launcher_worker.JOIN_RETRY_SECONDS,
+                 "HEALTH_POLL_SECONDS": node_wait.HEALTH_POLL_SECONDS}
 
 
 def at_defaults(env: dict) -> dict:
