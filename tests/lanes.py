@@ -17,25 +17,25 @@ from __future__ import annotations
 import os
 
 # A cluster idles at about 5 % of a core; starting one costs some 20 s of CPU (mostly the API server
-# taking the operators' CRDs), a Pulumi operation 5-10 s: on 2 cores three lanes keep both busy while
-# each lane mostly waits on its timers (docs/testing.md, measured).
-DEFAULT_LANES = 3
+# taking the operators' CRDs), a Pulumi operation 5-10 s: on 2 cores the sim tier used 1,011 s of CPU
+# over its 1,317 s in three lanes (docs/testing.md, 2026-12-05), each lane mostly waiting on its
+# timers. Four lanes: the four groups of 680-800 s each get one, instead of two of them sharing a lane.
+DEFAULT_LANES = 4
 LANES_ENV = "RLTRAIN_SIM_LANES"
 
-# group -> (its modules in the order they run, expected seconds). The modules of a group share one
+# group -> (its modules in the order they run, expected seconds: their wall in .ci/run 2026-12-05). The modules of a group share one
 # cluster kind (tests/sim/conftest.py KINDS, a module's CLUSTER_KIND), or need none: a module that
 # leaves its deployment on the cluster (test_deploy_script: a stack in a state of its own) goes last.
 SIM_GROUPS: dict[str, tuple[tuple[str, ...], float]] = {
-    "shared-a": (("tests/sim/test_day_two.py", "tests/sim/test_deploy_plan.py", "tests/sim/test_sim_named_runs.py"), 420),
-    "shared-b": (("tests/sim/test_key_sweep.py", "tests/sim/test_deploy.py", "tests/sim/test_deploy_script.py"), 420),
-    # 549 s measured 2026-12-05 (four tests, four deployments; issue 45's test 307 s of it).
-    "held": (("tests/sim/test_node_repair.py",), 550),
-    "serving": (("tests/sim/test_serve_export.py",), 200),
-    "elastic": (("tests/sim/test_elastic.py",), 400),
+    "shared-a": (("tests/sim/test_day_two.py", "tests/sim/test_deploy_plan.py", "tests/sim/test_sim_named_runs.py"), 790),
+    "shared-b": (("tests/sim/test_key_sweep.py", "tests/sim/test_deploy.py", "tests/sim/test_deploy_script.py"), 735),
+    "held": (("tests/sim/test_node_repair.py",), 680),
+    "serving": (("tests/sim/test_serve_export.py",), 90),
+    "elastic": (("tests/sim/test_elastic.py",), 800),
     # No cluster of their own in a lane but the script's: the preview script starts one (in a lane it
     # takes itself); the CLI-only modules after it.
     "preview": (("tests/sim/test_sim_preview.py", "tests/sim/test_update_plans.py", "tests/sim/test_sim_langhost.py"),
-                300),
+                330),
 }
 GROUP_OF = {module: group for group, (modules, _) in SIM_GROUPS.items() for module in modules}
 
