@@ -23,9 +23,10 @@ import os
 DEFAULT_LANES = 4
 LANES_ENV = "RLTRAIN_SIM_LANES"
 
-# group -> (its modules in the order they run, expected seconds: their wall in .ci/run 2026-12-05). The modules of a group share one
-# cluster kind (tests/sim/conftest.py KINDS, a module's CLUSTER_KIND), or need none: a module that
-# leaves its deployment on the cluster (test_deploy_script: a stack in a state of its own) goes last.
+# group -> (its modules in the order they run, expected seconds: their wall in .ci/run 2026-12-05).
+# The modules of a group share one cluster kind (tests/sim/conftest.py KINDS, a module's
+# CLUSTER_KIND), or need none: a module that leaves its deployment on the cluster
+# (test_deploy_script: a stack in a state of its own) goes last.
 SIM_GROUPS: dict[str, tuple[tuple[str, ...], float]] = {
     "shared-a": (("tests/sim/test_day_two.py", "tests/sim/test_deploy_plan.py", "tests/sim/test_sim_named_runs.py"), 790),
     "shared-b": (("tests/sim/test_key_sweep.py", "tests/sim/test_deploy.py", "tests/sim/test_deploy_script.py"), 735),
