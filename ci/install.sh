@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the test suite needs, the same way everywhere (.ci/run, the pull-request workflow):
 # - Debian tools the tests use when missing: shellcheck (lint test, actionlint's check of every
-#   `run:` script), promtool from `prometheus` (metrics and rules checks); with sudo when not root;
+#   `run:` script), promtool from `prometheus` (metrics and rules checks), a headless browser for the
+#   curves screenshot (chromium, unless Chrome is there); with sudo when not root;
 # - checkov in its own environment .venv-scan (its pins clash with the project's: requirements-scan.txt);
 # - the project in a fresh virtual environment $RLTRAIN_CI_VENV (default .venv-ci) from
 #   requirements-dev.txt (every dependency pinned; transitive pins in constraints.txt).
@@ -17,6 +18,12 @@ cd "$ROOT"
 missing=()
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+# A headless browser for the curves test's screenshot (tests/scripts/test_curves.py: an artifact, not
+# an assertion). GitHub's ubuntu-latest has Google Chrome; Debian's chromium package elsewhere.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 \
+  && ! command -v google-chrome >/dev/null 2>&1 && ! command -v google-chrome-stable >/dev/null 2>&1; then
+  missing+=(chromium)
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
   sudo=()
   [ "$(id -u)" -eq 0 ] || sudo=(sudo)

@@ -1,16 +1,23 @@
 """The runs' curves (issue 43): event files written in the test with TensorBoard's own writer, in the
 layout the reasoning profile writes (<run dir>/grpo-1.5b/tensorboard, RLinf's MetricLogger through
 torch.utils.tensorboard's SummaryWriter: simple_value scalars), read by the exporter as a program
-and, in the slow tier, served by a real TensorBoard on loopback with the logdir_spec the render gives."""
+and, in the slow tier, served by a real TensorBoard on loopback with the logdir_spec the render gives.
+That test also leaves a picture of the page for a reviewer, an artifact and not an assertion: a
+headless Chromium or Chrome screenshot of TensorBoard's Time Series tab with both runs' reward curves,
+written to $RLTRAIN_CI_OUT/curves/ (ci-out/curves/ under ci/test.sh; the pull-request workflow uploads
+it as `screenshots`)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
@@ -111,11 +118,37 @@ def test_event_records_are_parsed_as_tensorboard_writes_them(tmp_path):
     assert found == [(7, "time/step", 12.5)]
 
 
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def screenshot(url: str, out: Path) -> None:
+    """A headless browser's picture of `url` in `out`, or a warning saying why there is none.
+
+    --disable-3d-apis: without a GPU, TensorBoard's WebGL line charts draw axes but no lines;
+    with WebGL off it draws them as SVG (seen with Chromium 156 and tensorboard 2.20.0).
+    --virtual-time-budget lets the page's scripts fetch and draw before the picture is taken."""
+    browser = next(filter(None, map(shutil.which, BROWSERS)), None)
+    if browser is None:
+        warnings.warn(f"no screenshot of the curves: none of {', '.join(BROWSERS)} is on PATH")
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-3d-apis", "--hide-scrollbars",
+                           "--window-size=1280,800", "--virtual-time-budget=15000", f"--screenshot={out}", url],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 or not out.is_file():
+        warnings.warn(f"no screenshot of the curves: {browser} exited {proc.returncode}: {proc.stderr[-400:]}")
+    else:
+        print(f"curves screenshot: {out}")
+
+
 @pytest.mark.slow
 def test_a_real_tensorboard_serves_one_run_per_named_run(tmp_path):
     dirs = runs_under(tmp_path)
     write_run(dirs["lr-2e-6"], {TAGS["reward"]: [(1, 0.1), (2, 0.3)]})
     write_run(dirs["lr-5e-7"], {TAGS["reward"]: [(1, 0.05), (2, 0.06)]})
+    # More steps (from 3 on) for the picture only: what the API returns is read below steps 3.
+    write_run(dirs["lr-2e-6"], {TAGS["reward"]: [(s, 0.3 + 0.6 * (1 - 0.85 ** s)) for s in range(3, 41)]})
+    write_run(dirs["lr-5e-7"], {TAGS["reward"]: [(s, 0.06 + 0.3 * (1 - 0.97 ** s)) for s in range(3, 41)]})
     spec = ",".join(f"{n}:{d}" for n, d in sorted(dirs.items()))
     port = _port()
     tb = subprocess.Popen([sys.executable, "-m", "tensorboard.main", f"--logdir_spec={spec}", f"--port={port}",
@@ -136,7 +169,11 @@ def test_a_real_tensorboard_serves_one_run_per_named_run(tmp_path):
         got = {run: [(step, round(v, 3)) for _, step, v in json.loads(_get(
             f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run={urllib.request.quote(run, safe='')}&tag={tag}"))]
             for run in sorted(want)}
+        screenshot(f"http://127.0.0.1:{port}/#timeseries",
+                   Path(os.environ.get("RLTRAIN_CI_OUT") or tmp_path) / "curves" / "tensorboard-runs.png")
     finally:
         tb.terminate()
         tb.wait(timeout=20)
-    assert got == {"lr-2e-6/.": [(1, 0.1), (2, 0.3)], "lr-5e-7/.": [(1, 0.05), (2, 0.06)]}
+    assert {run: points[:2] for run, points in got.items()} == {"lr-2e-6/.": [(1, 0.1), (2, 0.3)],
+                                                              "lr-5e-7/.": [(1, 0.05), (2, 0.06)]}
+    assert [step for step, _ in got["lr-2e-6/."]] == list(range(1, 41))
