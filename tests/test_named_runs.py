@@ -12,7 +12,7 @@ from test_workloads_components import _render, container, env, find
 
 from components.offline import impact, runs_summary
 from components.stack import runs as runs_mod
-from components.stack import validate
+from components.stack import validate, volume_budget
 from components.workloads import env as env_mod
 from components.workloads import trainer
 
@@ -76,6 +76,18 @@ def test_the_embodied_profile_lists_its_own_directories_and_placement():
 def test_a_value_that_is_not_one_scalar_word_is_refused(value, what):
     p = problems({"name": "a", "overrides": {"actor.optim.lr": value}})
     assert what in p["rltrain:workloads.runs[0].overrides"] and "actor.optim.lr" in p["rltrain:workloads.runs[0].overrides"]
+
+
+@pytest.mark.parametrize("value,example", [({"lr": 1e-6}, "actor.optim.lr.lr: 1e-06"),
+                                           ([0.9, 0.95], "actor.optim.lr.0: 0.9"), ({}, "actor.optim.lr.NAME: VALUE")])
+def test_a_nested_value_is_refused_with_the_dotted_key_it_means(value, example):
+    p = problems({"name": "a", "overrides": {"actor.optim.lr": value}})
+    assert example in p["rltrain:workloads.runs[0].overrides"]
+
+
+def test_an_empty_value_says_to_leave_the_key_out():
+    p = problems({"name": "a", "overrides": {"actor.optim.lr": None}})["rltrain:workloads.runs[0].overrides"]
+    assert "actor.optim.lr: empty" in p and "e.g. actor.optim.lr: 1.0e-6" in p and "leave the key out" in p
 
 
 def test_a_key_that_is_not_a_hydra_key_is_refused():
@@ -193,6 +205,27 @@ def test_resume_from_renders_the_trainers_own_resume_setting(two_runs):
     assert trainer.WARM_PATH not in container(find(docs, "Job", "rltrain-run-lr-low"))["command"]
 
 
+def test_retention_keeps_the_step_a_warm_start_names_and_the_budget_counts_it(two_runs):
+    """Before: only the served step was protected; with keep 3 and a save every 50 steps, lr-high's
+    step 100 went once it saved step 250, and `warm` (queued behind lr-high) found nothing to start from."""
+    cfg, _, docs = two_runs
+    cron = find(docs, "CronJob", "rltrain-checkpoint-retention")
+    args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    high_steps = f"{env_mod.run_dir(cfg, cfg.run('lr-high'))}/grpo-1.5b/checkpoints"
+    assert f"--protect={high_steps}=100" in args
+    assert f"--steps-dir={high_steps}" in args
+    served = cfg.run(cfg.workloads.serving.model.run)
+    assert [a for a in args if a.startswith("--protect=")] == sorted(
+        [f"--protect={high_steps}=100",
+         f"--protect={env_mod.run_dir(cfg, served)}/grpo-1.5b/checkpoints={cfg.workloads.serving.model.step}"])
+    budget = {line.split(":")[0]: line for line in volume_budget.lines(cfg)}
+    assert "+ 1 kept for a warm start (step 100)) x" in budget["checkpoint budget lr-high"]
+    assert "warm start" not in budget["checkpoint budget lr-low"]
+    b = volume_budget.budget(cfg)
+    per_run = dict(b.runs)
+    assert per_run["lr-high"] == pytest.approx(per_run["lr-low"] + b.checkpoint_gib)
+
+
 def test_the_summary_prints_directory_start_queue_cost_and_curves(two_runs):
     cfg, result, _ = two_runs
     resources = [r.as_json() for r in result.records]
@@ -248,6 +281,35 @@ def test_adding_a_run_creates_only_it_and_removing_one_keeps_its_checkpoints(two
     assert {i.kind for i in removed} == {impact.DELETE}
     [job] = [i for i in removed if i.name == "workloads-run-lr-low-job"]
     assert f"its checkpoints stay in {env_mod.run_dir(cfg, cfg.run('lr-low'))}" in job.why
+
+
+def test_disabling_a_run_says_so_and_the_curves_rollout_is_no_serving_restart(two_runs):
+    """Before: a disabled run's Job read "removed from the stack ... pruned by nothing now" (its
+    retention goes on), and the TensorBoard Deployment, whose run list changed, was a "serving restart"."""
+    cfg, before, _ = two_runs
+
+    def mutate(w):
+        w["runs"] = [{"name": "lr-high", "overrides": {"actor.optim.lr": 2e-6}, "priority": 1000050},
+                     {"name": "lr-low", "overrides": {"actor.optim.lr": 5e-7}, "enabled": False},
+                     {"name": "warm", "overrides": {"actor.optim.lr": 1e-6},
+                      "resumeFrom": {"run": "lr-high", "step": 100}}]
+    cfg2, after, _ = _render("dev-reasoning", mutate)
+    impacts = {i.name: i for i in impact.classify(_as_rows(before), _as_rows(after), cfg2)}
+    job = impacts["workloads-run-lr-low-job"]
+    assert job.kind == impact.DELETE
+    assert job.why.startswith("run lr-low disabled (enabled: false): the run is stopped and its Job deleted")
+    assert f"its checkpoints stay in {env_mod.run_dir(cfg2, cfg2.run('lr-low'))}, still pruned" in job.why
+    assert "pruned by nothing" not in job.why
+    assert "workloads-curves-deployment" not in impacts  # TensorBoard keeps showing the disabled run
+
+    def add(w):
+        mutate(w)
+        w["runs"].append({"name": "lr-mid", "overrides": {"actor.optim.lr": 1.5e-6}})
+    cfg3, added, _ = _render("dev-reasoning", add)
+    impacts = {i.name: i for i in impact.classify(_as_rows(after), _as_rows(added), cfg3)}
+    curves = impacts["workloads-curves-deployment"]  # one TensorBoard run more
+    assert curves.kind == impact.IN_PLACE and "its pods (curves) are replaced by a rolling update" in curves.why
+    assert impact.SERVING_RESTART not in {i.kind for i in impacts.values()}
 
 
 def test_a_disabled_run_has_no_job_and_its_checkpoints_stay_counted():

@@ -36,7 +36,7 @@ from components.stack.config import StackConfig
 # The check runs' components (replacing one re-runs a check, no work is lost); a Job's immutable fields
 # outside the provider's forceNew list (a change is refused unless the program replaces the Job on it);
 # the GPU node group's roll guard.
-from components.stack.labels import CHECK_COMPONENTS, JOB_IMMUTABLE, ROLL_INPUTS
+from components.stack.labels import CHECK_COMPONENTS, JOB_IMMUTABLE, ROLL_INPUTS, SERVING_COMPONENT
 
 Resource = dict[str, Any]
 
@@ -597,9 +597,15 @@ def _kubernetes_object(before, after, changes, cfg):
         return IN_PLACE, _paths(changes), "", True
     if kind == "Deployment" and any(_under(p, ("spec.template",)) for p in changes):
         # A Deployment rolls its pods on a template change (Kubernetes API; the provider patches it
-        # in place): the serving replicas restart one rollout step at a time (serving.py).
-        return (SERVING_RESTART, f"{_paths([p for p in changes if _under(p, ('spec.template',))])}: the serving "
-                "replicas are replaced by a rolling update; no training run is touched", "", True)
+        # in place): the serving replicas restart one rollout step at a time (serving.py). Any other
+        # Deployment (TensorBoard, the metrics exporters) serves no model: its rollout is an update.
+        paths = _paths([p for p in changes if _under(p, ("spec.template",))])
+        component = ((after["inputs"].get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component")
+        if component != SERVING_COMPONENT:
+            return (IN_PLACE, f"{paths}: its pods ({component or 'Deployment'}) are replaced by a rolling update; "
+                    "no training run or serving replica is touched", "", True)
+        return (SERVING_RESTART, f"{paths}: the serving replicas are replaced by a rolling update; no training "
+                "run is touched", "", True)
     if after["type"].startswith("kubernetes:") and kind in ("MPIJob", "RayJob"):
         # A custom resource is replaced only on name/namespace, unless replace_on_changes says
         # otherwise (pulumi-kubernetes provider/pkg/provider/diff.go); a patched finished run never
@@ -770,6 +776,7 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
             dirs = checkpoint_dirs(new[key])
             verdict[key] = Impact(key[0], key[1], CREATE, f"new run: CKPT_DIR {sorted(dirs)[0]}, {_start(new[key])}"
                                   if dirs else "new")
+    disabled = {run.resource_name: run.name for run in cfg.training_runs if not run.enabled}
     for key in sorted(set(old) - set(new)):
         r = old[key]
         if not r.get("custom", True) or key[0].startswith("rltrain:"):
@@ -791,6 +798,13 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
         elif r["inputs"].get("kind") == "PersistentVolumeClaim" and claim_owns_its_volume(r):
             verdict[key] = Impact(key[0], key[1], DATA_LOSS, f"removed from the stack: {claim_volume_fate(r)}",
                                   "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
+        elif (r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob")
+              and (r["inputs"].get("metadata") or {}).get("name") in disabled):
+            dirs = checkpoint_dirs(r)
+            kept = (f"; its checkpoints stay in {sorted(dirs)[0]}, still pruned to the newest "
+                    "workloads.checkpoints.keep and counted in the volume budget") if dirs else ""
+            verdict[key] = Impact(key[0], key[1], DELETE, f"run {disabled[r['inputs']['metadata']['name']]} disabled "
+                                  "(enabled: false): the run is stopped and its Job deleted" + kept)
         elif r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob"):
             dirs = checkpoint_dirs(r)
             kept = (f"; its checkpoints stay in {sorted(dirs)[0]}, pruned by nothing now (the summary counts them in "

@@ -54,6 +54,9 @@ VALIDATION_COMPONENT = "validation"
 NCCL_TEST_COMPONENT = "nccl-test"
 CHECK_GATE_COMPONENT = "check-gate"
 EXPORT_COMPONENT = "export"
+# The vLLM serving Deployment (components/workloads/serving.py): the only Deployment whose rollout the
+# impact table calls a serving restart (offline/impact.py).
+SERVING_COMPONENT = "serving"
 CHECK_COMPONENTS = (VALIDATION_COMPONENT, NCCL_TEST_COMPONENT, CHECK_GATE_COMPONENT, EXPORT_COMPONENT)
 
 # Env the program sets in the training pods (components/workloads/env.py, the launcher and the

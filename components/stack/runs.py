@@ -72,7 +72,7 @@ class RunConfig(_Model):
     nodes: int = Field(1, ge=1)
     """whole GPU nodes: 1 = a single-node Job, 2 or more = the multi-node form (`workloads.multiNode.form`)"""
     overrides: dict[str, Scalar] = {}
-    """Hydra overrides, dotted key -> one scalar value (text, number, true/false), e.g. `actor.optim.lr: 1.0e-6`; keys the program sets (placement, checkpoint and log directories, resume, staged model and data paths) are refused. Part of the run's identity: a changed value is a fresh checkpoint directory"""
+    """Hydra overrides, dotted key -> one scalar value (text, number, true/false), e.g. `actor.optim.lr: 1.0e-6`; keys the program sets (placement, node count, checkpoint and log directories, experiment name, loggers, resume, staged model and data paths: the refusal lists them for the run) are refused; keys are checked for form, not against the trainer config (a misspelt key fails when the run starts, in Hydra). Part of the run's identity: a changed value is a fresh checkpoint directory"""
     priority: Optional[int] = Field(None, ge=0, le=1000000000)
     """the run's PriorityClass value (its place in the queue); none = `workloads.priority`"""
     max_run_minutes: Optional[int] = Field(None, ge=5)
@@ -89,14 +89,26 @@ class RunConfig(_Model):
             if not KEY_PATTERN.match(key):
                 raise ValueError(f"{key!r} is not a Hydra key: a dotted path such as actor.optim.lr "
                                  "(optionally + or ++ in front)")
-            if isinstance(value, (dict, list, tuple)) or value is None:
-                what = "a mapping" if isinstance(value, dict) else "empty" if value is None else "a list"
-                raise ValueError(f"{key}: {what}; an override takes one scalar value (text, number, true/false): "
-                                 "one key per value (actor.optim.betas.0: 0.9)")
+            if value is None:
+                raise ValueError(f"{key}: empty; an override takes one scalar value (text, number, true/false), "
+                                 f"e.g. {key}: 1.0e-6; to keep the config's own value, leave the key out")
+            if isinstance(value, (dict, list, tuple)):
+                raise ValueError(f"{key}: {'a mapping' if isinstance(value, dict) else 'a list'}; an override takes "
+                                 f"one scalar value (text, number, true/false): one dotted key per value, e.g. "
+                                 f"{_example(key, value)}")
             if isinstance(value, str) and _REFUSED.search(value):
                 raise ValueError(f"{key}: {value!r} holds whitespace, a quote, a backslash, $ or * ? [ ]: the "
                                  "trainer gets the overrides through a shell variable and Hydra's grammar")
         return v
+
+
+def _example(key: str, value: Any) -> str:
+    """The first scalar of a mapping or list written as the dotted key an override takes
+    ({actor.optim: {lr: 1e-6}} -> `actor.optim.lr: 1e-06`; a list's items are keys 0, 1, ...)."""
+    while isinstance(value, (dict, list, tuple)) and value:
+        sub, value = next(iter(value.items())) if isinstance(value, dict) else (0, value[0])
+        key = f"{key}.{sub}"
+    return f"{key}: {value}" if not isinstance(value, (dict, list, tuple)) and value is not None else f"{key}.NAME: VALUE"
 
 
 def hydra_value(value: Scalar) -> str:

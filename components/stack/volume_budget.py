@@ -4,7 +4,8 @@ Per stack: the staged models and assets of the trainer config, the export of the
 and for every training run (each has its own checkpoint directory, components/workloads/env.py)
 `keep + 1` checkpoints: the `keep` complete ones the retention pass keeps
 (components/scripts/retention.py) and the one being written; one more for the run whose step is
-served (retention never deletes it, and it may be older than the newest `keep`). One checkpoint's size is derived
+served (retention never deletes it, and it may be older than the newest `keep`), and one more per step
+another run's warm start names (kept likewise). One checkpoint's size is derived
 from the config's model (trainers.SaveFacts.checkpoint_gib: the DCP training state - parameters,
 and Adam's two moments per trainable parameter - plus full_weights.pt, at the actor's precision;
 RLinf rlinf/hybrid_engines/fsdp/strategy/base.py save_checkpoint), or `workloads.checkpointSizeGiB`
@@ -125,7 +126,8 @@ def budget(cfg: StackConfig, left_dirs: Sequence[str] = ()) -> Optional[Budget]:
     if fsx is None or cfg.byo_cluster or size is None or not retention_on(cfg):
         return None
     keep = cfg.workloads.checkpoints.keep
-    runs = tuple((name, (keep + 1 + served_extra(cfg, name)) * size) for name in run_names(cfg))
+    runs = tuple((name, (keep + 1 + served_extra(cfg, name) + len(warm_start_steps(cfg, name))) * size)
+                 for name in run_names(cfg))
     cap = fsx.storage_capacity_gib
     usable = cap * (100 - cfg.workloads.checkpoints.volume_margin_percent) / 100
     left = tuple((d, (keep + 1) * size) for d in left_dirs)
@@ -137,6 +139,16 @@ def served_extra(cfg: StackConfig, run: str) -> int:
     (it may be older than all of them)."""
     sv = cfg.workloads.serving
     return 1 if sv.enabled and sv.model.run == run else 0
+
+
+def warm_start_steps(cfg: StackConfig, run: str) -> set[int]:
+    """Steps of `run` that another run's warm start (`resumeFrom`) names, besides its served step:
+    retention keeps each of them (components/workloads/retention.py `protected`), older than the
+    newest `keep` or not."""
+    sv = cfg.workloads.serving
+    served = sv.model.step if served_extra(cfg, run) else None
+    return {r.resume_from.step for r in cfg.training_runs
+            if r.resume_from and r.resume_from.run == run and r.resume_from.step != served}
 
 
 def retention_on(cfg: StackConfig) -> bool:
@@ -156,8 +168,13 @@ def max_keep(b: Budget) -> int:
     """The largest keep that fits (0 = none does): each run holds keep + 1 (+ 1 served) checkpoints."""
     room = b.usable_gib - b.staged_gib - b.export_gib - b.left_gib
     n = len(b.runs) or 1
-    extra = sum(round(g / b.checkpoint_gib) - (b.keep + 1) for _, g in b.runs)  # the served step(s)
+    extra = sum(round(g / b.checkpoint_gib) - (b.keep + 1) for _, g in b.runs)  # served, warm-start steps
     return max(0, math.floor((room / b.checkpoint_gib - extra) / n) - 1)
+
+
+def _warm_start_term(cfg: StackConfig, run: str) -> str:
+    steps = sorted(warm_start_steps(cfg, run))
+    return f" + {len(steps)} kept for a warm start (step {', '.join(map(str, steps))})" if steps else ""
 
 
 def lines(cfg: StackConfig, left_dirs: Sequence[str] = ()) -> list[str]:
@@ -170,7 +187,8 @@ def lines(cfg: StackConfig, left_dirs: Sequence[str] = ()) -> list[str]:
         return ["volume budget: none (workloads.checkpoints.enabled false: nothing prunes checkpoints)"]
     off = {r.name for r in cfg.training_runs if not r.enabled}
     out = [f"checkpoint budget {run}: ({b.keep} kept + 1 being written"
-           + (" + 1 served" if served_extra(cfg, run) else "") + f") x {b.checkpoint_gib:,.1f} GiB = {g:,.1f} GiB"
+           + (" + 1 served" if served_extra(cfg, run) else "") + _warm_start_term(cfg, run)
+           + f") x {b.checkpoint_gib:,.1f} GiB = {g:,.1f} GiB"
            + (" (disabled: its Job is gone, its checkpoints stay)" if run in off else "")
            for run, g in b.runs]
     out += [f"checkpoint budget left in {d}: (at most {b.keep} kept + 1 being written) x {b.checkpoint_gib:,.1f} GiB = "

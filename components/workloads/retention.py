@@ -3,14 +3,16 @@
 `workloads.checkpoints` (components/stack/lifecycle.py; on whenever the runs have a resume
 mapping). A batch/v1 CronJob `rltrain-checkpoint-retention` runs the mounted
 /scripts/retention.py over each training run's steps directory (the same directory and completion
-marks the resume wrapper reads: components/workloads/trainer.py), protecting the served step.
+marks the resume wrapper reads: components/workloads/trainer.py), protecting the served step and
+every warm start's source step.
 
 Why a CronJob, not the resume wrapper or a sidecar: a run trains for days between restarts, so a
 pass between attempts alone never prunes a healthy run; a sidecar would sit in the training pod
 (its resources inside the whole-node sizing, its restarts counted by the Job's pod failure
 policy) and exist once per run form (Job, Indexed Job, RayJob). The CronJob is one small CPU pod
 beside every form, outside Kueue (no GPU), concurrencyPolicy Forbid (never two passes at once),
-each pass bounded (maxDeletionsPerPass, activeDeadlineSeconds). It is safe against the trainer
+each pass bounded (maxDeletionsPerPass, activeDeadlineSeconds). It protects the served step and every
+step a warm start names (`protected`). It is safe against the trainer
 without talking to it: a step is deleted only when K newer complete steps exist, never one newer
 than the newest complete (being written) nor a recent incomplete one.
 """
@@ -59,10 +61,21 @@ def args(cfg: StackConfig) -> list[str]:
     out = [f"--steps-dir={d}" for d in steps_dirs(cfg).values()]
     out += [f"--prefix={terms.step_prefix}", f"--marks={','.join(terms.complete_marks)}", f"--keep={c.keep}",
             f"--max-deletions={c.max_deletions_per_pass}", f"--min-age-seconds={c.min_age_minutes * 60}"]
+    return out + [f"--protect={d}={step}" for d, step in protected(cfg)]
+
+
+def protected(cfg: StackConfig) -> list[tuple[str, int]]:
+    """(steps directory, step) never pruned: the served step, and every step a run's warm start
+    (`resumeFrom`) names, for as long as the stack file names it: with the default keep of 3, a
+    source run saving every 50 steps would otherwise lose step N once it saved N + 150, and a run
+    queued behind it would then find nothing to start from."""
+    dirs = steps_dirs(cfg)
+    wanted = []
     m = cfg.workloads.serving.model
-    if cfg.workloads.serving.enabled and m.run and m.step is not None and m.run in steps_dirs(cfg):
-        out.append(f"--protect={steps_dirs(cfg)[m.run]}={m.step}")
-    return out
+    if cfg.workloads.serving.enabled and m.run and m.step is not None:
+        wanted.append((m.run, m.step))
+    wanted += [(r.resume_from.run, r.resume_from.step) for r in cfg.training_runs if r.resume_from]
+    return sorted({(dirs[run], step) for run, step in wanted if run in dirs})
 
 
 def pod_template(cfg: StackConfig, claim_name: str, scripts: list) -> k8s.core.v1.PodTemplateSpecArgs:

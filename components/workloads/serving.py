@@ -54,14 +54,14 @@ import pulumi_kubernetes as k8s
 
 from components.stack import fit, node_efa, versions
 from components.stack.config import StackConfig
-from components.stack.labels import CHECKS_SERVICE_ACCOUNT, GPU
+from components.stack.labels import CHECKS_SERVICE_ACCOUNT, GPU, SERVING_COMPONENT
 from components.k8s import security
 from components.workloads import env, export, placement, runs, sizing, trainer, volumes
 from components.workloads.sizing import PodSizing
 from components.k8s.options import child_opts
 
 NAME = "rltrain-serving"
-COMPONENT = "serving"
+COMPONENT = SERVING_COMPONENT
 CONTAINER = "server"
 PORT = 8000
 PORT_NAME = "http"
