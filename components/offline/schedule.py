@@ -638,8 +638,10 @@ def _schedule_fits(resources, ctx):
     for o in s.outcomes:
         if o.status == NEVER:
             yield Violation("schedule-fits", o.workload.ref, f"never fits ({o.resource}): {o.reason}",
-                            "size it to the node group (multiNode.nodes <= gpuNodes.count; requests from the "
-                            "catalog) or request only resources the GPU nodes offer", o.workload.pulumi_name)
+                            "size the run to what the GPU nodes can give it: its node count (workloads.runs[].nodes, "
+                            "workloads.multiNode.nodes) at most gpuNodes.count less what serving holds "
+                            "(workloads.serving: replicas x gpusPerReplica), requests from the catalog; or request "
+                            "only resources the GPU nodes offer", o.workload.pulumi_name)
 
 
 @policy_rule("rollout-fits", "a Deployment on the GPU nodes surges only when its surge pods fit beside the serving pods "
