@@ -238,6 +238,11 @@ def test_the_summary_prints_directory_start_queue_cost_and_curves(two_runs):
     queue = "\n".join(runs_summary.lines(r.cfg, r.resources))
     assert "queue: place 1 of 3 (priority 1000050, Job/rltrain-run-lr-2e-6): runs now" in queue
     assert "queue: place 2 of 3 (priority 1000000, Job/rltrain-run-lr-5e-7): queued behind Job/rltrain-run-lr-2e-6" in queue
+    # lr-5e-7 and the implicit single-node run tie: Kueue takes the older Workload, which the render
+    # cannot know, so it says so instead of implying the name order.
+    assert ("queued behind Job/rltrain-run-lr-2e-6; same priority as Job/rltrain-training: Kueue admits whichever "
+            "was created first (one that exists already before one this change adds); shown here by name") in queue
+    assert "place 1 of 3 (priority 1000050, Job/rltrain-run-lr-2e-6): runs now\n" in queue + "\n"
     # 4 attempts x 24 h x 1 node x $4.60/h (the catalog's g6.12xlarge price).
     assert "= 96 node-hours x $4.60/h = $441.60" in text
     assert f"TensorBoard run lr-low ({env_mod.run_dir(cfg, cfg.run('lr-low'))}/grpo-1.5b/tensorboard)" in text

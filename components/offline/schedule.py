@@ -20,8 +20,8 @@ what is this module's own is the order over time. Runs are assumed to finish in 
 started (their length is not known here).
 
 The queue's order (components/k8s/kueue.py): StrictFIFO by PriorityClass value, then creation
-(ties: the order the program registers them). A queued workload's pods are all placed on the GPU
-node group when its ClusterQueue is the stack's own (Kueue adds the flavor's node labels and
+(ties are shown by name: creation order is not known before `up`). A queued workload's pods are
+all placed on the GPU node group when its ClusterQueue is the stack's own (Kueue adds the flavor's node labels and
 tolerations to every pod set, the MPI launcher's too).
 
 Without Kueue a namespace quota admits pods one at a time: the order is not enforced and a
