@@ -798,18 +798,18 @@ def classify(before_rows: Optional[list[Resource]], after_rows: list[Resource], 
         elif r["inputs"].get("kind") == "PersistentVolumeClaim" and claim_owns_its_volume(r):
             verdict[key] = Impact(key[0], key[1], DATA_LOSS, f"removed from the stack: {claim_volume_fate(r)}",
                                   "rltrain:storage.allowReplacement", cfg.storage.allow_replacement)
-        elif (r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob")
-              and (r["inputs"].get("metadata") or {}).get("name") in disabled):
-            dirs = checkpoint_dirs(r)
-            kept = (f"; its checkpoints stay in {sorted(dirs)[0]}, still pruned to the newest "
-                    "workloads.checkpoints.keep and counted in the volume budget") if dirs else ""
-            verdict[key] = Impact(key[0], key[1], DELETE, f"run {disabled[r['inputs']['metadata']['name']]} disabled "
-                                  "(enabled: false): the run is stopped and its Job deleted" + kept)
         elif r["inputs"].get("kind") in ("Job", "StatefulSet", "MPIJob", "RayJob"):
             dirs = checkpoint_dirs(r)
-            kept = (f"; its checkpoints stay in {sorted(dirs)[0]}, pruned by nothing now (the summary counts them in "
-                    "the volume budget: delete them, or keep the run's entry with enabled: false)") if dirs else ""
-            verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack: the run is stopped and deleted" + kept)
+            off = disabled.get((r["inputs"].get("metadata") or {}).get("name"))
+            if off:
+                why = f"run {off} disabled (enabled: false): the run is stopped and its Job deleted"
+                kept = "still pruned to the newest workloads.checkpoints.keep and counted in the volume budget"
+            else:
+                why = "removed from the stack: the run is stopped and deleted"
+                kept = ("pruned by nothing now (the summary counts them in the volume budget: delete them, or keep "
+                        "the run's entry with enabled: false)")
+            verdict[key] = Impact(key[0], key[1], DELETE,
+                                  why + (f"; its checkpoints stay in {sorted(dirs)[0]}, {kept}" if dirs else ""))
         else:
             verdict[key] = Impact(key[0], key[1], DELETE, "removed from the stack")
     return sorted(verdict.values(), key=lambda i: (SEVERITY.index(i.kind), i.type, i.name))

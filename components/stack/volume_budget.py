@@ -151,6 +151,16 @@ def warm_start_steps(cfg: StackConfig, run: str) -> set[int]:
             if r.resume_from and r.resume_from.run == run and r.resume_from.step != served}
 
 
+def kept_steps(cfg: StackConfig, run: str) -> set[int]:
+    """The steps of `run` the retention pass keeps besides its newest `keep`
+    (components/workloads/retention.py `--protect`): the served step, and every step a warm start
+    names, for as long as the stack file names it. With the default keep of 3, a source run saving
+    every 50 steps would otherwise lose step N once it saved N + 150, and a warm start queued behind
+    it would find nothing to start from."""
+    step = cfg.workloads.serving.model.step
+    return warm_start_steps(cfg, run) | ({step} if served_extra(cfg, run) and step is not None else set())
+
+
 def retention_on(cfg: StackConfig) -> bool:
     w = cfg.workloads
     return (w.resume_terms is not None) if w.checkpoints.enabled is None else w.checkpoints.enabled

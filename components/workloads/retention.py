@@ -65,17 +65,9 @@ def args(cfg: StackConfig) -> list[str]:
 
 
 def protected(cfg: StackConfig) -> list[tuple[str, int]]:
-    """(steps directory, step) never pruned: the served step, and every step a run's warm start
-    (`resumeFrom`) names, for as long as the stack file names it: with the default keep of 3, a
-    source run saving every 50 steps would otherwise lose step N once it saved N + 150, and a run
-    queued behind it would then find nothing to start from."""
-    dirs = steps_dirs(cfg)
-    wanted = []
-    m = cfg.workloads.serving.model
-    if cfg.workloads.serving.enabled and m.run and m.step is not None:
-        wanted.append((m.run, m.step))
-    wanted += [(r.resume_from.run, r.resume_from.step) for r in cfg.training_runs if r.resume_from]
-    return sorted({(dirs[run], step) for run, step in wanted if run in dirs})
+    """(steps directory, step) never pruned: the steps the volume budget counts beside the newest
+    `keep` (volume_budget.kept_steps: the served step, every step a warm start names)."""
+    return sorted((d, step) for run, d in steps_dirs(cfg).items() for step in volume_budget.kept_steps(cfg, run))
 
 
 def pod_template(cfg: StackConfig, claim_name: str, scripts: list) -> k8s.core.v1.PodTemplateSpecArgs:
