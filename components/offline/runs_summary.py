@@ -51,8 +51,10 @@ def queue_place(run: Run, resources: Optional[list[dict[str, Any]]]) -> Optional
     order = [o for o in s.outcomes if not o.workload.permanent]
     for i, o in enumerate(order, 1):
         if o.workload.name == run.resource_name:
-            # Equal priorities: Kueue's StrictFIFO admits the Workload created first (an existing run
-            # before one this change adds); the render cannot know creation times and orders by name.
+            # Equal priorities: Kueue orders by priority, then the queue-order timestamp (the Workload's
+            # creation by default; Kueue v0.19.2 pkg/cache/queue/cluster_queue.go baseCompareFunc), so
+            # an existing run goes before one this change adds; the render cannot know creation times
+            # and orders by name.
             ties = sorted(x.workload.ref for x in order if x is not o and x.workload.priority == o.workload.priority)
             tie = (f"; same priority as {', '.join(ties)}: Kueue admits whichever was created first (one "
                    "that exists already before one this change adds); shown here by name") if ties else ""
